@@ -1,0 +1,292 @@
+"""Boltzmann machines over a chain of binary layers: one energy, its conditionals and its partial sums.
+
+Layers x_0 (visible), x_1, ..., x_L are binary vectors; weights W_l, shaped (n_l, n_{l+1}), connect x_l
+and x_{l+1}. The unnormalized log-probability is
+
+    log f(x) = sum_l b_l . x_l + s * sum_l x_l^T W_l x_{l+1}
+
+where s is a weight scale (1 for a trained model). An RBM is the two-layer chain, a DBM a longer one.
+
+Any set of pairwise non-adjacent layers can be summed out analytically, because given its neighbours each such
+layer factorizes into independent units: sum_{x_l} exp(x_l . a_l) = prod_j (1 + exp(a_{l,j})). Every method takes
+a list of layers in which summed-out layers are None; tensors carry any leading batch dimensions, (*batch, n_l).
+
+The geometric path between an independent base distribution (no weights, biases c_l) and this model is again a
+chain with interpolated parameters, W_beta = beta * W and b_beta = (1 - beta) c + beta b, so `annealed` returns a
+view that shares the weight tensors and only rescales them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from models._sampling import sample_bernoulli_logits_
+
+Layers = Sequence[Optional[Tensor]]
+
+
+def _check_finite(name: str, t: Tensor) -> None:
+    bad = ~torch.isfinite(t)
+    if bool(bad.any()):
+        n_nan = int(torch.isnan(t).sum())
+        n_inf = int(bad.sum()) - n_nan
+        raise ValueError(
+            f"{name} has {n_nan} NaN and {n_inf} infinite entries; the parameters are corrupt "
+            "(did training diverge?). Evaluate a checkpoint with finite weights."
+        )
+
+
+def _softplus_(x: Tensor) -> Tensor:
+    """softplus in place (the ATen out= variant: F.softplus has no in-place form)."""
+    return torch.ops.aten.softplus.out(x, 1.0, 20.0, out=x)
+
+
+class LayeredBoltzmannMachine:
+    """A Boltzmann machine over binary layers x_0 (visible), ..., x_L connected in a chain.
+
+    Args:
+        weights: L tensors, weights[l] shaped (n_l, n_{l+1}).
+        biases: L + 1 tensors, biases[l] shaped (n_l,).
+        weight_scale: multiplies every weight (the inverse temperature on the geometric path).
+    """
+
+    def __init__(self, weights: Sequence[Tensor], biases: Sequence[Tensor], weight_scale: float = 1.0):
+        weights, biases = tuple(weights), tuple(biases)
+        if len(weights) < 1:
+            raise ValueError("a Boltzmann machine needs at least one weight matrix (two layers)")
+        if len(biases) != len(weights) + 1:
+            raise ValueError(f"{len(weights)} weight matrices need {len(weights) + 1} bias vectors, got {len(biases)}")
+        ref = weights[0]
+        if not torch.is_floating_point(ref):
+            raise TypeError(f"weights must be floating point tensors, got {ref.dtype}")
+        for name, t in [(f"weights[{i}]", w) for i, w in enumerate(weights)] + [
+            (f"biases[{i}]", b) for i, b in enumerate(biases)
+        ]:
+            if not isinstance(t, Tensor):
+                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            if t.dtype != ref.dtype or t.device != ref.device:
+                raise ValueError(
+                    f"{name} is {t.dtype} on {t.device} but weights[0] is {ref.dtype} on {ref.device}; "
+                    "convert all parameters to one dtype and device"
+                )
+            _check_finite(name, t)
+        for i, b in enumerate(biases):
+            if b.dim() != 1:
+                raise ValueError(f"biases[{i}] must be a vector, got shape {tuple(b.shape)}")
+        for i, w in enumerate(weights):
+            expected = (biases[i].shape[0], biases[i + 1].shape[0])
+            if tuple(w.shape) != expected:
+                raise ValueError(
+                    f"weights[{i}] has shape {tuple(w.shape)} but the biases give layer sizes {expected}; "
+                    "weights[l] must be shaped (n_l, n_{l+1})"
+                )
+        self._set(weights, biases, float(weight_scale))
+
+    def _set(self, weights: tuple[Tensor, ...], biases: tuple[Tensor, ...], weight_scale: float) -> None:
+        self.weights = weights
+        self.biases = biases
+        self.weight_scale = weight_scale
+
+    @classmethod
+    def _trusted(cls, weights, biases, weight_scale):
+        # Used in the annealing loop: parameters come from an already validated model.
+        obj = cls.__new__(cls)
+        obj._set(tuple(weights), tuple(biases), float(weight_scale))
+        return obj
+
+    # ----------------------------------------------------------------- structure
+    @property
+    def layer_sizes(self) -> tuple[int, ...]:
+        return tuple(b.shape[0] for b in self.biases)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.biases)
+
+    @property
+    def n_visible(self) -> int:
+        return self.biases[0].shape[0]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weights[0].dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.weights[0].device
+
+    def to(self, device=None, dtype=None) -> LayeredBoltzmannMachine:
+        """A copy on another device and/or dtype (same class)."""
+        return type(self)._trusted(
+            [w.to(device=device, dtype=dtype) for w in self.weights],
+            [b.to(device=device, dtype=dtype) for b in self.biases],
+            self.weight_scale,
+        )
+
+    def annealed(self, beta: float, base_biases: Sequence[Tensor]) -> LayeredBoltzmannMachine:
+        """The point at `beta` on the geometric path from the independent base with `base_biases` to this model.
+
+        f_beta = f_base^(1 - beta) f^beta, which is the chain with weights beta * W and biases
+        (1 - beta) * base + beta * b. The weight tensors are shared, not copied.
+        """
+        biases = [torch.lerp(c, b, beta) for c, b in zip(base_biases, self.biases)]
+        return type(self)._trusted(self.weights, biases, self.weight_scale * beta)
+
+    # ----------------------------------------------------------------- conditionals
+    def unscaled_input(self, layers: Layers, l: int) -> Tensor:
+        """x_{l-1} W_{l-1} + x_{l+1} W_l^T, shaped (*batch, n_l): the input layer `l` gets from its neighbours
+        before the weight scale. Both neighbours that exist in the chain must be given."""
+        terms = []
+        if l > 0:
+            terms.append((layers[l - 1], self.weights[l - 1], False))
+        if l < self.num_layers - 1:
+            terms.append((layers[l + 1], self.weights[l], True))
+        out = None
+        for x, w, transpose in terms:
+            if x is None:
+                raise ValueError(f"the input to layer {l} needs its neighbouring layers; one of them is None")
+            w = w.t() if transpose else w
+            flat = x.reshape(-1, x.shape[-1])
+            out = torch.mm(flat, w) if out is None else out.addmm_(flat, w)
+        return out.reshape(*terms[0][0].shape[:-1], self.layer_sizes[l])
+
+    def layer_logits(
+        self,
+        layers: Layers,
+        l: int,
+        unscaled_input: Optional[Tensor] = None,
+        out: Optional[Tensor] = None,
+    ) -> Tensor:
+        """Logits of p(x_l | neighbours), shaped (*batch, n_l).
+
+        Pass `unscaled_input` when it is cached, and `out` (contiguous, the result's shape) to write into an
+        existing buffer.
+        """
+        s = self.weight_scale
+        if unscaled_input is not None:
+            if out is None:
+                return torch.add(self.biases[l], unscaled_input, alpha=s)
+            return torch.add(self.biases[l], unscaled_input, alpha=s, out=out)
+        # Fused: bias + scale * products in the matrix multiplications themselves.
+        terms = []
+        if l > 0:
+            terms.append((layers[l - 1], self.weights[l - 1]))
+        if l < self.num_layers - 1:
+            terms.append((layers[l + 1], self.weights[l].t()))
+        if any(x is None for x, _ in terms):
+            raise ValueError(f"p(x_{l} | neighbours) needs both neighbouring layers; one of them is None")
+        lead = terms[0][0].shape[:-1]
+        flat_out = None if out is None else out.view(-1, self.layer_sizes[l])
+        for i, (x, w) in enumerate(terms):
+            flat = x.reshape(-1, x.shape[-1])
+            if i > 0:
+                flat_out.addmm_(flat, w, alpha=s)
+            elif flat_out is None:
+                flat_out = torch.addmm(self.biases[l], flat, w, alpha=s)
+            else:
+                torch.addmm(self.biases[l], flat, w, alpha=s, out=flat_out)
+        return flat_out.view(*lead, self.layer_sizes[l])
+
+    def layer_probs(self, layers: Layers, l: int, unscaled_input: Optional[Tensor] = None) -> Tensor:
+        """p(x_l = 1 | neighbours) unit by unit, shaped (*batch, n_l)."""
+        return torch.sigmoid(self.layer_logits(layers, l, unscaled_input))
+
+    def sample_layer(
+        self,
+        layers: Layers,
+        l: int,
+        generator: torch.Generator,
+        unscaled_input: Optional[Tensor] = None,
+        out: Optional[Tensor] = None,
+    ) -> Tensor:
+        """A sample of x_l ~ p(x_l | neighbours), shaped (*batch, n_l), in the model's dtype (written into
+        `out` when given)."""
+        return sample_bernoulli_logits_(self.layer_logits(layers, l, unscaled_input, out=out), generator)
+
+    # ----------------------------------------------------------------- energies
+    def log_unnormalized_marginal(
+        self, layers: Layers, unscaled_inputs: Optional[Sequence[Optional[Tensor]]] = None
+    ) -> Tensor:
+        """log sum_{x_l : layers[l] is None} f(x), shaped (*batch,).
+
+        Summed-out layers (None) must not be adjacent. `unscaled_inputs[l]`, when given, is the cached
+        `unscaled_input(layers, l)` of a summed-out layer and saves its matrix products.
+        """
+        if len(layers) != self.num_layers:
+            raise ValueError(f"expected {self.num_layers} layers (None for summed-out ones), got {len(layers)}")
+        for l in range(self.num_layers - 1):
+            if layers[l] is None and layers[l + 1] is None:
+                raise ValueError(f"layers {l} and {l + 1} are both summed out; only non-adjacent layers can be")
+        total = None
+        for l, x in enumerate(layers):
+            if x is None:
+                cached = None if unscaled_inputs is None else unscaled_inputs[l]
+                term = F.softplus(self.layer_logits(layers, l, cached)).sum(-1)
+            else:
+                term = torch.mv(x.reshape(-1, x.shape[-1]), self.biases[l]).reshape(x.shape[:-1])
+                if l + 1 < self.num_layers and layers[l + 1] is not None:
+                    # x_l^T W_l x_{l+1}, batched
+                    y = layers[l + 1]
+                    xw = torch.mm(x.reshape(-1, x.shape[-1]), self.weights[l]).reshape(*x.shape[:-1], -1)
+                    term = term + self.weight_scale * (xw * y).sum(-1)
+            total = term if total is None else total + term
+        return total
+
+    def log_ratio_to(
+        self,
+        other: LayeredBoltzmannMachine,
+        layers: Layers,
+        unscaled_inputs: Optional[Sequence[Optional[Tensor]]] = None,
+        buffers: Optional[Sequence[Tensor]] = None,
+    ) -> Tensor:
+        """log f_other(x) - log f_self(x), shaped (*batch,), for `other` on the same path (the same weight tensors
+        with another scale and other biases, e.g. two `annealed` points); layers as in
+        `log_unnormalized_marginal`.
+
+        Computed term by term: the small difference between neighbouring temperatures is not left to cancel
+        between two large sums. `buffers`, when given, are two contiguous scratch tensors per summed-out layer
+        (in layer order), each shaped like that layer, used instead of fresh temporaries.
+        """
+        if other.weights is not self.weights:
+            raise ValueError("log_ratio_to compares two points of one path: both must share the weight tensors")
+        ds = other.weight_scale - self.weight_scale
+        total = None
+        spare = iter(buffers) if buffers is not None else None
+        for l, x in enumerate(layers):
+            if x is None:
+                cached = None if unscaled_inputs is None else unscaled_inputs[l]
+                if cached is None:
+                    cached = self.unscaled_input(layers, l)
+                if spare is None:
+                    term = F.softplus(other.layer_logits(layers, l, cached)) - F.softplus(
+                        self.layer_logits(layers, l, cached)
+                    )
+                else:
+                    to_, from_ = next(spare), next(spare)
+                    _softplus_(other.layer_logits(layers, l, cached, out=to_))
+                    term = to_.sub_(_softplus_(self.layer_logits(layers, l, cached, out=from_)))
+                term = term.sum(-1)
+            else:
+                flat = x.reshape(-1, x.shape[-1])
+                term = torch.mv(flat, other.biases[l] - self.biases[l]).reshape(x.shape[:-1])
+                if ds != 0.0 and l + 1 < self.num_layers and layers[l + 1] is not None:
+                    xw = torch.mm(flat, self.weights[l]).reshape(*x.shape[:-1], -1)
+                    term = term + ds * (xw * layers[l + 1]).sum(-1)
+            total = term if total is None else total + term
+        return total
+
+    def log_unnormalized_joint(self, layers: Layers) -> Tensor:
+        """log f(x) = -E(x) for a full configuration, shaped (*batch,)."""
+        if any(x is None for x in layers):
+            raise ValueError("log_unnormalized_joint needs every layer; use log_unnormalized_marginal to sum some out")
+        return self.log_unnormalized_marginal(layers)
+
+    def __repr__(self) -> str:
+        sizes = "-".join(str(n) for n in self.layer_sizes)
+        scale = "" if self.weight_scale == 1.0 else f", weight_scale={self.weight_scale:g}"
+        return f"{type(self).__name__}({sizes}, {self.dtype}, {self.device}{scale})"

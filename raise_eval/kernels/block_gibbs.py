@@ -1,0 +1,99 @@
+"""Block Gibbs sampling for a chain of binary layers, with the odd layers summed out.
+
+The state keeps the even layers (x_0 = visible, x_2, ...) and, for each odd layer, its input from the even
+layers. One step samples every odd layer given the even ones, then every even layer given the odd ones, then
+sums the odd layers out again:
+
+    T(x_even' | x_even) = sum_{x_odd} p(x_odd | x_even) p(x_even' | x_odd)
+
+This is reversible with respect to the marginal p(x_even) (it is the data-augmentation kernel), so forward and
+reverse annealing use the same step. Clamped even layers (e.g. the visible layer while heating a DBM's hidden
+layers) are left unchanged; the step then samples p(x_even \\ clamped | clamped).
+
+For an RBM the state is v with the cached product v W: a step costs exactly two matrix products.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import NamedTuple, Optional
+
+import torch
+from torch import Tensor
+
+from models.boltzmann import LayeredBoltzmannMachine
+
+
+class Scratch:
+    """Reusable temporaries for the annealing loop, one buffer per name.
+
+    A step of a 784-500 RBM with 1,000 chains handles several multi-megabyte temporaries; freshly allocated
+    each step they page-fault, which costs as much as the arithmetic. Not thread-safe: one per path.
+    """
+
+    def __init__(self):
+        self._buffers: dict[str, Tensor] = {}
+
+    def get(self, name: str, shape, like: Tensor) -> Tensor:
+        """A contiguous buffer shaped `shape` with like's dtype and device (contents undefined)."""
+        buf = self._buffers.get(name)
+        shape = tuple(shape)
+        if buf is None or tuple(buf.shape) != shape or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._buffers[name] = torch.empty(shape, dtype=like.dtype, device=like.device)
+        return buf
+
+
+class BoltzmannState(NamedTuple):
+    """State of a chain of binary layers with the odd layers summed out.
+
+    layers: per layer, the even layers' values (*batch, n_l); None for odd (summed-out) layers.
+    odd_inputs: per layer, for odd layers the unscaled input from the even neighbours (*batch, n_l)
+        (x_{l-1} W_{l-1} + x_{l+1} W_l^T, temperature-free so it serves every beta); None for even layers.
+    """
+
+    layers: tuple[Optional[Tensor], ...]
+    odd_inputs: tuple[Optional[Tensor], ...]
+
+    @property
+    def visible(self) -> Tensor:
+        return self.layers[0]
+
+    @property
+    def batch_shape(self) -> torch.Size:
+        return self.layers[0].shape[:-1]
+
+
+def collapse_odd_layers(model: LayeredBoltzmannMachine, even_layers: list) -> BoltzmannState:
+    """The state for given even layers (odd entries ignored): odd layers summed out, their inputs cached."""
+    layers = tuple(x if l % 2 == 0 else None for l, x in enumerate(even_layers))
+    inputs = tuple(model.unscaled_input(layers, l) if l % 2 == 1 else None for l in range(model.num_layers))
+    return BoltzmannState(layers, inputs)
+
+
+def block_gibbs_step(
+    model: LayeredBoltzmannMachine,
+    state: BoltzmannState,
+    generator: torch.Generator,
+    clamped: Collection[int] = (),
+    scratch: Optional[Scratch] = None,
+) -> BoltzmannState:
+    """One sweep odd | even, then even | odd, leaving `model` (at its own temperature) invariant on the even layers.
+
+    Args:
+        model: the model at the step's temperature (e.g. `base_model.annealed(beta, base_biases)`).
+        state: current even layers and cached odd-layer inputs.
+        generator: source of randomness.
+        clamped: indices of even layers to keep fixed.
+        scratch: buffers for the odd-layer samples, which the step discards.
+    Returns:
+        the new state (odd layers summed out again, inputs recomputed); its tensors are new.
+    """
+    layers = list(state.layers)
+    for l in range(1, model.num_layers, 2):
+        inp = state.odd_inputs[l]
+        out = None if scratch is None else scratch.get(f"odd{l}", inp.shape, inp)
+        layers[l] = model.sample_layer(layers, l, generator, unscaled_input=inp, out=out)
+    for l in range(0, model.num_layers, 2):
+        if l not in clamped:
+            layers[l] = model.sample_layer(layers, l, generator)
+    return collapse_odd_layers(model, layers)

@@ -1,0 +1,5 @@
+"""Annealing paths: families f_beta from a tractable start (beta = 0) to the model of interest (beta = 1)."""
+
+from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
+
+__all__ = ["BoltzmannPath", "data_base_rates", "uniform_base"]

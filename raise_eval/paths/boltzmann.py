@@ -1,0 +1,123 @@
+"""The geometric path from an independent base distribution to a layered Boltzmann machine.
+
+f_beta(x) = f_base(x)^(1 - beta) f(x)^beta with f_base(x) = exp(sum_l c_l . x_l): the chain with weights beta W
+and biases (1 - beta) c + beta b. The state space is the even layers (odd layers summed out), so for an RBM it is
+the visible vector, and the path's densities are the exact marginals f_beta(v) = sum_h f_beta(v, h).
+
+Base distributions: `uniform_base` (c = 0) and `data_base_rates` (visible biases = logit of the clipped training-set
+pixel means, every hidden unit uniform), the two initial distributions of the RAISE paper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from models.boltzmann import LayeredBoltzmannMachine
+from raise_eval.kernels.block_gibbs import BoltzmannState, Scratch, block_gibbs_step, collapse_odd_layers
+
+
+def uniform_base(model: LayeredBoltzmannMachine) -> list[Tensor]:
+    """Base biases of the uniform distribution over every layer (all zeros)."""
+    return [torch.zeros_like(b) for b in model.biases]
+
+
+def data_base_rates(model: LayeredBoltzmannMachine, train_data: Tensor, eps: float = 1e-3) -> list[Tensor]:
+    """Base biases of the data-base-rate distribution (Salakhutdinov & Murray, 2008).
+
+    Visible biases are logit(clip(mean of train_data, eps, 1 - eps)); hidden layers are uniform.
+
+    Args:
+        train_data: binary training vectors shaped (N, n_visible).
+        eps: clipping of the pixel means, so that pixels never on (or always on) get finite biases.
+    """
+    if train_data.dim() != 2 or train_data.shape[1] != model.n_visible:
+        raise ValueError(f"base rates need training data shaped (N, {model.n_visible}), got {tuple(train_data.shape)}")
+    if train_data.shape[0] == 0:
+        raise ValueError("base rates need at least one training vector")
+    if not 0 < eps < 0.5:
+        raise ValueError(f"eps must be in (0, 0.5), got {eps}")
+    mean = train_data.double().mean(0).clamp(eps, 1 - eps)
+    visible = torch.log(mean) - torch.log1p(-mean)
+    return [visible.to(model.dtype).to(model.device)] + [torch.zeros_like(b) for b in model.biases[1:]]
+
+
+class BoltzmannPath:
+    """Geometric path from an independent base (beta = 0) to `model` (beta = 1) on the even layers.
+
+    Args:
+        model: the target Boltzmann machine.
+        base_biases: one bias vector per layer for the independent base distribution; uniform when None.
+    """
+
+    def __init__(self, model: LayeredBoltzmannMachine, base_biases: Optional[Sequence[Tensor]] = None):
+        base = uniform_base(model) if base_biases is None else list(base_biases)
+        if len(base) != model.num_layers:
+            raise ValueError(f"need {model.num_layers} base bias vectors, got {len(base)}")
+        for l, (c, b) in enumerate(zip(base, model.biases)):
+            if c.shape != b.shape:
+                raise ValueError(f"base bias {l} has shape {tuple(c.shape)}, the model's has {tuple(b.shape)}")
+            if not bool(torch.isfinite(c).all()):
+                raise ValueError(f"base bias {l} has NaN or infinite entries")
+        self.model = model
+        self.base_biases = [c.to(dtype=model.dtype, device=model.device) for c in base]
+        self._scratch = Scratch()
+        self._at_cache: dict[float, LayeredBoltzmannMachine] = {}
+
+    def at(self, beta: float) -> LayeredBoltzmannMachine:
+        """The model at inverse temperature `beta` (shares the weight tensors)."""
+        # The loop asks for each beta three times (transition, then both ends of two weight updates): keep two.
+        cached = self._at_cache.get(beta)
+        if cached is None:
+            cached = self.model.annealed(beta, self.base_biases)
+            if len(self._at_cache) >= 2:
+                self._at_cache.pop(next(iter(self._at_cache)))
+            self._at_cache[beta] = cached
+        return cached
+
+    @property
+    def log_partition_initial(self) -> float:
+        """log Z_0 of the base: every unit independent, sum of softplus(c), in float64."""
+        return float(sum(F.softplus(c.double()).sum() for c in self.base_biases))
+
+    # ---------------------------------------------------------------- states
+    def state_from_layers(self, layers: Sequence[Optional[Tensor]]) -> BoltzmannState:
+        """The state for given even layers (odd entries are ignored)."""
+        return collapse_odd_layers(self.model, list(layers))
+
+    def sample_initial(self, num_chains: int, generator: torch.Generator) -> BoltzmannState:
+        """`num_chains` exact samples of the base distribution p_0, batch shape (num_chains,)."""
+        layers = []
+        for l, c in enumerate(self.base_biases):
+            if l % 2 == 0:
+                u = torch.rand((num_chains, c.shape[0]), generator=generator, device=c.device, dtype=c.dtype)
+                layers.append((u < torch.sigmoid(c)).to(c.dtype))
+            else:
+                layers.append(None)
+        return self.state_from_layers(layers)
+
+    # ---------------------------------------------------------------- densities and kernel
+    def log_density(self, state: BoltzmannState, beta: float) -> Tensor:
+        """log f_beta(x_even), odd layers summed out, shaped (*batch,)."""
+        return self.at(beta).log_unnormalized_marginal(state.layers, state.odd_inputs)
+
+    def log_density_ratio(self, state: BoltzmannState, beta_from: float, beta_to: float) -> Tensor:
+        """log f_{beta_to}(x) - log f_{beta_from}(x), shaped (*batch,)."""
+        buffers = []
+        for l, inp in enumerate(state.odd_inputs):
+            if inp is not None:
+                buffers += [
+                    self._scratch.get(f"ratio_to{l}", inp.shape, inp),
+                    self._scratch.get(f"ratio_from{l}", inp.shape, inp),
+                ]
+        return self.at(beta_from).log_ratio_to(self.at(beta_to), state.layers, state.odd_inputs, buffers=buffers)
+
+    def transition(
+        self, state: BoltzmannState, beta: float, generator: torch.Generator, clamped: Collection[int] = ()
+    ) -> BoltzmannState:
+        """Block Gibbs step at `beta` (reversible, leaves p_beta(x_even) invariant)."""
+        return block_gibbs_step(self.at(beta), state, generator, clamped=clamped, scratch=self._scratch)

@@ -1,0 +1,98 @@
+"""Time AIS steps for a 784-500 RBM against the bare matrix products one step needs.
+
+One AIS step with block Gibbs needs two products: h W^T (to sample v given h) and v W (the hidden input of the
+new v, which serves both the weight update and the next step). Everything else (sampling, softplus for the weight
+update) is overhead. This script times the library's own annealing loop (`raise_eval.anneal`) and the two bare
+products on the same shapes, interleaved over several repeats, and prints the median times; the last line is the
+ratio of the AIS step time to the bare-product time on the first device (CPU).
+
+    python scripts/benchmark_gibbs.py                 # CPU, and CUDA when present
+    python scripts/benchmark_gibbs.py --devices cpu --chains 1000 --steps 100 --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from models import RBM
+from raise_eval import BoltzmannPath, anneal, linear_schedule
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def benchmark(device: torch.device, chains: int, steps: int, repeats: int, dtype: torch.dtype) -> dict:
+    g = torch.Generator(device=device).manual_seed(0)
+    model = RBM.random(784, 500, weight_std=0.05, generator=g, dtype=dtype, device=device)
+    path = BoltzmannPath(model)
+    betas = linear_schedule(steps)
+    state = path.sample_initial(chains, g)
+    h = (torch.rand(chains, 500, generator=g, device=device, dtype=dtype) < 0.5).to(dtype)
+    v = state.visible
+    W = model.W
+
+    def run_ais():
+        anneal(path, state, betas, generator=g)
+
+    def run_bare():
+        for _ in range(steps):
+            torch.mm(h, W.t())
+            torch.mm(v, W)
+
+    run_ais(), run_bare()  # warm up
+    ais_times, bare_times = [], []
+    for _ in range(repeats):
+        for fn, times in ((run_ais, ais_times), (run_bare, bare_times)):
+            _sync(device)
+            start = time.perf_counter()
+            fn()
+            _sync(device)
+            times.append((time.perf_counter() - start) / steps)
+    ais_step = statistics.median(ais_times)
+    bare = statistics.median(bare_times)
+    return {
+        "device": str(device),
+        "ais_step_ms": 1e3 * ais_step,
+        "bare_matmul_ms": 1e3 * bare,
+        "ratio": ais_step / bare,
+    }
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument(
+        "--devices", nargs="+", default=None, help="devices to time (default: cpu, and cuda if present)"
+    )
+    parser.add_argument("--chains", type=int, default=1000, help="AIS chains in the batch (default 1000)")
+    parser.add_argument("--steps", type=int, default=100, help="annealing steps per timed run (default 100)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed runs per device; medians are reported")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
+    dtype = getattr(torch, args.dtype)
+    print(
+        f"784-500 RBM, {args.chains} chains, {args.steps} steps x {args.repeats} repeats, {args.dtype}, "
+        f"{torch.get_num_threads()} CPU threads, torch {torch.__version__}"
+    )
+    results = []
+    for name in devices:
+        r = benchmark(torch.device(name), args.chains, args.steps, args.repeats, dtype)
+        results.append(r)
+        print(
+            f"{r['device']:>6}: AIS step {r['ais_step_ms']:.3f} ms, bare matrix products {r['bare_matmul_ms']:.3f} ms, "
+            f"ratio {r['ratio']:.2f}"
+        )
+    print(f"ratio (AIS step / bare matrix products, {results[0]['device']}): {results[0]['ratio']:.2f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Packaging for raise-eval: the `raise_eval` library, the `models` package and the `raise-eval` command."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="raise-eval",
+    version="0.1.0",
+    description=(
+        "Trustworthy log-likelihoods for deep generative models: AIS, RAISE and bidirectional Monte Carlo "
+        "in PyTorch"
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9",
+    packages=find_packages(include=["raise_eval", "raise_eval.*", "models", "models.*"]),
+    package_data={"raise_eval": ["data/*.npz"]},
+    # torch>=2.0 admits the CPU wheel 2.13.0 that .ci/run installs first, so pip installs nothing more.
+    install_requires=["torch>=2.0", "numpy>=1.22", "tqdm>=4.60"],
+    extras_require={
+        "test": ["pytest>=7"],
+        "plot": ["matplotlib>=3.5"],
+        "vision": ["torchvision"],
+    },
+    entry_points={"console_scripts": ["raise-eval=raise_eval.cli:main"]},
+)

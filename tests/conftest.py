@@ -1,0 +1,71 @@
+"""Shared fixtures: tiny multimodal Boltzmann machines with exact answers, seeded generators, the data root."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from models import RBM, LayeredBoltzmannMachine
+from raise_eval import exact
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def count_local_modes(model: LayeredBoltzmannMachine) -> int:
+    """Visible configurations whose exact probability beats every single-bit flip."""
+    n = model.n_visible
+    v = exact.binary_configurations(n)
+    log_f = exact.log_unnormalized_visible(model, v)
+    flips = torch.stack([log_f[exact.configuration_index(v) ^ (1 << j)] for j in range(n)], dim=1)
+    return int((log_f.unsqueeze(1) > flips).all(1).sum())
+
+
+def make_multimodal_rbm(n_visible: int, n_hidden: int, seed: int, weight_std: float = 2.5) -> RBM:
+    g = torch.Generator().manual_seed(seed)
+    model = RBM.random(n_visible, n_hidden, weight_std=weight_std, bias_std=1.0, generator=g, dtype=torch.float64)
+    # Centre the visible biases so that the weights, not the biases, decide the modes.
+    model = RBM(model.W, model.vbias - 0.5 * model.W.sum(1), model.hbias - 0.5 * model.W.sum(0))
+    assert count_local_modes(model) >= 2, "fixture model must be multimodal"
+    return model
+
+
+@pytest.fixture(scope="session")
+def tiny_rbm() -> RBM:
+    """An 8-6 RBM in float64 whose visible distribution has several separated modes."""
+    return make_multimodal_rbm(8, 6, seed=3)
+
+
+@pytest.fixture(scope="session")
+def tiny_chain() -> LayeredBoltzmannMachine:
+    """A 5-4-3 three-layer chain (a tiny DBM) in float64."""
+    g = torch.Generator().manual_seed(11)
+    sizes = [5, 4, 3]
+    weights = [torch.randn(a, b, generator=g, dtype=torch.float64) * 1.5 for a, b in zip(sizes[:-1], sizes[1:])]
+    biases = [torch.randn(n, generator=g, dtype=torch.float64) * 0.5 for n in sizes]
+    return LayeredBoltzmannMachine(weights, biases)
+
+
+@pytest.fixture(scope="session")
+def train_vectors() -> torch.Tensor:
+    """Binary 'training data' for data-base-rate tests: pixel i is on with probability (i + 1) / 10."""
+    g = torch.Generator().manual_seed(5)
+    rates = (torch.arange(8, dtype=torch.float64) + 1) / 10
+    return (torch.rand(400, 8, generator=g, dtype=torch.float64) < rates).double()
+
+
+def data_root() -> Path | None:
+    """The shared data root (../shared/data or $RAISE_EVAL_DATA), or None when absent."""
+    env = os.environ.get("RAISE_EVAL_DATA")
+    root = Path(env) if env else PROJECT_ROOT.parent / "shared" / "data"
+    return root if root.is_dir() else None
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    root = data_root()
+    if root is None:
+        pytest.skip("the shared data root is absent: set RAISE_EVAL_DATA to the folder with MNIST and checkpoints")
+    return root

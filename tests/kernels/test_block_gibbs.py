@@ -1,0 +1,100 @@
+"""The block-Gibbs kernel samples exactly the transition matrix built from the energy (raise_eval.exact)."""
+
+import pytest
+import torch
+
+from raise_eval import BoltzmannPath, data_base_rates, exact
+from raise_eval.kernels.block_gibbs import block_gibbs_step
+from tests.statistics import assert_counts_match
+
+CHAINS = 200_000
+
+
+def _even_code(state, model):
+    even = torch.cat([x for x in state.layers if x is not None], dim=-1)
+    return exact.configuration_index(even)
+
+
+def _state_from_code(path, code, chains):
+    sizes = path.model.layer_sizes
+    n_even = sum(sizes[l] for l in range(0, len(sizes), 2))
+    bits = exact.binary_configurations(n_even, code, code + 1).expand(chains, -1).contiguous()
+    layers, start = [], 0
+    for l, n in enumerate(sizes):
+        if l % 2 == 0:
+            layers.append(bits[:, start : start + n].contiguous())
+            start += n
+        else:
+            layers.append(None)
+    return path.state_from_layers(layers)
+
+
+@pytest.mark.parametrize("fixture, beta, code", [("tiny_rbm", 0.6, 0), ("tiny_rbm", 1.0, 201), ("tiny_chain", 0.8, 77)])
+def test_one_step_matches_the_exact_transition_row(fixture, beta, code, request, train_vectors):
+    """Statistical (chi-square, false alarm 1e-4): 200,000 chains from one state, one step."""
+    model = request.getfixturevalue(fixture)
+    base = data_base_rates(model, train_vectors) if model.n_visible == 8 else None
+    path = BoltzmannPath(model, base)
+    state = _state_from_code(path, code, CHAINS)
+    new = path.transition(state, beta, torch.Generator().manual_seed(code))
+    row = exact.block_gibbs_transition_matrix(path.at(beta))[code]
+    counts = torch.bincount(_even_code(new, model), minlength=row.numel())
+    assert_counts_match(counts, row)
+
+
+def test_clamped_visible_layer_samples_the_hidden_conditional(tiny_chain):
+    """With v clamped, a step from h2 samples sum_h1 p(h1 | v, h2) p(h2' | h1) (chi-square, 1e-4)."""
+    path = BoltzmannPath(tiny_chain)
+    v_code, h2_code = 9, 5
+    state = _state_from_code(path, v_code + (h2_code << 5), CHAINS)
+    new = path.transition(state, 1.0, torch.Generator().manual_seed(0), clamped=(0,))
+    assert torch.equal(new.layers[0], state.layers[0])
+    v = exact.binary_configurations(5, v_code, v_code + 1)
+    h1 = exact.binary_configurations(4)
+    h2 = exact.binary_configurations(3)
+    joint = tiny_chain.log_unnormalized_joint(
+        [v.expand(16, 8, 5), h1.unsqueeze(1).expand(16, 8, 4), h2.unsqueeze(0).expand(16, 8, 3)]
+    )  # (h1, h2)
+    p_h1 = torch.softmax(joint[:, h2_code], 0)
+    p_h2_given_h1 = torch.softmax(joint, 1)
+    row = p_h1 @ p_h2_given_h1
+    counts = torch.bincount(exact.configuration_index(new.layers[2]), minlength=8)
+    assert_counts_match(counts, row)
+
+
+def test_step_leaves_the_exact_distribution_invariant(tiny_rbm):
+    """Start from exact samples of p_beta (drawn by enumeration), take three steps: still p_beta."""
+    path = BoltzmannPath(tiny_rbm)
+    beta = 0.9
+    v = exact.binary_configurations(8)
+    p = torch.softmax(path.at(beta).log_unnormalized_marginal([v, None]), 0)
+    g = torch.Generator().manual_seed(1)
+    codes = torch.multinomial(p, CHAINS, replacement=True, generator=g)
+    state = path.state_from_layers([v[codes], None])
+    for _ in range(3):
+        state = path.transition(state, beta, g)
+    assert_counts_match(torch.bincount(_even_code(state, tiny_rbm), minlength=256), p)
+
+
+def test_cached_inputs_stay_consistent(tiny_chain):
+    path = BoltzmannPath(tiny_chain)
+    g = torch.Generator().manual_seed(2)
+    state = path.sample_initial(50, g)
+    for beta in (0.1, 0.5, 1.0):
+        state = path.transition(state, beta, g)
+        torch.testing.assert_close(state.odd_inputs[1], tiny_chain.unscaled_input(state.layers, 1))
+        assert state.layers[1] is None
+
+
+def test_same_seed_same_chain(tiny_chain):
+    def run(seed):
+        path = BoltzmannPath(tiny_chain)
+        g = torch.Generator().manual_seed(seed)
+        s = path.sample_initial(20, g)
+        for _ in range(5):
+            s = block_gibbs_step(path.at(0.5), s, g)
+        return s.layers[0], s.layers[2]
+
+    a, b, c = run(0), run(0), run(1)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert not all(torch.equal(x, y) for x, y in zip(a, c))

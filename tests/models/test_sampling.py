@@ -1,0 +1,55 @@
+"""The Bernoulli sampler is exact on both of its paths (lazy random bytes on CPU, plain uniforms otherwise)."""
+
+import pytest
+import torch
+
+from models._sampling import sample_bernoulli_logits, sample_bernoulli_probs, sample_bernoulli_probs_
+
+# Probabilities that stress the byte comparison: 0, 1, tiny, exactly on and next to the 1/256 grid.
+EDGE = [0.0, 1.0, 1e-7, 1 / 256, 1 / 256 + 1e-6, 0.5, 0.3, 255 / 256, 1 - 1e-7, 0.999]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("columns", [10, 13])  # 13: total size not a multiple of 8, exercises the tail
+def test_sampler_frequencies_match_probabilities(dtype, columns):
+    """Statistical: each column's mean over 300,000 rows is within 4.5 standard errors of its probability
+    (about 7e-6 false-alarm rate per column for an exact sampler; fixed seed). Deterministic columns must be
+    exactly 0 or 1."""
+    probs = torch.tensor((EDGE * 2)[:columns], dtype=dtype)
+    p = probs.expand(300_000, columns).contiguous()
+    x = sample_bernoulli_probs(p, torch.Generator().manual_seed(0))
+    assert x.dtype == dtype and x.shape == p.shape
+    assert set(x.unique().tolist()) <= {0.0, 1.0}
+    mean = x.double().mean(0)
+    pd = probs.double()
+    se = (pd * (1 - pd) / p.shape[0]).sqrt()
+    deterministic = (pd == 0) | (pd == 1)
+    assert torch.equal(mean[deterministic], pd[deterministic])
+    z = ((mean - pd) / se)[~deterministic]
+    assert (z.abs() < 4.5).all(), z
+
+
+def test_small_and_noncontiguous_inputs_use_the_plain_path():
+    g = torch.Generator().manual_seed(1)
+    p = torch.full((100, 3), 0.25)
+    x = sample_bernoulli_probs(p, g)
+    assert abs(x.mean().item() - 0.25) < 4 * (0.25 * 0.75 / 300) ** 0.5
+    q = torch.full((6000, 4), 0.25).t()  # non-contiguous, large
+    y = sample_bernoulli_probs(q, g)
+    assert y.shape == q.shape and abs(y.mean().item() - 0.25) < 0.01
+
+
+def test_in_place_sampler_returns_its_argument():
+    p = torch.full((5000, 8), 0.7)
+    out = sample_bernoulli_probs_(p, torch.Generator().manual_seed(2))
+    assert out is p and set(p.unique().tolist()) <= {0.0, 1.0}
+
+
+def test_same_seed_same_samples_and_global_rng_untouched():
+    logits = torch.linspace(-3, 3, 40_000).reshape(100, 400)
+    state = torch.random.get_rng_state()
+    a = sample_bernoulli_logits(logits, torch.Generator().manual_seed(3))
+    b = sample_bernoulli_logits(logits, torch.Generator().manual_seed(3))
+    c = sample_bernoulli_logits(logits, torch.Generator().manual_seed(4))
+    assert torch.equal(a, b) and not torch.equal(a, c)
+    assert torch.equal(torch.random.get_rng_state(), state)
