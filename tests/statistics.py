@@ -14,7 +14,9 @@ import math
 import torch
 
 
-def unbiasedness_z(log_w: torch.Tensor, log_truth: torch.Tensor | float, dim: int = -1) -> tuple[torch.Tensor, torch.Tensor]:
+def unbiasedness_z(
+    log_w: torch.Tensor, log_truth: torch.Tensor | float, dim: int = -1
+) -> tuple[torch.Tensor, torch.Tensor]:
     """(z-scores of mean(r) - 1, standard errors) along `dim`, r = exp(log_w - log_truth)."""
     r = torch.exp(log_w.double() - torch.as_tensor(log_truth, dtype=torch.float64).unsqueeze(-1))
     n = r.shape[dim]
@@ -26,7 +28,9 @@ def assert_unbiased(log_w: torch.Tensor, log_truth, *, max_se: float = 0.05, sig
     """Assert E[exp(log_w)] = exp(log_truth) along the last dimension (see the module docstring)."""
     z, se = unbiasedness_z(log_w, log_truth)
     assert bool((se < max_se).all()), f"standard errors {se.tolist()} too large for a meaningful test"
-    assert bool((z.abs() < sigmas).all()), f"mean of exp(log w - log truth) is off by z = {z.tolist()} (se {se.tolist()})"
+    assert bool((z.abs() < sigmas).all()), (
+        f"mean of exp(log w - log truth) is off by z = {z.tolist()} (se {se.tolist()})"
+    )
 
 
 def chi_square_threshold(df: int, z: float = 3.719) -> float:

@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from raise_eval.annealing import Kernel, anneal
+from raise_eval.datasets import check_binary
 from raise_eval.paths.boltzmann import BoltzmannPath
 from raise_eval.schedules import validate_schedule
 from raise_eval.stats import log_mean_exp, mean_and_stderr
@@ -97,8 +98,7 @@ def raise_log_likelihood(
         )
     if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
         raise ValueError(f"num_chains must be a positive integer, got {num_chains!r}")
-    if data.dim() != 2 or data.shape[1] != model.n_visible:
-        raise ValueError(f"data must be shaped (N, {model.n_visible}), got {tuple(data.shape)}")
+    check_binary(data, model.n_visible, "RAISE test data")
     start = time.perf_counter()
     v = data.to(device=model.device, dtype=model.dtype)
     n = v.shape[0]

@@ -51,7 +51,9 @@ def test_the_papers_index_slip_is_detected(tiny_rbm, k):
 
 def test_per_example_estimates_and_summary(tiny_rbm):
     v = _test_vectors()
-    r = raise_log_likelihood(BoltzmannPath(tiny_rbm), v, linear_schedule(5), 64, generator=torch.Generator().manual_seed(0))
+    r = raise_log_likelihood(
+        BoltzmannPath(tiny_rbm), v, linear_schedule(5), 64, generator=torch.Generator().manual_seed(0)
+    )
     torch.testing.assert_close(r.log_likelihood, torch.logsumexp(r.log_weights, 1) - math.log(64))
     torch.testing.assert_close(r.log_unnormalized, tiny_rbm.log_unnormalized_prob(v))
     assert r.mean == pytest.approx(r.log_likelihood.mean().item())
@@ -61,7 +63,9 @@ def test_per_example_estimates_and_summary(tiny_rbm):
 def test_control_variate_average(tiny_rbm):
     """mean_subset(Y - X) + mean_all(X): exact when Y - X is constant, and equal to mean(Y) on the full set."""
     v = _test_vectors()
-    r = raise_log_likelihood(BoltzmannPath(tiny_rbm), v, linear_schedule(5), 32, generator=torch.Generator().manual_seed(1))
+    r = raise_log_likelihood(
+        BoltzmannPath(tiny_rbm), v, linear_schedule(5), 32, generator=torch.Generator().manual_seed(1)
+    )
     all_x = torch.tensor([1.0, 2.0, 3.0, 4.0, 10.0], dtype=torch.float64)
     est, se = r.control_variate_mean(all_x)
     assert est == pytest.approx((r.log_likelihood - r.log_unnormalized).mean().item() + 4.0)
@@ -71,8 +75,10 @@ def test_control_variate_average(tiny_rbm):
 
 def test_bad_inputs_are_refused(tiny_rbm, tiny_chain):
     g = torch.Generator().manual_seed(0)
-    with pytest.raises(ValueError, match=r"shaped \(N, 8\)"):
+    with pytest.raises(ValueError, match="8 visible units but RAISE test data has 7 columns"):
         raise_log_likelihood(BoltzmannPath(tiny_rbm), torch.zeros(3, 7), linear_schedule(2), 4, generator=g)
+    with pytest.raises(ValueError, match="must be binary"):
+        raise_log_likelihood(BoltzmannPath(tiny_rbm), torch.full((3, 8), 0.5), linear_schedule(2), 4, generator=g)
     with pytest.raises(NotImplementedError, match="heating variant"):
         raise_log_likelihood(BoltzmannPath(tiny_chain), torch.zeros(3, 5), linear_schedule(2), 4, generator=g)
     with pytest.raises(ValueError, match="monotone"):
