@@ -27,8 +27,10 @@ def main() -> None:
     test_index, train_index = np.sort(perm[:n_test]), np.sort(perm[n_test:])
     OUT.parent.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(OUT, images=images, labels=labels, train_index=train_index, test_index=test_index)
-    print(f"wrote {OUT}: {len(train_index)} train / {len(test_index)} test images of {images.shape[1]} pixels, "
-          f"mean pixel {images.mean():.3f}")
+    print(
+        f"wrote {OUT}: {len(train_index)} train / {len(test_index)} test images of {images.shape[1]} pixels, "
+        f"mean pixel {images.mean():.3f}"
+    )
 
 
 if __name__ == "__main__":

@@ -1,0 +1,216 @@
+"""The `raise-eval` command line."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from raise_eval.datasets import DATASETS, DataError, check_binary, load_array_file, load_dataset
+from raise_eval.evaluate import EXACT_MODES, INITS, evaluate_rbm
+from raise_eval.results import dump_json
+from raise_eval.schedules import SCHEDULES
+
+EVALUATE_DESCRIPTION = """\
+Estimate the average test log-likelihood of an RBM checkpoint three ways:
+
+  AIS    log Z by annealed importance sampling, a stochastic lower bound on log Z, so the log-likelihood
+         mean log f(v) - log Z-hat is optimistic (it tends to overestimate).
+  RAISE  reverse AIS from each test vector: a stochastic lower bound on the log-likelihood of the annealing
+         model, in practice a conservative estimate. Run on a random subset of the test set and extended to the
+         whole set with the control variate log f(v).
+  exact  by enumerating the smaller layer, when it has at most 25 units.
+
+AIS and RAISE agreeing is evidence that both are accurate; a large gap means at least one is not (raise K).
+
+Checkpoints: raise-eval .pt files, .npz files with W, vbias, hbias, or MATLAB .mat files with vishid,
+hidbiases, visbiases (see the README for the format and how to write one).
+"""
+
+EVALUATE_EPILOG = """\
+examples:
+  raise-eval evaluate checkpoints/rbm_digits_64-16.pt
+  raise-eval evaluate ../shared/data/checkpoints/rbm_mnist_small_grosse_salakhutdinov_2015.npz --data mnist14
+  raise-eval evaluate model.npz --data binarized_mnist --steps 10000 --json result.json
+  raise-eval evaluate model.npz --data test.npy --train-data train.npy --device cuda
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raise-eval",
+        description="Log-likelihoods of deep generative models that can be trusted: AIS, RAISE and BDMC.",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    ev = sub.add_parser(
+        "evaluate",
+        help="AIS, RAISE and exact test log-likelihoods of an RBM checkpoint",
+        description=EVALUATE_DESCRIPTION,
+        epilog=EVALUATE_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ev.add_argument("checkpoint", metavar="CHECKPOINT", help="RBM checkpoint: .pt (raise-eval), .npz or .mat")
+    data = ev.add_argument_group("data")
+    data.add_argument(
+        "--data",
+        metavar="NAME|FILE",
+        help=f"test data: a named dataset ({', '.join(DATASETS)}) or a .npy/.npz file of binary vectors shaped "
+        "(N, n_visible). Default: the dataset recorded in the checkpoint's metadata",
+    )
+    data.add_argument(
+        "--split",
+        default="test",
+        help="split of a named dataset: train, valid (binarized_mnist) or test (default: test)",
+    )
+    data.add_argument(
+        "--data-root",
+        metavar="DIR",
+        help="folder with MNIST/raw and binarized_mnist (default: $RAISE_EVAL_DATA, else ../shared/data)",
+    )
+    data.add_argument(
+        "--train-data",
+        metavar="FILE",
+        help="binary training vectors (.npy/.npz) for the data base "
+        "rates, when --data is a file and the checkpoint stores no train_pixel_means",
+    )
+    anneal = ev.add_argument_group("annealing")
+    anneal.add_argument(
+        "--init",
+        choices=INITS,
+        default="base-rates",
+        help="initial distribution of AIS and RAISE: "
+        "data base rates (visible biases = logit of clipped training pixel means, hidden uniform) or "
+        "uniform (default: base-rates)",
+    )
+    anneal.add_argument(
+        "--schedule",
+        choices=SCHEDULES,
+        default="linear",
+        help="spacing of the inverse temperatures "
+        "(default: linear; sigmoid is the BDMC paper's, salakhutdinov the piecewise-linear one of "
+        "Salakhutdinov & Murray)",
+    )
+    anneal.add_argument(
+        "--steps",
+        "-K",
+        type=int,
+        default=1000,
+        metavar="K",
+        help="number of intermediate distributions K (default: 1000); accuracy grows with K",
+    )
+    anneal.add_argument("--ais-chains", type=int, default=1000, metavar="M", help="AIS chains (default: 1000)")
+    anneal.add_argument(
+        "--raise-examples",
+        type=int,
+        default=100,
+        metavar="N",
+        help="test vectors RAISE runs on, a random subset (default: 100; all if fewer)",
+    )
+    anneal.add_argument(
+        "--raise-chains", type=int, default=20, metavar="C", help="RAISE chains per test vector (default: 20)"
+    )
+    run = ev.add_argument_group("run")
+    run.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1 (default: cpu)")
+    run.add_argument(
+        "--dtype",
+        choices=["float32", "float64"],
+        default="float32",
+        help="precision of states and model (log-weights are always float64; default: float32)",
+    )
+    run.add_argument(
+        "--seed", type=int, default=0, help="random seed; the same seed and device give the same numbers (default: 0)"
+    )
+    run.add_argument(
+        "--exact",
+        choices=EXACT_MODES,
+        default="auto",
+        help="exact log Z and log-likelihood by "
+        "enumeration: auto (if the smaller layer has <= 25 units), always, never (default: auto)",
+    )
+    run.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    return parser
+
+
+def _die(message: str) -> None:
+    print(f"raise-eval: error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def _load_data(args, metadata: dict) -> tuple[torch.Tensor, str]:
+    data = args.data or metadata.get("dataset")
+    if data is None:
+        _die("this checkpoint does not say which data it was trained on: pass --data NAME or --data FILE")
+    if Path(data).suffix in (".npy", ".npz"):
+        return load_array_file(data), data
+    return load_dataset(data, args.split, args.data_root), data
+
+
+def _train_pixel_means(args, ckpt, data_name: str) -> Optional[torch.Tensor]:
+    if args.init != "base-rates":
+        return None
+    if args.train_data:
+        train = check_binary(load_array_file(args.train_data), ckpt.model.n_visible, "training data")
+        return train.double().mean(0)
+    if ckpt.train_pixel_means is not None:
+        return ckpt.train_pixel_means
+    if data_name in DATASETS:
+        train = load_dataset(data_name, "train", args.data_root)
+        return check_binary(train, ckpt.model.n_visible, f"{data_name} training data").double().mean(0)
+    _die("--init base-rates needs training data: pass --train-data FILE (or --init uniform)")
+    return None
+
+
+def cmd_evaluate(args) -> int:
+    from models.checkpoints import load_checkpoint
+
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        _die("--device cuda was asked for but torch.cuda.is_available() is False")
+    ckpt = load_checkpoint(args.checkpoint, dtype=getattr(torch, args.dtype), device=device)
+    test, data_name = _load_data(args, ckpt.metadata)
+    means = _train_pixel_means(args, ckpt, data_name)
+    report = evaluate_rbm(
+        ckpt.model,
+        test,
+        init=args.init,
+        train_pixel_means=means,
+        schedule=args.schedule,
+        steps=args.steps,
+        ais_chains=args.ais_chains,
+        raise_examples=args.raise_examples,
+        raise_chains=args.raise_chains,
+        seed=args.seed,
+        exact=args.exact,
+        progress=not args.no_progress,
+        settings={
+            "checkpoint": str(args.checkpoint),
+            "data": data_name,
+            "split": args.split if data_name in DATASETS else "file",
+        },
+    )
+    if ckpt.metadata.get("ignored_variables"):
+        report.notes.append(f"ignored MATLAB variables: {', '.join(ckpt.metadata['ignored_variables'])}")
+    print(report.format_table())
+    if args.json:
+        dump_json(report, args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "evaluate":
+            return cmd_evaluate(args)
+    except (DataError, FileNotFoundError, ValueError, NotImplementedError) as e:
+        _die(str(e))
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,153 @@
+"""`raise-eval evaluate`: the table, the JSON keys, reproducibility and clear errors."""
+
+import json
+import math
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from models import RBM
+from models.checkpoints import save_checkpoint
+from raise_eval.cli import build_parser, main
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ROOT / "checkpoints" / "rbm_digits_64-16.pt"
+FAST = ["--steps", "30", "--ais-chains", "200", "--raise-examples", "20", "--raise-chains", "4", "--no-progress"]
+
+
+def _get(d, dotted):
+    for key in dotted.split("."):
+        d = d[key]
+    return d
+
+
+def test_help_documents_every_option():
+    text = build_parser()._subparsers._group_actions[0].choices["evaluate"].format_help()
+    for option in [
+        "--data",
+        "--split",
+        "--data-root",
+        "--train-data",
+        "--init",
+        "--schedule",
+        "--steps",
+        "--ais-chains",
+        "--raise-examples",
+        "--raise-chains",
+        "--device",
+        "--dtype",
+        "--seed",
+        "--exact",
+        "--json",
+        "--no-progress",
+    ]:
+        assert option in text
+
+
+def test_embedded_default_table_and_json(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    assert main(["evaluate", str(DEFAULT), *FAST, "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    for row in ["AIS (optimistic)", "RAISE (conservative)", "gap (AIS - RAISE)", "exact", "log Z"]:
+        assert row in table
+    doc = json.loads(out.read_text())
+    for key in [
+        "log_z.ais.estimate",
+        "log_z.ais.stderr",
+        "log_z.exact",
+        "log_likelihood.ais.mean",
+        "log_likelihood.raise.mean",
+        "log_likelihood.raise.stderr",
+        "log_likelihood.exact",
+        "log_likelihood.gap",
+        "settings",
+        "timing.seconds",
+    ]:
+        _get(doc, key)
+    assert doc["settings"]["data"] == "digits" and doc["settings"]["steps"] == 30
+    assert math.isclose(
+        doc["log_likelihood"]["gap"], doc["log_likelihood"]["ais"]["mean"] - doc["log_likelihood"]["raise"]["mean"]
+    )
+    assert abs(doc["log_z"]["ais"]["estimate"] - doc["log_z"]["exact"]) < 1.0
+
+
+def test_same_seed_same_numbers(tmp_path):
+    docs = []
+    for name in ("a", "b"):
+        main(["evaluate", str(DEFAULT), *FAST, "--seed", "7", "--json", str(tmp_path / name)])
+        doc = json.loads((tmp_path / name).read_text())
+        docs.append((doc["log_z"], doc["log_likelihood"]))
+    assert docs[0] == docs[1]
+
+
+def test_large_models_report_null_exact_values(tmp_path):
+    path = tmp_path / "big.pt"
+    save_checkpoint(path, RBM.random(30, 30, weight_std=0.1, generator=torch.Generator().manual_seed(0)))
+    data = tmp_path / "d.npy"
+    np.save(data, (np.random.default_rng(0).random((10, 30)) < 0.5).astype(np.uint8))
+    out = tmp_path / "r.json"
+    main(["evaluate", str(path), "--data", str(data), "--init", "uniform", *FAST, "--json", str(out)])
+    doc = json.loads(out.read_text())
+    assert doc["log_z"]["exact"] is None and doc["log_likelihood"]["exact"] is None
+    assert doc["settings"]["split"] == "file"
+
+
+def _error(capsys, argv):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    return capsys.readouterr().err
+
+
+def test_clear_errors(tmp_path, capsys):
+    nonbinary = tmp_path / "x.npy"
+    np.save(nonbinary, np.full((4, 64), 0.5, dtype=np.float32))
+    assert "must be binary" in _error(capsys, ["evaluate", str(DEFAULT), "--data", str(nonbinary), *FAST])
+    wrong = tmp_path / "w.npy"
+    np.save(wrong, np.zeros((4, 10), dtype=np.uint8))
+    assert "64 visible units but test data has 10 columns" in _error(
+        capsys, ["evaluate", str(DEFAULT), "--data", str(wrong), *FAST]
+    )
+    nodata = tmp_path / "plain.pt"
+    save_checkpoint(nodata, RBM.random(64, 4, generator=torch.Generator().manual_seed(0)))
+    assert "pass --data" in _error(capsys, ["evaluate", str(nodata), *FAST])
+    ok = tmp_path / "ok.npy"
+    np.save(ok, np.zeros((4, 64), dtype=np.uint8))
+    assert "--train-data" in _error(capsys, ["evaluate", str(nodata), "--data", str(ok), *FAST])
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, W=np.zeros((64, 4)), vbias=np.zeros(64), hbias=np.zeros(4), momentum=np.zeros(4))
+    assert "unknown keys ['momentum']" in _error(capsys, ["evaluate", str(bad), "--data", "digits", *FAST])
+    nan = tmp_path / "nan.npz"
+    np.savez(nan, W=np.full((64, 4), np.nan), vbias=np.zeros(64), hbias=np.zeros(4))
+    assert "NaN" in _error(capsys, ["evaluate", str(nan), "--data", "digits", *FAST])
+
+
+def test_bad_step_count_is_an_error(capsys):
+    assert "positive integer" in _error(capsys, ["evaluate", str(DEFAULT), *FAST, "--steps", "0"])
+
+
+def test_file_data_with_training_data(tmp_path, capsys):
+    from raise_eval.datasets import load_dataset
+
+    test, train = tmp_path / "test.npy", tmp_path / "train.npz"
+    np.save(test, load_dataset("digits", "test").numpy()[:50])
+    np.savez(train, data=load_dataset("digits", "train").numpy())
+    assert main(["evaluate", str(DEFAULT), "--data", str(test), "--train-data", str(train), *FAST]) == 0
+    assert "50 vectors" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error raised where CUDA is absent")
+def test_cuda_request_without_cuda(capsys):
+    assert "cuda" in _error(capsys, ["evaluate", str(DEFAULT), *FAST, "--device", "cuda"])
+
+
+def test_console_script_is_installed():
+    exe = shutil.which("raise-eval")
+    if exe is None:
+        pytest.skip("the raise-eval console script is not on PATH (install the package: pip install -e .)")
+    result = subprocess.run([exe, "evaluate", "--help"], capture_output=True, text=True, check=True)
+    assert "RAISE" in result.stdout
