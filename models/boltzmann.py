@@ -138,22 +138,28 @@ class LayeredBoltzmannMachine:
         return type(self)._trusted(self.weights, biases, self.weight_scale * beta)
 
     # ----------------------------------------------------------------- conditionals
-    def unscaled_input(self, layers: Layers, l: int) -> Tensor:
+    def unscaled_input(self, layers: Layers, l: int, out: Optional[Tensor] = None) -> Tensor:
         """x_{l-1} W_{l-1} + x_{l+1} W_l^T, shaped (*batch, n_l): the input layer `l` gets from its neighbours
-        before the weight scale. Both neighbours that exist in the chain must be given."""
+        before the weight scale (written into `out`, contiguous, when given). Both neighbours that exist in the
+        chain must be given."""
         terms = []
         if l > 0:
-            terms.append((layers[l - 1], self.weights[l - 1], False))
+            terms.append((layers[l - 1], self.weights[l - 1]))
         if l < self.num_layers - 1:
-            terms.append((layers[l + 1], self.weights[l], True))
-        out = None
-        for x, w, transpose in terms:
-            if x is None:
-                raise ValueError(f"the input to layer {l} needs its neighbouring layers; one of them is None")
-            w = w.t() if transpose else w
+            terms.append((layers[l + 1], self.weights[l].t()))
+        if any(x is None for x, _ in terms):
+            raise ValueError(f"the input to layer {l} needs its neighbouring layers; one of them is None")
+        lead = terms[0][0].shape[:-1]
+        flat_out = None if out is None else out.view(-1, self.layer_sizes[l])
+        for i, (x, w) in enumerate(terms):
             flat = x.reshape(-1, x.shape[-1])
-            out = torch.mm(flat, w) if out is None else out.addmm_(flat, w)
-        return out.reshape(*terms[0][0].shape[:-1], self.layer_sizes[l])
+            if i > 0:
+                flat_out.addmm_(flat, w)
+            elif flat_out is None:
+                flat_out = torch.mm(flat, w)
+            else:
+                torch.mm(flat, w, out=flat_out)
+        return flat_out.view(*lead, self.layer_sizes[l])
 
     def layer_logits(
         self,

@@ -38,6 +38,10 @@ class AnnealingPath(Protocol[S]):
         ...
 
 
+# Optionally a path also offers `transition_(state, beta, generator)`, the default kernel writing into `state`'s
+# own tensors, and `clone_state(state)`; `anneal` then updates a private copy of the start in place.
+
+
 def anneal(
     path: AnnealingPath[S],
     state: S,
@@ -53,10 +57,10 @@ def anneal(
 
     Args:
         path: supplies `log_density_ratio` (and the default kernel, `path.transition`).
-        state: the start, with batch dimensions B.
+        state: the start, with batch dimensions B (not modified).
         betas: the schedule in the direction to run (reversed for RAISE and reverse AIS), shaped (K + 1,).
         generator: the only source of randomness.
-        kernel: replaces `path.transition`.
+        kernel: replaces `path.transition` (the start state is then never modified).
         progress: show a tqdm progress bar.
         log_weights: float64 log-weights shaped B to accumulate into (zeros when None).
 
@@ -64,7 +68,12 @@ def anneal(
         (final state, log-weights), the log-weights in float64 shaped B:
         sum_j log f_{beta_{j+1}}(x_j) - log f_{beta_j}(x_j), x_j the state after the j-th transition.
     """
-    step = path.transition if kernel is None else kernel
+    if kernel is None and hasattr(path, "transition_"):
+        # The loop owns a copy of the start and updates it in place: no multi-megabyte allocation per step.
+        state = path.clone_state(state)
+        step = path.transition_
+    else:
+        step = path.transition if kernel is None else kernel
     beta_list = [float(b) for b in betas]  # Python floats: no device sync per step
     bar = tqdm(total=len(beta_list) - 1, desc=desc, disable=not progress, leave=False, mininterval=0.5)
     try:

@@ -63,10 +63,16 @@ class BoltzmannState(NamedTuple):
         return self.layers[0].shape[:-1]
 
 
-def collapse_odd_layers(model: LayeredBoltzmannMachine, even_layers: list) -> BoltzmannState:
-    """The state for given even layers (odd entries ignored): odd layers summed out, their inputs cached."""
+def collapse_odd_layers(
+    model: LayeredBoltzmannMachine, even_layers: list, out: Optional[BoltzmannState] = None
+) -> BoltzmannState:
+    """The state for given even layers (odd entries ignored): odd layers summed out, their inputs cached
+    (written into `out`'s input tensors when given)."""
     layers = tuple(x if l % 2 == 0 else None for l, x in enumerate(even_layers))
-    inputs = tuple(model.unscaled_input(layers, l) if l % 2 == 1 else None for l in range(model.num_layers))
+    inputs = tuple(
+        model.unscaled_input(layers, l, out=None if out is None else out.odd_inputs[l]) if l % 2 == 1 else None
+        for l in range(model.num_layers)
+    )
     return BoltzmannState(layers, inputs)
 
 
@@ -76,6 +82,7 @@ def block_gibbs_step(
     generator: torch.Generator,
     clamped: Collection[int] = (),
     scratch: Optional[Scratch] = None,
+    out: Optional[BoltzmannState] = None,
 ) -> BoltzmannState:
     """One sweep odd | even, then even | odd, leaving `model` (at its own temperature) invariant on the even layers.
 
@@ -85,15 +92,29 @@ def block_gibbs_step(
         generator: source of randomness.
         clamped: indices of even layers to keep fixed.
         scratch: buffers for the odd-layer samples, which the step discards.
+        out: a state (contiguous tensors of the right shapes, possibly `state` itself) to write the result into;
+            without it the result's tensors are new.
     Returns:
-        the new state (odd layers summed out again, inputs recomputed); its tensors are new.
+        the new state (odd layers summed out again, inputs recomputed).
     """
     layers = list(state.layers)
     for l in range(1, model.num_layers, 2):
         inp = state.odd_inputs[l]
-        out = None if scratch is None else scratch.get(f"odd{l}", inp.shape, inp)
-        layers[l] = model.sample_layer(layers, l, generator, unscaled_input=inp, out=out)
+        buf = None if scratch is None else scratch.get(f"odd{l}", inp.shape, inp)
+        layers[l] = model.sample_layer(layers, l, generator, unscaled_input=inp, out=buf)
+    # Even layers depend only on the odd samples, so `out` may alias `state` from here on.
     for l in range(0, model.num_layers, 2):
         if l not in clamped:
-            layers[l] = model.sample_layer(layers, l, generator)
-    return collapse_odd_layers(model, layers)
+            layers[l] = model.sample_layer(layers, l, generator, out=None if out is None else out.layers[l])
+        elif out is not None and out.layers[l] is not state.layers[l]:
+            layers[l] = out.layers[l].copy_(state.layers[l])
+    return collapse_odd_layers(model, layers, out=out)
+
+
+def clone_state(state: BoltzmannState) -> BoltzmannState:
+    """A copy with new contiguous tensors."""
+
+    def copy(x):
+        return None if x is None else x.clone(memory_format=torch.contiguous_format)
+
+    return BoltzmannState(tuple(copy(x) for x in state.layers), tuple(copy(x) for x in state.odd_inputs))

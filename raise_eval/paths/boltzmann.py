@@ -18,7 +18,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from models.boltzmann import LayeredBoltzmannMachine
-from raise_eval.kernels.block_gibbs import BoltzmannState, Scratch, block_gibbs_step, collapse_odd_layers
+from raise_eval.kernels.block_gibbs import (
+    BoltzmannState,
+    Scratch,
+    block_gibbs_step,
+    clone_state,
+    collapse_odd_layers,
+)
 
 
 def uniform_base(model: LayeredBoltzmannMachine) -> list[Tensor]:
@@ -121,3 +127,14 @@ class BoltzmannPath:
     ) -> BoltzmannState:
         """Block Gibbs step at `beta` (reversible, leaves p_beta(x_even) invariant)."""
         return block_gibbs_step(self.at(beta), state, generator, clamped=clamped, scratch=self._scratch)
+
+    def transition_(self, state: BoltzmannState, beta: float, generator: torch.Generator) -> BoltzmannState:
+        """`transition` writing the new state into `state`'s own tensors (no allocation per step).
+
+        For loops that own their state (`anneal` clones the start once); `state` is overwritten.
+        """
+        return block_gibbs_step(self.at(beta), state, generator, scratch=self._scratch, out=state)
+
+    def clone_state(self, state: BoltzmannState) -> BoltzmannState:
+        """A copy of `state` with new contiguous tensors (what `transition_` may overwrite)."""
+        return clone_state(state)
