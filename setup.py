@@ -6,8 +6,7 @@ setup(
     name="raise-eval",
     version="0.1.0",
     description=(
-        "Trustworthy log-likelihoods for deep generative models: AIS, RAISE and bidirectional Monte Carlo "
-        "in PyTorch"
+        "Trustworthy log-likelihoods for deep generative models: AIS, RAISE and bidirectional Monte Carlo in PyTorch"
     ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",

@@ -23,15 +23,7 @@ import torch
 from torch import Tensor
 
 _MIN_LAZY = 4096  # below this the plain path is as fast
-_BYTE_SCALES: dict = {}
 _local = threading.local()  # per-thread scratch: multi-megabyte temporaries page-fault when allocated afresh
-
-
-def _byte_scales(dtype: torch.dtype) -> Tensor:
-    # random_() on int64 fills [0, 2^63): bytes 0..6 are uniform on 0..255, byte 7 on 0..127.
-    if dtype not in _BYTE_SCALES:
-        _BYTE_SCALES[dtype] = torch.tensor([256.0] * 7 + [128.0], dtype=dtype)
-    return _BYTE_SCALES[dtype]
 
 
 def _scratch(name: str, numel: int, dtype: torch.dtype) -> Tensor:
@@ -43,14 +35,23 @@ def _scratch(name: str, numel: int, dtype: torch.dtype) -> Tensor:
 
 
 def _nonzero_indices(x: Tensor) -> Tensor:
-    """Indices of the nonzero entries of a 1-D float tensor of even length (no negative zeros), ascending."""
-    if x.dtype != torch.float32:
+    """Indices of the nonzero entries of a contiguous 1-D tensor of non-negative floats, ascending.
+
+    Ties are rare (1/256), so first find the blocks of 32 entries holding any (a max over each block, scanned as
+    int64 pairs for float32), then search only those blocks: about twice as fast as nonzero on the whole tensor.
+    """
+    n = x.numel()
+    head = n - n % 32
+    if head == 0:
         return torch.nonzero(x).squeeze(-1)
-    # Scan float32 pairs as int64 (half the elements, integer compares): about 3x faster than nonzero on
-    # the floats. A pair is nonzero iff one of its floats is; then test both of each such pair.
-    pairs = torch.nonzero(x.view(torch.int64)).squeeze(-1)
-    candidates = torch.stack((2 * pairs, 2 * pairs + 1), dim=1).view(-1)
-    return candidates[x[candidates] != 0]
+    blocks = x[:head].view(-1, 32)
+    scan = blocks.view(torch.int64) if x.dtype == torch.float32 else blocks  # non-negative either way
+    rows = torch.nonzero(scan.amax(1)).squeeze(-1)
+    hits = torch.nonzero(blocks[rows])
+    found = rows[hits[:, 0]] * 32 + hits[:, 1]
+    if head < n:
+        found = torch.cat([found, torch.nonzero(x[head:]).squeeze(-1) + head])
+    return found
 
 
 def _sample_lazy_bytes(flat_probs: Tensor, generator: torch.Generator, out: Tensor) -> None:
@@ -59,8 +60,11 @@ def _sample_lazy_bytes(flat_probs: Tensor, generator: torch.Generator, out: Tens
     words = _scratch("words", n // 8, torch.int64).random_(generator=generator)
     random_bytes = _scratch("bytes", n, out.dtype).view(-1, 8)
     random_bytes.copy_(words.view(torch.uint8).view(-1, 8))  # cast into a kept buffer, not a fresh temporary
+    # random_() on int64 fills [0, 2^63): bytes 0..6 of each word are uniform on 0..255, byte 7 on 0..127,
+    # so d = 256 p - b in seven lanes and 128 p - b in the eighth (scalings by powers of two are exact).
+    torch.mul(flat_probs, 256.0, out=out)
     d = out.view(-1, 8)
-    torch.mul(flat_probs.view(-1, 8), _byte_scales(out.dtype), out=d)
+    d[:, 7].mul_(0.5)
     d.sub_(random_bytes).clamp_(0.0, 1.0)
     fractional = torch.frac(out, out=_scratch("frac", n, out.dtype))
     ties = _nonzero_indices(fractional)

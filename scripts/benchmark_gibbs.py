@@ -55,13 +55,13 @@ def benchmark(device: torch.device, chains: int, steps: int, repeats: int, dtype
             fn()
             _sync(device)
             times.append((time.perf_counter() - start) / steps)
-    ais_step = statistics.median(ais_times)
-    bare = statistics.median(bare_times)
+    ratios = sorted(a / b for a, b in zip(ais_times, bare_times))
     return {
         "device": str(device),
-        "ais_step_ms": 1e3 * ais_step,
-        "bare_matmul_ms": 1e3 * bare,
-        "ratio": ais_step / bare,
+        "ais_step_ms": 1e3 * statistics.median(ais_times),
+        "bare_matmul_ms": 1e3 * statistics.median(bare_times),
+        "ratio": statistics.median(ratios),
+        "ratio_range": (ratios[0], ratios[-1]),
     }
 
 

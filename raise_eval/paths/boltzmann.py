@@ -73,6 +73,15 @@ class BoltzmannPath:
         self.base_biases = [c.to(dtype=model.dtype, device=model.device) for c in base]
         self._scratch = Scratch()
         self._at_cache: dict[float, LayeredBoltzmannMachine] = {}
+        # d(logit)/d(beta) of a summed-out unit is s u_j + b_j - c_j, with |u_j| <= sum of |weights| into unit j
+        # (binary neighbours): a host-side bound on how far a step moves the logits, computed once.
+        self._logit_speed = [None] * model.num_layers
+        for l in range(1, model.num_layers, 2):
+            fan_in = model.weights[l - 1].abs().sum(0)
+            if l + 1 < model.num_layers:
+                fan_in = fan_in + model.weights[l].abs().sum(1)
+            speed = abs(model.weight_scale) * fan_in.max() + (model.biases[l] - self.base_biases[l]).abs().max()
+            self._logit_speed[l] = float(speed)
 
     def at(self, beta: float) -> LayeredBoltzmannMachine:
         """The model at inverse temperature `beta` (shares the weight tensors)."""
@@ -120,7 +129,11 @@ class BoltzmannPath:
                     self._scratch.get(f"ratio_to{l}", inp.shape, inp),
                     self._scratch.get(f"ratio_from{l}", inp.shape, inp),
                 ]
-        return self.at(beta_from).log_ratio_to(self.at(beta_to), state.layers, state.odd_inputs, buffers=buffers)
+        step = abs(beta_to - beta_from)
+        small = [speed is not None and step * speed <= 2.0 for speed in self._logit_speed]
+        return self.at(beta_from).log_ratio_to(
+            self.at(beta_to), state.layers, state.odd_inputs, buffers=buffers, small_steps=small
+        )
 
     def transition(
         self, state: BoltzmannState, beta: float, generator: torch.Generator, clamped: Collection[int] = ()

@@ -34,7 +34,9 @@ def test_raise_is_conservative_and_close(setup):
     ckpt, path, test = setup
     log_z = ckpt.metadata["log_z_exact"]
     subset = torch.randperm(len(test), generator=torch.Generator().manual_seed(1))[:100]
-    result = raise_log_likelihood(path, test[subset], linear_schedule(1000), 10, generator=torch.Generator().manual_seed(2))
+    result = raise_log_likelihood(
+        path, test[subset], linear_schedule(1000), 10, generator=torch.Generator().manual_seed(2)
+    )
     exact_subset = (ckpt.model.log_unnormalized_prob(test[subset]).double() - log_z).mean().item()
     assert exact_subset - 1.0 < result.mean < exact_subset + 0.1
     # extended to the whole test set with the control variate log f(v)

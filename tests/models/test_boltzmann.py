@@ -123,3 +123,30 @@ def test_sampled_layer_frequencies_match_conditionals(tiny_rbm):
     se = (p * (1 - p) / 200_000).sqrt()
     assert ((h.mean(0) - p).abs() < 4 * se).all()
     assert set(h.unique().tolist()) <= {0.0, 1.0}
+
+
+def test_small_step_form_of_the_log_ratio_is_exact(tiny_chain):
+    """log1p(expm1(d) sigmoid(z)) = softplus(z + d) - softplus(z): the two forms agree to rounding."""
+    g = torch.Generator().manual_seed(8)
+    base = [torch.randn(n, generator=g, dtype=torch.float64) for n in tiny_chain.layer_sizes]
+    layers = _random_layers(tiny_chain, 64, seed=9)
+    kept = [layers[0], None, layers[2]]
+    for b0, b1 in [(0.3, 0.31), (0.8, 0.75), (0.0, 0.2)]:
+        a, b = tiny_chain.annealed(b0, base), tiny_chain.annealed(b1, base)
+        plain = a.log_ratio_to(b, kept)
+        small = a.log_ratio_to(b, kept, small_steps=[False, True, False])
+        torch.testing.assert_close(small, plain, rtol=0, atol=1e-12)
+
+
+def test_path_bounds_the_logit_change_of_a_step(tiny_chain):
+    """BoltzmannPath's host-side bound |z'(x) - z(x)| <= |beta' - beta| * speed holds for every state."""
+    from raise_eval import BoltzmannPath
+
+    g = torch.Generator().manual_seed(10)
+    base = [torch.randn(n, generator=g, dtype=torch.float64) for n in tiny_chain.layer_sizes]
+    path = BoltzmannPath(tiny_chain, base)
+    state = path.sample_initial(5000, g)
+    for b0, b1 in [(0.0, 1.0), (0.4, 0.45)]:
+        z0 = path.at(b0).layer_logits(state.layers, 1, state.odd_inputs[1])
+        z1 = path.at(b1).layer_logits(state.layers, 1, state.odd_inputs[1])
+        assert (z1 - z0).abs().max().item() <= abs(b1 - b0) * path._logit_speed[1] + 1e-12
