@@ -11,6 +11,9 @@ raise-eval checkpoint (.pt, written with torch.save, read with torch.load(weight
         "train_pixel_means": (n_visible,),       # optional; the data base rates of the training set
     }
 
+or, for a VAE, "model_type": "vae", "config": {"data_dim", "latent_dim", "hidden", "activation"} and "state" the
+module's state_dict.
+
 Importers (`load_checkpoint` picks one from the file name):
 - .npz with arrays W (n_visible, n_hidden), vbias and hbias, and optionally logZ_exact (the format of
   ../shared/data/checkpoints);
@@ -22,7 +25,7 @@ Unknown or missing keys are errors that name the keys expected.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -36,8 +39,9 @@ from models.rbm import RBM
 FORMAT = "raise-eval-checkpoint"
 VERSION = 1
 _TOP_KEYS_REQUIRED = {"format", "version", "model_type", "state"}
-_TOP_KEYS_OPTIONAL = {"metadata", "train_pixel_means"}
+_TOP_KEYS_OPTIONAL = {"metadata", "train_pixel_means", "config"}
 _STATE_KEYS = {"rbm": ("W", "vbias", "hbias")}
+_MODEL_TYPES = ("rbm", "vae")
 
 
 class CheckpointError(ValueError):
@@ -54,7 +58,7 @@ class Checkpoint:
     source: the file it came from; source_format: 'raise-eval', 'npz' or 'mat'.
     """
 
-    model: RBM
+    model: Any  # RBM or VAE
     metadata: dict[str, Any] = field(default_factory=dict)
     train_pixel_means: Optional[Tensor] = None
     source: str = ""
@@ -63,13 +67,28 @@ class Checkpoint:
 
 def save_checkpoint(
     path: Union[str, Path],
-    model: RBM,
+    model,
     metadata: Optional[dict[str, Any]] = None,
     train_pixel_means: Optional[Tensor] = None,
 ) -> None:
-    """Write `model` in raise-eval's format (see the module docstring)."""
+    """Write an RBM or a VAE in raise-eval's format (see the module docstring)."""
+    from models.vae import VAE
+
+    if isinstance(model, VAE):
+        torch.save(
+            {
+                "format": FORMAT,
+                "version": VERSION,
+                "model_type": "vae",
+                "config": asdict(model.config),
+                "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
+                "metadata": dict(metadata or {}),
+            },
+            str(path),
+        )
+        return
     if not isinstance(model, RBM):
-        raise TypeError(f"save_checkpoint writes RBMs; got {type(model).__name__}")
+        raise TypeError(f"save_checkpoint writes RBMs and VAEs; got {type(model).__name__}")
     payload: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -105,7 +124,7 @@ def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None,
             ".npz (W, vbias, hbias) or .mat (vishid, hidbiases, visbiases)"
         )
     if dtype is not None or device is not None:
-        ckpt.model = ckpt.model.to(device=device, dtype=dtype)
+        ckpt.model = ckpt.model.to(device=device, dtype=dtype)  # nn.Module.to for VAEs (in place, returns self)
         if ckpt.train_pixel_means is not None:
             ckpt.train_pixel_means = ckpt.train_pixel_means.to(device=device, dtype=dtype)
     return ckpt
@@ -133,8 +152,10 @@ def _load_raise_eval(path: Path) -> Checkpoint:
             f"{FORMAT!r} version {VERSION}"
         )
     model_type = payload["model_type"]
-    if model_type not in _STATE_KEYS:
-        raise CheckpointError(f"{path}: model_type {model_type!r} is not supported; known: {sorted(_STATE_KEYS)}")
+    if model_type not in _MODEL_TYPES:
+        raise CheckpointError(f"{path}: model_type {model_type!r} is not supported; known: {list(_MODEL_TYPES)}")
+    if model_type == "vae":
+        return _load_vae(path, payload)
     state = payload["state"]
     _check_keys(path, set(state), set(_STATE_KEYS[model_type]), f"state of a {model_type}")
     model = _make_rbm(path, state["W"], state["vbias"], state["hbias"])
@@ -144,6 +165,26 @@ def _load_raise_eval(path: Path) -> Checkpoint:
         if means.numel() != model.n_visible:
             raise CheckpointError(f"{path}: train_pixel_means has {means.numel()} entries for {model.n_visible} units")
     return Checkpoint(model, dict(payload.get("metadata") or {}), means, str(path), "raise-eval")
+
+
+def _load_vae(path: Path, payload: dict) -> Checkpoint:
+    from models.vae import VAE, VAEConfig
+
+    config = payload.get("config")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path}: a VAE checkpoint needs 'config' (data_dim, latent_dim, hidden, activation)")
+    known = {"data_dim", "latent_dim", "hidden", "activation"}
+    _check_keys(path, set(config), known, "a VAE config")
+    try:
+        model = VAE(VAEConfig(**config))
+        model.load_state_dict(payload["state"], strict=True)
+    except (RuntimeError, ValueError, TypeError) as e:
+        raise CheckpointError(f"{path}: the state does not fit the VAE config: {e}") from None
+    for name, t in model.state_dict().items():
+        if not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"{path}: parameter {name} has NaN or infinite entries")
+    model.requires_grad_(False).eval()
+    return Checkpoint(model, dict(payload.get("metadata") or {}), None, str(path), "raise-eval")
 
 
 def _load_npz(path: Path) -> Checkpoint:

@@ -1,5 +1,7 @@
-"""Transition kernels: functions (state, beta, generator) -> state that leave p_beta invariant."""
+"""Transition kernels: functions (state, beta, generator) -> state that leave p_beta invariant (reversibly)."""
 
+from raise_eval.kernels.binary_gibbs import BinaryGibbsKernel
 from raise_eval.kernels.block_gibbs import block_gibbs_step
+from raise_eval.kernels.hmc import HMCKernel, StepSizeSchedule, tune_hmc
 
-__all__ = ["block_gibbs_step"]
+__all__ = ["BinaryGibbsKernel", "HMCKernel", "StepSizeSchedule", "block_gibbs_step", "tune_hmc"]

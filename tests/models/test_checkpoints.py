@@ -125,3 +125,25 @@ def test_shared_checkpoints_load(shared_data):
     for path in sorted((shared_data / "checkpoints").glob("*.npz")):
         ckpt = load_checkpoint(path)
         assert ckpt.model.n_visible in (196, 784)
+
+
+def test_vae_round_trip_and_config_errors(tmp_path):
+    from models import VAE, VAEConfig
+
+    torch.manual_seed(0)  # parameter initialization only
+    vae = VAE(VAEConfig(data_dim=12, latent_dim=2, hidden=[6]))
+    path = tmp_path / "vae.pt"
+    save_checkpoint(path, vae, metadata={"dataset": "toy"})
+    ckpt = load_checkpoint(path)
+    for (k, a), (_, b) in zip(vae.state_dict().items(), ckpt.model.state_dict().items()):
+        assert torch.equal(a, b), k
+    assert ckpt.metadata == {"dataset": "toy"} and not any(p.requires_grad for p in ckpt.model.parameters())
+    payload = torch.load(path, weights_only=True)
+    payload["config"]["hidden"] = [7]
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match="does not fit the VAE config"):
+        load_checkpoint(path)
+    payload["config"] = {"data_dim": 12, "latent_dim": 2, "hidden": [6], "activation": "tanh", "dropout": 0.1}
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match=r"unknown keys \['dropout'\]"):
+        load_checkpoint(path)

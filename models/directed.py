@@ -1,0 +1,105 @@
+"""The interface of directed latent-variable models p(z) p(x | z) (VAEs and kin) that BDMC and AIDE evaluate.
+
+A model provides the log prior, the log likelihood and ancestral sampling; gradients default to autograd. Tensors
+carry batch dimensions: z is (*batch, latent_dim), x is (*batch, data_dim) and broadcasts against z's batch (an
+example x of shape (N, 1, D) against chains z of shape (N, C, d)).
+
+Approximate posteriors ("encoders", the target algorithms of AIDE and the proposals of IWAE) implement
+`PosteriorApproximation`: sample z ~ q(z | x) and evaluate log q(z | x).
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+
+class DirectedLatentModel:
+    """Base class of p(z) p(x | z). Subclasses define `latent_dim`, `data_dim`, `latent_type` ('continuous' or
+    'binary'), `log_prior`, `log_likelihood`, `sample_prior` and `sample_data`."""
+
+    latent_dim: int
+    data_dim: int
+    latent_type: str = "continuous"
+
+    def log_prior(self, z: Tensor) -> Tensor:
+        """log p(z), shaped (*batch,)."""
+        raise NotImplementedError
+
+    def log_likelihood(self, x: Tensor, z: Tensor) -> Tensor:
+        """log p(x | z), shaped like the broadcast batch of x and z."""
+        raise NotImplementedError
+
+    def sample_prior(self, shape: tuple, generator: torch.Generator) -> Tensor:
+        """z ~ p(z), shaped (*shape, latent_dim)."""
+        raise NotImplementedError
+
+    def sample_data(self, z: Tensor, generator: torch.Generator) -> Tensor:
+        """x ~ p(x | z), shaped (*batch, data_dim)."""
+        raise NotImplementedError
+
+    def sample_joint(self, num: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
+        """(z, x) ~ p(z) p(x | z), shaped (num, latent_dim) and (num, data_dim).
+
+        z is an exact sample of the posterior p(z | x) for the simulated x: BDMC's reverse chains start there.
+        """
+        z = self.sample_prior((num,), generator)
+        return z, self.sample_data(z, generator)
+
+    def log_joint(self, x: Tensor, z: Tensor) -> Tensor:
+        """log p(x, z) = log p(z) + log p(x | z)."""
+        return self.log_prior(z) + self.log_likelihood(x, z)
+
+    # ------------------------------------------------------------------ gradients (continuous latents)
+    def log_prior_and_grad(self, z: Tensor) -> tuple[Tensor, Tensor]:
+        """(log p(z), d log p(z) / dz); autograd unless overridden."""
+        return _value_and_grad(self.log_prior, z)
+
+    def log_likelihood_and_grad(self, x: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
+        """(log p(x | z), d log p(x | z) / dz); autograd unless overridden."""
+        return _value_and_grad(lambda zz: self.log_likelihood(x, zz), z)
+
+
+def _value_and_grad(fn, z: Tensor) -> tuple[Tensor, Tensor]:
+    with torch.enable_grad():
+        zz = z.detach().requires_grad_(True)
+        value = fn(zz)
+        (grad,) = torch.autograd.grad(value.sum(), zz)
+    return value.detach(), grad
+
+
+class PosteriorApproximation(Protocol):
+    """An inference algorithm with a tractable output density: q(z | x)."""
+
+    def sample(self, x: Tensor, num_samples: int, generator: torch.Generator) -> Tensor:
+        """z ~ q(z | x_n), shaped (N, num_samples, latent_dim) for x shaped (N, data_dim)."""
+        ...
+
+    def log_prob(self, x: Tensor, z: Tensor) -> Tensor:
+        """log q(z | x_n), shaped (N, S) for z shaped (N, S, latent_dim)."""
+        ...
+
+
+class DiagonalGaussianPosterior:
+    """q(z | x) = N(mean(x), diag(std(x)^2)) given a function x -> (mean, log_std), e.g. a VAE encoder."""
+
+    def __init__(self, encode):
+        self.encode = encode
+
+    def sample(self, x: Tensor, num_samples: int, generator: torch.Generator) -> Tensor:
+        mean, log_std = self.encode(x)
+        eps = torch.randn(
+            (mean.shape[0], num_samples, mean.shape[-1]), generator=generator, device=mean.device, dtype=mean.dtype
+        )
+        return mean.unsqueeze(1) + log_std.exp().unsqueeze(1) * eps
+
+    def log_prob(self, x: Tensor, z: Tensor) -> Tensor:
+        mean, log_std = self.encode(x)
+        return gaussian_log_density(z, mean.unsqueeze(1), log_std.unsqueeze(1))
+
+
+def gaussian_log_density(z: Tensor, mean: Tensor, log_std: Tensor) -> Tensor:
+    """log N(z; mean, diag(exp(log_std)^2)) summed over the last dimension."""
+    return (-0.5 * ((z - mean) / log_std.exp()) ** 2 - log_std - 0.5 * torch.log(torch.tensor(2 * torch.pi))).sum(-1)

@@ -1,0 +1,287 @@
+"""Evaluate a directed model (a VAE) with BDMC: the API behind `raise-eval bdmc`.
+
+Protocol (BDMC paper, Sec. 4; BREAD, Sec. 3.2): the model has been fitted to real data; simulate N examples from it,
+keeping each example's latents as an exact posterior sample; then sandwich log p(x) with forward AIS (stochastic
+lower bound) and reverse AIS from the exact sample (stochastic upper bound) at several K. The estimators in common
+use are compared against this ground truth on the same examples: the ELBO and IWAE-k with the encoder. BREAD's
+Jeffreys bound is reported for each K. Optionally the same estimators run on real test data (forward AIS only: no
+exact posterior sample exists there), so that their gaps on real and simulated data can be compared, and AIDE
+measures the encoder against AIS.
+
+HMC step sizes come from one pilot run (independent randomness, forward only) and are then fixed, so both bounds
+keep their guarantees (see `raise_eval.kernels.hmc`).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from raise_eval.estimators.aide import AISInference, EncoderInference, aide
+from raise_eval.estimators.ais import ais
+from raise_eval.estimators.bdmc import BDMCResult, bdmc
+from raise_eval.estimators.importance import elbo, iwae
+from raise_eval.kernels.hmc import HMCKernel, tune_hmc
+from raise_eval.paths.directed import DirectedPath
+from raise_eval.schedules import make_schedule
+from raise_eval.stats import mean_and_stderr
+
+
+@dataclass
+class BDMCReport:
+    """Results of `evaluate_bdmc`; `format_table()` prints them, `to_dict()` is the JSON document."""
+
+    settings: dict[str, Any]
+    sandwich: dict[int, BDMCResult]
+    baselines: dict[str, tuple[float, float]]  # name -> (mean, stderr) on the simulated examples
+    real: dict[str, tuple[float, float]] = field(default_factory=dict)
+    aide: Optional[Any] = None
+    step_sizes: Optional[dict] = None
+    timing: dict[str, float] = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        out = {
+            "settings": self.settings,
+            "simulated": {
+                "bdmc": {str(k): r.to_dict() for k, r in self.sandwich.items()},
+                **{name: {"mean": m, "stderr": s} for name, (m, s) in self.baselines.items()},
+            },
+            "hmc_step_sizes": self.step_sizes,
+            "timing": self.timing,
+        }
+        if self.real:
+            out["real"] = {name: {"mean": m, "stderr": s} for name, (m, s) in self.real.items()}
+        if self.aide is not None:
+            out["aide"] = self.aide.to_dict()
+        return out
+
+    def format_table(self) -> str:
+        s = self.settings
+        lines = [
+            f"raise-eval bdmc {s.get('checkpoint', '')}: {s['model']}, {s['dtype']} on {s['device']}",
+            f"data: {s['num_examples']} examples simulated from the model (their latents are exact posterior "
+            f"samples); seed {s['seed']}",
+            f"kernel: {s['kernel']}; {s['schedule']} schedule; {s['chains']} forward and {s['chains']} reverse "
+            "chains per example",
+            "",
+            "average log p(x) on the simulated examples (nats)",
+            f"  {'estimator':34}{'estimate':>11}{'± s.e.':>9}",
+        ]
+        for name, (m, se) in self.baselines.items():
+            lines.append(f"  {name:34}{m:11.3f}{se:9.3f}")
+        lines += [
+            "",
+            f"  {'BDMC':8}{'lower (AIS)':>14}{'upper (rev.)':>14}{'gap':>9}{'Jeffreys bound':>16}{'time':>9}",
+        ]
+        for k, r in self.sandwich.items():
+            sm = r.summary()
+            lines.append(
+                f"  K={k:<6}{sm['lower']['mean']:14.3f}{sm['upper']['mean']:14.3f}{sm['gap']['mean']:9.3f}"
+                f"{sm['jeffreys_bound']['mean']:16.3f}{r.seconds:8.1f}s"
+            )
+        lines.append(
+            "  (s.e. of the averages over examples: "
+            + ", ".join(f"K={k}: {r.summary()['lower']['stderr']:.2f}" for k, r in self.sandwich.items())
+            + ")"
+        )
+        if self.real:
+            lines += [
+                "",
+                f"the same estimators on real data ({s.get('real_data')}, {s.get('real_examples')} examples):",
+            ]
+            for name, (m, se) in self.real.items():
+                lines.append(f"  {name:34}{m:11.3f}{se:9.3f}")
+        if self.aide is not None:
+            a = self.aide
+            lines += [
+                "",
+                f"AIDE, encoder vs AIS (K={s.get('aide_steps')}): symmetric KL {a.mean:.3f} ± {a.stderr:.3f} nats "
+                f"(Ng={a.num_gold}, Nt={a.num_target}, Mg={a.gold_meta}, Mt={a.target_meta}; "
+                f"{a.per_example.numel()} examples, {a.seconds:.0f} s)",
+            ]
+        lines.append(f"total wall time {self.timing.get('seconds', 0.0):.1f} s")
+        return "\n".join(lines)
+
+    def plot(self, path: str) -> None:
+        """Bounds against K with the baselines as horizontal lines (needs matplotlib: pip install .[plot])."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        ks = sorted(self.sandwich)
+        lower = [self.sandwich[k].summary()["lower"]["mean"] for k in ks]
+        upper = [self.sandwich[k].summary()["upper"]["mean"] for k in ks]
+        fig, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(ks, lower, "o-", label="forward AIS (lower bound)")
+        ax.plot(ks, upper, "s-", label="reverse AIS (upper bound)")
+        for i, (name, (m, _)) in enumerate(self.baselines.items()):
+            ax.axhline(m, linestyle="--", color=f"C{i + 2}", label=name)
+        ax.set_xscale("log")
+        ax.set_xlabel("intermediate distributions K")
+        ax.set_ylabel("average log p(x) (nats)")
+        ax.set_title(f"BDMC on {self.settings['num_examples']} simulated examples")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+
+
+def make_kernel_factory(
+    model,
+    *,
+    schedule: str,
+    tune_steps: int,
+    num_leapfrog: int,
+    target_accept: float,
+    pilot_chains: int,
+    generator: torch.Generator,
+    progress: bool = False,
+):
+    """A function path -> kernel: Gibbs (None) for binary latents, pilot-tuned HMC for continuous ones."""
+    if model.latent_type == "binary":
+        return lambda path: None, None
+    summaries = {}
+
+    def factory(path: DirectedPath):
+        schedule_sizes = tune_hmc(
+            path,
+            make_schedule(schedule, tune_steps),
+            num_chains=pilot_chains,
+            num_leapfrog=num_leapfrog,
+            target_accept=target_accept,
+            generator=generator,
+            progress=progress,
+        )
+        summaries.setdefault("step_sizes", schedule_sizes.to_dict())
+        return HMCKernel(path, schedule_sizes, num_leapfrog)
+
+    return factory, summaries
+
+
+def evaluate_bdmc(
+    model,
+    *,
+    num_examples: int = 100,
+    chains: int = 4,
+    steps: tuple = (100, 1000, 10000),
+    schedule: str = "sigmoid",
+    num_leapfrog: int = 10,
+    target_accept: float = 0.65,
+    pilot_chains: int = 4,
+    pilot_steps: int = 500,
+    iwae_samples: tuple = (1, 100, 1000),
+    elbo_samples: int = 100,
+    real_data: Optional[Tensor] = None,
+    aide_settings: Optional[dict] = None,
+    seed: int = 0,
+    progress: bool = False,
+    settings: Optional[dict] = None,
+) -> BDMCReport:
+    """Run the BDMC protocol on `model` (see the module docstring).
+
+    Args:
+        num_examples: simulated examples N. chains: forward and reverse chains per example.
+        steps: the values of K. schedule: schedule name (default: the BDMC paper's sigmoid).
+        num_leapfrog, target_accept, pilot_chains, pilot_steps: HMC and its pilot tuning (continuous latents).
+        iwae_samples, elbo_samples: the encoder baselines (models with `posterior_approximation`).
+        real_data: optional real test vectors (M, data_dim): ELBO, IWAE and forward AIS at the largest K.
+        aide_settings: optional {'num_examples', 'steps', 'Ng', 'Nt', 'Mg', 'Mt'} to run AIDE for the encoder.
+    """
+    start_total = time.perf_counter()
+    param = next(iter(model.parameters())) if hasattr(model, "parameters") else None
+    device = param.device if param is not None else torch.device("cpu")
+    g = torch.Generator(device=device).manual_seed(seed)
+    z, x = model.sample_joint(num_examples, g)
+    path = DirectedPath(model, x)
+    kernel_for, summaries = make_kernel_factory(
+        model,
+        schedule=schedule,
+        tune_steps=min(max(steps), pilot_steps),
+        num_leapfrog=num_leapfrog,
+        target_accept=target_accept,
+        pilot_chains=pilot_chains,
+        generator=g,
+        progress=progress,
+    )
+    t0 = time.perf_counter()
+    kernel = kernel_for(path)
+    pilot_seconds = time.perf_counter() - t0
+
+    baselines: dict[str, tuple[float, float]] = {}
+    proposal = model.posterior_approximation() if hasattr(model, "posterior_approximation") else None
+    if proposal is not None:
+        baselines.update(_encoder_baselines(model, x, proposal, elbo_samples, iwae_samples, g))
+
+    sandwich = {}
+    exact_start = path.state_from_latents(z.unsqueeze(1).expand(-1, chains, -1).contiguous())
+    for k in sorted(steps):
+        sandwich[k] = bdmc(
+            path, exact_start, make_schedule(schedule, k), chains, generator=g, kernel=kernel, progress=progress
+        )
+
+    real = {}
+    if real_data is not None:
+        real_x = real_data.to(device=device, dtype=x.dtype)
+        if proposal is not None:
+            real.update(_encoder_baselines(model, real_x, proposal, elbo_samples, iwae_samples, g))
+        real_path = DirectedPath(model, real_x)
+        k = max(steps)
+        forward = ais(
+            real_path, make_schedule(schedule, k), chains, generator=g, kernel=kernel_for(real_path), progress=progress
+        )
+        real[f"AIS K={k} (lower bound)"] = mean_and_stderr(forward.log_normalizer)
+
+    aide_result = None
+    if aide_settings is not None and proposal is not None:
+        n = aide_settings.get("num_examples", 20)
+        gold = AISInference(
+            model, make_schedule(schedule, aide_settings.get("steps", max(steps))), kernel_for, progress=progress
+        )
+        aide_result = aide(
+            gold,
+            EncoderInference(proposal),
+            x[:n],
+            num_gold=aide_settings.get("Ng", 20),
+            num_target=aide_settings.get("Nt", 20),
+            gold_meta=aide_settings.get("Mg", 2),
+            target_meta=aide_settings.get("Mt", 1),
+            generator=g,
+        )
+
+    all_settings = {
+        "model": type(model).__name__,
+        "num_examples": num_examples,
+        "chains": chains,
+        "steps": sorted(steps),
+        "schedule": schedule,
+        "kernel": "single-site Gibbs"
+        if model.latent_type == "binary"
+        else f"HMC, {num_leapfrog} leapfrog steps, step sizes from a pilot run (target acceptance {target_accept})",
+        "seed": seed,
+        "device": str(device),
+        "dtype": str(x.dtype).replace("torch.", ""),
+        "iwae_samples": list(iwae_samples),
+        "elbo_samples": elbo_samples,
+    }
+    if aide_settings is not None:
+        all_settings["aide_steps"] = aide_settings.get("steps", max(steps))
+    all_settings.update(settings or {})
+    timing = {"seconds": time.perf_counter() - start_total, "pilot_seconds": pilot_seconds}
+    timing.update({f"bdmc_K{k}_seconds": r.seconds for k, r in sandwich.items()})
+    return BDMCReport(
+        all_settings, sandwich, baselines, real, aide_result, summaries.get("step_sizes") if summaries else None, timing
+    )
+
+
+def _encoder_baselines(model, x, proposal, elbo_samples, iwae_samples, g) -> dict:
+    out = {
+        f"ELBO (encoder, {elbo_samples} samples)": mean_and_stderr(elbo(model, x, proposal, elbo_samples, generator=g))
+    }
+    for k in iwae_samples:
+        out[f"IWAE-{k} (encoder)"] = mean_and_stderr(iwae(model, x, proposal, k, generator=g))
+    return out
