@@ -204,7 +204,12 @@ def _add_bdmc_parser(sub) -> None:
     bd.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="default: float32")
     bd.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
     bd.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
-    bd.add_argument("--plot", metavar="PNG", help="plot the bounds against K (needs matplotlib: pip install .[plot])")
+    bd.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="plot the bounds against K (needs matplotlib: pip install .[plot]); "
+        "with --json OUT and matplotlib installed the plot is written next to OUT by default",
+    )
     bd.add_argument("--no-progress", action="store_true", help="hide the progress bars")
 
 
@@ -215,11 +220,15 @@ def cmd_bdmc(args) -> int:
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         _die("--device cuda was asked for but torch.cuda.is_available() is False")
-    if args.plot:
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            _die("--plot needs matplotlib: pip install matplotlib (or the extra: pip install -e .[plot])")
+    try:
+        import matplotlib  # noqa: F401
+
+        have_matplotlib = True
+    except ImportError:
+        have_matplotlib = False
+    if args.plot and not have_matplotlib:
+        _die("--plot needs matplotlib: pip install matplotlib (or the extra: pip install -e .[plot])")
+    plot_path = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json and have_matplotlib else None)
     ckpt = load_checkpoint(args.checkpoint, dtype=getattr(torch, args.dtype), device=device)
     if not hasattr(ckpt.model, "sample_joint"):
         _die(
@@ -275,9 +284,11 @@ def cmd_bdmc(args) -> int:
     if args.json:
         dump_json(report, args.json)
         print(f"wrote {args.json}")
-    if args.plot:
-        report.plot(args.plot)
-        print(f"wrote {args.plot}")
+    if plot_path:
+        report.plot(plot_path)
+        print(f"wrote {plot_path}")
+    elif args.json:
+        print("note: no plot of the bounds against K (matplotlib is not installed; pip install -e .[plot])")
     return 0
 
 
