@@ -138,28 +138,35 @@ class LayeredBoltzmannMachine:
         return type(self)._trusted(self.weights, biases, self.weight_scale * beta)
 
     # ----------------------------------------------------------------- conditionals
-    def unscaled_input(self, layers: Layers, l: int, out: Optional[Tensor] = None) -> Tensor:
-        """x_{l-1} W_{l-1} + x_{l+1} W_l^T, shaped (*batch, n_l): the input layer `l` gets from its neighbours
-        before the weight scale (written into `out`, contiguous, when given). Both neighbours that exist in the
-        chain must be given."""
+    def _neighbour_products(
+        self, layers: Layers, l: int, out: Optional[Tensor], bias: Optional[Tensor] = None, alpha: float = 1.0
+    ) -> Tensor:
+        """bias + alpha (x_{l-1} W_{l-1} + x_{l+1} W_l^T), or the bare products when bias is None (alpha 1),
+        shaped (*batch, n_l); bias and scale are folded into the matrix multiplications."""
         terms = []
         if l > 0:
             terms.append((layers[l - 1], self.weights[l - 1]))
         if l < self.num_layers - 1:
             terms.append((layers[l + 1], self.weights[l].t()))
         if any(x is None for x, _ in terms):
-            raise ValueError(f"the input to layer {l} needs its neighbouring layers; one of them is None")
+            raise ValueError(f"layer {l} needs both of its neighbouring layers; one of them is None")
         lead = terms[0][0].shape[:-1]
         flat_out = None if out is None else out.view(-1, self.layer_sizes[l])
         for i, (x, w) in enumerate(terms):
             flat = x.reshape(-1, x.shape[-1])
             if i > 0:
-                flat_out.addmm_(flat, w)
-            elif flat_out is None:
-                flat_out = torch.mm(flat, w)
+                flat_out.addmm_(flat, w, alpha=alpha)
+            elif bias is None:
+                flat_out = torch.mm(flat, w, out=flat_out)
             else:
-                torch.mm(flat, w, out=flat_out)
+                flat_out = torch.addmm(bias, flat, w, alpha=alpha, out=flat_out)
         return flat_out.view(*lead, self.layer_sizes[l])
+
+    def unscaled_input(self, layers: Layers, l: int, out: Optional[Tensor] = None) -> Tensor:
+        """x_{l-1} W_{l-1} + x_{l+1} W_l^T, shaped (*batch, n_l): the input layer `l` gets from its neighbours
+        before the weight scale (written into `out`, contiguous, when given). Both neighbours that exist in the
+        chain must be given."""
+        return self._neighbour_products(layers, l, out)
 
     def layer_logits(
         self,
@@ -173,30 +180,11 @@ class LayeredBoltzmannMachine:
         Pass `unscaled_input` when it is cached, and `out` (contiguous, the result's shape) to write into an
         existing buffer.
         """
-        s = self.weight_scale
-        if unscaled_input is not None:
-            if out is None:
-                return torch.add(self.biases[l], unscaled_input, alpha=s)
-            return torch.add(self.biases[l], unscaled_input, alpha=s, out=out)
-        # Fused: bias + scale * products in the matrix multiplications themselves.
-        terms = []
-        if l > 0:
-            terms.append((layers[l - 1], self.weights[l - 1]))
-        if l < self.num_layers - 1:
-            terms.append((layers[l + 1], self.weights[l].t()))
-        if any(x is None for x, _ in terms):
-            raise ValueError(f"p(x_{l} | neighbours) needs both neighbouring layers; one of them is None")
-        lead = terms[0][0].shape[:-1]
-        flat_out = None if out is None else out.view(-1, self.layer_sizes[l])
-        for i, (x, w) in enumerate(terms):
-            flat = x.reshape(-1, x.shape[-1])
-            if i > 0:
-                flat_out.addmm_(flat, w, alpha=s)
-            elif flat_out is None:
-                flat_out = torch.addmm(self.biases[l], flat, w, alpha=s)
-            else:
-                torch.addmm(self.biases[l], flat, w, alpha=s, out=flat_out)
-        return flat_out.view(*lead, self.layer_sizes[l])
+        if unscaled_input is None:
+            return self._neighbour_products(layers, l, out, bias=self.biases[l], alpha=self.weight_scale)
+        if out is None:
+            return torch.add(self.biases[l], unscaled_input, alpha=self.weight_scale)
+        return torch.add(self.biases[l], unscaled_input, alpha=self.weight_scale, out=out)
 
     def layer_probs(self, layers: Layers, l: int, unscaled_input: Optional[Tensor] = None) -> Tensor:
         """p(x_l = 1 | neighbours) unit by unit, shaped (*batch, n_l)."""
