@@ -129,7 +129,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=EXACT_MODES,
         default="auto",
         help="exact log Z and log-likelihood by "
-        "enumeration: auto (if the smaller layer has <= 25 units), always, never (default: auto)",
+        "enumeration: auto (if the smaller layer has <= 25 units), always (up to 30 units), never (default: auto)",
     )
     run.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")

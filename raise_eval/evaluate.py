@@ -33,6 +33,7 @@ from raise_eval.schedules import make_schedule
 
 INITS = ("base-rates", "uniform")
 EXACT_MODES = ("auto", "always", "never")
+ALWAYS_EXACT_LIMIT = 30  # 'always' enumerates up to 2^30 states (minutes); beyond that it refuses
 
 
 @dataclass
@@ -157,7 +158,8 @@ def evaluate_rbm(
         raise_examples: test vectors n for RAISE (a random subset, without replacement; all when n >= N).
         raise_chains: RAISE chains per vector C.
         seed: AIS uses a generator seeded with `seed`, RAISE one seeded with `seed + 1`.
-        exact: 'auto' (when the smaller layer has at most `max_exact_units` units), 'always' or 'never'.
+        exact: 'auto' (when the smaller layer has at most `max_exact_units` units), 'always' (up to 30 units;
+            refused beyond) or 'never'.
         progress: tqdm progress bars.
         settings: extra entries for the report's settings (e.g. the checkpoint path).
     """
@@ -168,6 +170,12 @@ def evaluate_rbm(
     for name, value in (("ais_chains", ais_chains), ("raise_examples", raise_examples), ("raise_chains", raise_chains)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    smaller = min(model.n_visible, model.n_hidden)
+    if exact == "always" and smaller > ALWAYS_EXACT_LIMIT:
+        raise ValueError(
+            f"exact enumeration of 2^{smaller} states is out of reach (the limit is 2^{ALWAYS_EXACT_LIMIT}); "
+            "use --exact auto or never"
+        )
     test = check_binary(test_data, model.n_visible, "test data").to(device=model.device, dtype=model.dtype)
     betas = make_schedule(schedule, steps)
     if init == "base-rates":
@@ -209,7 +217,6 @@ def evaluate_rbm(
     raise_mean, raise_se = raise_result.control_variate_mean(log_f_all)
 
     log_z_exact = exact_mean = exact_seconds = None
-    smaller = min(model.n_visible, model.n_hidden)
     notes = []
     if exact == "always" or (exact == "auto" and smaller <= max_exact_units):
         t0 = time.perf_counter()
@@ -217,7 +224,8 @@ def evaluate_rbm(
         exact_mean = float(log_f_all.mean()) - log_z_exact
         exact_seconds = time.perf_counter() - t0
     elif exact == "auto":
-        notes.append(f"exact values skipped: enumerating 2^{smaller} states (use --exact always to force)")
+        hint = " (use --exact always to force)" if smaller <= ALWAYS_EXACT_LIMIT else ""
+        notes.append(f"exact values skipped: they would enumerate 2^{smaller} states{hint}")
     total = time.perf_counter() - start_total
     all_settings = {
         "model": f"RBM {model.n_visible}-{model.n_hidden}",

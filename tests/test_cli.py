@@ -126,6 +126,15 @@ def test_clear_errors(tmp_path, capsys):
     assert "NaN" in _error(capsys, ["evaluate", str(nan), "--data", "digits", *FAST])
 
 
+def test_exact_always_refuses_hopeless_enumerations(tmp_path, capsys):
+    path = tmp_path / "wide.pt"
+    save_checkpoint(path, RBM.random(40, 40, weight_std=0.01, generator=torch.Generator().manual_seed(0)))
+    data = tmp_path / "d.npy"
+    np.save(data, np.zeros((3, 40), dtype=np.uint8))
+    err = _error(capsys, ["evaluate", str(path), "--data", str(data), "--init", "uniform", "--exact", "always", *FAST])
+    assert "2^40 states is out of reach" in err
+
+
 def test_bad_step_count_is_an_error(capsys):
     assert "positive integer" in _error(capsys, ["evaluate", str(DEFAULT), *FAST, "--steps", "0"])
 
