@@ -63,10 +63,14 @@ class AISInference:
         self.betas = validate_schedule(betas)
         self.kernel_for = kernel_for or (lambda path: None)
         self.progress = progress
+        self._cached = None
 
     def _path(self, x: Tensor) -> tuple[DirectedPath, Optional[object]]:
-        path = DirectedPath(self.model, x)
-        return path, self.kernel_for(path)
+        # One path and kernel (e.g. one HMC pilot) per set of examples, reused by run and meta.
+        if self._cached is None or self._cached[0] is not x:
+            path = DirectedPath(self.model, x)
+            self._cached = (x, path, self.kernel_for(path))
+        return self._cached[1], self._cached[2]
 
     def run(self, x: Tensor, num_runs: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
         path, kernel = self._path(x)

@@ -47,13 +47,14 @@ class StepSizeSchedule:
         return cls(torch.tensor([0.0, 1.0], dtype=torch.float64), torch.stack([log_eps, log_eps]))
 
     def __call__(self, beta: float) -> Tensor:
+        """Step sizes at `beta` (clamped to the grid's range)."""
         g = self.betas
-        i = int(torch.searchsorted(g, torch.tensor(beta, dtype=torch.float64), right=True)) - 1
-        i = min(max(i, 0), g.numel() - 2) if g.numel() > 1 else 0
         if g.numel() == 1:
             return self.log_step_sizes[0].exp()
-        t = (beta - g[i].item()) / max(g[i + 1].item() - g[i].item(), 1e-300)
-        t = min(max(t, 0.0), 1.0)
+        i = int(torch.searchsorted(g, torch.tensor(beta, dtype=torch.float64), right=True)) - 1
+        i = min(max(i, 0), g.numel() - 2)
+        lo, hi = g[i].item(), g[i + 1].item()
+        t = min(max((beta - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 0.0
         return torch.lerp(self.log_step_sizes[i], self.log_step_sizes[i + 1], t).exp()
 
     def to_dict(self) -> dict:
