@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models._sampling import sample_bernoulli_logits_
+from models.sampling import sample_bernoulli_logits_
 
 Layers = Sequence[Optional[Tensor]]
 
@@ -245,10 +245,12 @@ class LayeredBoltzmannMachine:
 
         Computed term by term, so that the small difference between neighbouring temperatures is not left to
         cancel between two large sums. A summed-out layer contributes sum_j softplus(z'_j) - softplus(z_j) with
-        z, z' its logits under self and other; with d = z' - z this equals log1p(expm1(d) sigmoid(z)), which is
-        cheaper (one transcendental function fewer) and more accurate while |d| is small, but loses accuracy when
-        d << 0 and sigmoid(z) ~ 1. Callers that can guarantee |d| <= 2 for summed-out layer l pass
-        small_steps[l] = True to use it (the error is then below e^2 units in the last place).
+        z, z' its logits under self and other; with d = z' - z this equals -log1p(expm1(-d) sigmoid(z')), which
+        is cheaper (one transcendental function fewer) and more accurate while |d| is small, but loses accuracy
+        when d >> 0 and sigmoid(z') ~ 1. Callers that can guarantee |d| <= 2 for summed-out layer l pass
+        small_steps[l] = True to use it (the argument of log1p then stays above e^-2 - 1, so the error is a few
+        units in the last place); the first buffer of that layer then holds sigmoid(z'), p(x_l = 1 | rest) under
+        `other`, for a sampler at other's temperature to reuse.
 
         Args:
             buffers: two contiguous scratch tensors per summed-out layer (in layer order), each shaped like that
@@ -267,11 +269,13 @@ class LayeredBoltzmannMachine:
                     cached = self.unscaled_input(layers, l)
                 a, b = (next(spare), next(spare)) if spare is not None else (None, None)
                 if small_steps is not None and small_steps[l]:
-                    z = self.layer_logits(layers, l, cached, out=a)
+                    # -log1p(expm1(-d) sigmoid(z')): leaves sigmoid(z') in `a`, the probabilities of layer l
+                    # under `other`, which a sampler at other's temperature can reuse.
+                    probs = other.layer_logits(layers, l, cached, out=a).sigmoid_()
                     d = torch.add(
                         other.biases[l] - self.biases[l], cached, alpha=ds, **({} if b is None else {"out": b})
                     )
-                    term = d.expm1_().mul_(z.sigmoid_()).log1p_()
+                    term = d.neg_().expm1_().mul_(probs).log1p_().neg_()
                 else:
                     to_ = _softplus_(other.layer_logits(layers, l, cached, out=a))
                     term = to_.sub_(_softplus_(self.layer_logits(layers, l, cached, out=b)))

@@ -11,8 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models._sampling import sample_bernoulli_logits
 from models.directed import DirectedLatentModel
+from models.sampling import sample_bernoulli_logits
 
 
 class SigmoidBeliefNet(DirectedLatentModel):

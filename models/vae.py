@@ -13,8 +13,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from models._sampling import sample_bernoulli_logits
 from models.directed import DiagonalGaussianPosterior, DirectedLatentModel, gaussian_log_density
+from models.sampling import sample_bernoulli_logits
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "softplus": nn.Softplus, "relu": nn.ReLU}
 

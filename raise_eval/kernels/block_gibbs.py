@@ -15,13 +15,14 @@ For an RBM the state is v with the cached product v W: a step costs exactly two 
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import NamedTuple, Optional
 
 import torch
 from torch import Tensor
 
 from models.boltzmann import LayeredBoltzmannMachine
+from models.sampling import sample_bernoulli_probs_
 
 
 class Scratch:
@@ -83,6 +84,7 @@ def block_gibbs_step(
     clamped: Collection[int] = (),
     scratch: Optional[Scratch] = None,
     out: Optional[BoltzmannState] = None,
+    odd_probs: Optional[Sequence[Optional[Tensor]]] = None,
 ) -> BoltzmannState:
     """One sweep odd | even, then even | odd, leaving `model` (at its own temperature) invariant on the even layers.
 
@@ -94,11 +96,16 @@ def block_gibbs_step(
         scratch: buffers for the odd-layer samples, which the step discards.
         out: a state (contiguous tensors of the right shapes, possibly `state` itself) to write the result into;
             without it the result's tensors are new.
+        odd_probs: per layer, p(x_l = 1 | even layers) under `model` for odd layers when already computed (the
+            buffer is overwritten by the sample), else None.
     Returns:
         the new state (odd layers summed out again, inputs recomputed).
     """
     layers = list(state.layers)
     for l in range(1, model.num_layers, 2):
+        if odd_probs is not None and odd_probs[l] is not None:
+            layers[l] = sample_bernoulli_probs_(odd_probs[l], generator)
+            continue
         inp = state.odd_inputs[l]
         buf = None if scratch is None else scratch.get(f"odd{l}", inp.shape, inp)
         layers[l] = model.sample_layer(layers, l, generator, unscaled_input=inp, out=buf)

@@ -73,6 +73,8 @@ class BoltzmannPath:
         self.base_biases = [c.to(dtype=model.dtype, device=model.device) for c in base]
         self._scratch = Scratch()
         self._at_cache: dict[float, LayeredBoltzmannMachine] = {}
+        # Odd-layer probabilities left by the last weight update: (beta, input tensor, its version, buffers).
+        self._pending_probs = None
         # d(logit)/d(beta) of a summed-out unit is s u_j + b_j - c_j, with |u_j| <= sum of |weights| into unit j
         # (binary neighbours): a host-side bound on how far a step moves the logits, computed once.
         self._logit_speed = [None] * model.num_layers
@@ -131,22 +133,48 @@ class BoltzmannPath:
                 ]
         step = abs(beta_to - beta_from)
         small = [speed is not None and step * speed <= 2.0 for speed in self._logit_speed]
-        return self.at(beta_from).log_ratio_to(
+        ratio = self.at(beta_from).log_ratio_to(
             self.at(beta_to), state.layers, state.odd_inputs, buffers=buffers, small_steps=small
         )
+        # With the small-step form the first buffer of each odd layer now holds p(x_l = 1 | x_even) at beta_to:
+        # exactly what a transition at beta_to from this state samples first (the annealing loop's next step).
+        odd = [l for l, inp in enumerate(state.odd_inputs) if inp is not None]
+        if all(small[l] for l in odd):
+            probs = dict(zip(odd, buffers[0::2]))
+            self._pending_probs = (beta_to, state.odd_inputs, [state.odd_inputs[l]._version for l in odd], probs)
+        else:
+            self._pending_probs = None
+        return ratio
+
+    def _take_pending_probs(self, state: BoltzmannState, beta: float):
+        """The odd-layer probabilities of the last weight update if they belong to this state and beta."""
+        pending, self._pending_probs = self._pending_probs, None
+        if pending is None:
+            return None
+        p_beta, inputs, versions, probs = pending
+        odd = list(probs)
+        if p_beta != beta or any(
+            state.odd_inputs[l] is not inputs[l] or inputs[l]._version != v for l, v in zip(odd, versions)
+        ):
+            return None
+        return [probs.get(l) for l in range(self.model.num_layers)]
 
     def transition(
         self, state: BoltzmannState, beta: float, generator: torch.Generator, clamped: Collection[int] = ()
     ) -> BoltzmannState:
         """Block Gibbs step at `beta` (reversible, leaves p_beta(x_even) invariant)."""
-        return block_gibbs_step(self.at(beta), state, generator, clamped=clamped, scratch=self._scratch)
+        probs = self._take_pending_probs(state, beta)
+        return block_gibbs_step(
+            self.at(beta), state, generator, clamped=clamped, scratch=self._scratch, odd_probs=probs
+        )
 
     def transition_(self, state: BoltzmannState, beta: float, generator: torch.Generator) -> BoltzmannState:
         """`transition` writing the new state into `state`'s own tensors (no allocation per step).
 
         For loops that own their state (`anneal` clones the start once); `state` is overwritten.
         """
-        return block_gibbs_step(self.at(beta), state, generator, scratch=self._scratch, out=state)
+        probs = self._take_pending_probs(state, beta)
+        return block_gibbs_step(self.at(beta), state, generator, scratch=self._scratch, out=state, odd_probs=probs)
 
     def clone_state(self, state: BoltzmannState) -> BoltzmannState:
         """A copy of `state` with new contiguous tensors (what `transition_` may overwrite)."""

@@ -98,3 +98,42 @@ def test_same_seed_same_chain(tiny_chain):
     a, b, c = run(0), run(0), run(1)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert not all(torch.equal(x, y) for x, y in zip(a, c))
+
+
+def _small_step_path():
+    from models import RBM
+
+    model = RBM.random(12, 9, weight_std=0.3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
+    return lambda: BoltzmannPath(model)
+
+
+def test_reused_probabilities_give_exactly_the_same_step():
+    """After a small-step weight update the path hands its p(h | v) at beta_to to the next transition at beta_to;
+    that step must be bit-identical to one that recomputes the probabilities."""
+    make = _small_step_path()
+    cached, fresh = make(), make()
+    state = cached.sample_initial(5000, torch.Generator().manual_seed(0))
+    cached.log_density_ratio(state, 0.50, 0.51)
+    assert cached._pending_probs is not None  # the small-step form was used
+    a = cached.transition(state, 0.51, torch.Generator().manual_seed(1))
+    b = fresh.transition(state, 0.51, torch.Generator().manual_seed(1))
+    assert torch.equal(a.layers[0], b.layers[0])
+
+
+def test_probabilities_of_another_state_or_beta_are_never_reused():
+    make = _small_step_path()
+    path, fresh = make(), make()
+    g = torch.Generator().manual_seed(2)
+    state_a, state_b = path.sample_initial(5000, g), path.sample_initial(5000, g)
+    for other_state, beta in ((state_b, 0.51), (state_a, 0.52)):
+        path.log_density_ratio(state_a, 0.50, 0.51)
+        a = path.transition(other_state, beta, torch.Generator().manual_seed(3))
+        b = fresh.transition(other_state, beta, torch.Generator().manual_seed(3))
+        assert torch.equal(a.layers[0], b.layers[0])
+    # the state's tensors overwritten in place after the weight update (same objects, new values): stale
+    path.log_density_ratio(state_a, 0.50, 0.51)
+    state_a.layers[0].copy_(state_b.layers[0])
+    state_a.odd_inputs[1].copy_(state_b.odd_inputs[1])
+    a = path.transition(state_a, 0.51, torch.Generator().manual_seed(5))
+    b = fresh.transition(state_b, 0.51, torch.Generator().manual_seed(5))
+    assert torch.equal(a.layers[0], b.layers[0])
