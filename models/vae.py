@@ -5,7 +5,7 @@ N(mu(x), diag(sigma(x)^2)) (Kingma & Welling, 2014). Trained by `train_vae` on t
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
-from models.directed import DiagonalGaussianPosterior, DirectedLatentModel, gaussian_log_density
+from models.directed import DiagonalGaussianPosterior, DirectedLatentModel
 from models.sampling import sample_bernoulli_logits
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "softplus": nn.Softplus, "relu": nn.ReLU}
@@ -94,10 +94,6 @@ class VAE(nn.Module, DirectedLatentModel):
         kl = 0.5 * (mean**2 + (2 * log_std).exp() - 1 - 2 * log_std).sum(-1)  # analytic KL(q || N(0, I))
         return self.log_likelihood(x, z) - kl
 
-    def log_q(self, x: Tensor, z: Tensor) -> Tensor:
-        mean, log_std = self.encode(x)
-        return gaussian_log_density(z, mean, log_std)
-
 
 def train_vae(
     model: VAE,
@@ -128,7 +124,3 @@ def train_vae(
         if callback is not None:
             callback(epoch, model, history[-1])
     return {"elbo": history}
-
-
-def vae_config_dict(config: VAEConfig) -> dict:
-    return asdict(config)

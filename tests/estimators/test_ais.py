@@ -33,7 +33,7 @@ def test_result_summarizes_its_weights(tiny_rbm):
     r = ais(BoltzmannPath(tiny_rbm), linear_schedule(20), 500, generator=torch.Generator().manual_seed(1))
     assert r.log_weights.shape == (500,) and r.log_weights.dtype == torch.float64
     assert r.estimate == pytest.approx((torch.logsumexp(r.log_weights, 0) - math.log(500)).item())
-    assert 1.0 <= r.ess.item() <= 500.0
+    assert r.ess.item() >= 1.0 and r.ess.item() <= 500.0  # ESS lies between 1 and the number of chains
     assert r.lower.item() <= r.estimate <= r.upper.item()
     assert r.num_steps == 20 and r.num_chains == 500 and r.seconds > 0
     d = r.to_dict()
