@@ -87,7 +87,7 @@ def sample_bernoulli_probs_(probs: Tensor, generator: torch.Generator) -> Tensor
         or not probs.is_contiguous()
     ):
         u = torch.rand(probs.shape, generator=generator, device=probs.device, dtype=probs.dtype)
-        return probs.copy_(u.lt_(probs))
+        return probs.gt_(u)  # p > u, written over p in one pass
     flat = probs.view(-1)
     head = n - n % 8
     _sample_lazy_bytes(flat[:head], generator, flat[:head])

@@ -59,10 +59,6 @@ class BoltzmannState(NamedTuple):
     def visible(self) -> Tensor:
         return self.layers[0]
 
-    @property
-    def batch_shape(self) -> torch.Size:
-        return self.layers[0].shape[:-1]
-
 
 def collapse_odd_layers(
     model: LayeredBoltzmannMachine, even_layers: list, out: Optional[BoltzmannState] = None
