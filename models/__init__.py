@@ -1,12 +1,20 @@
 """Generative models evaluated by raise-eval. Models expose energies, conditionals and samplers; they never
-import the estimators in `raise_eval`."""
+import the estimators in `raise_eval`.
 
-from models.boltzmann import LayeredBoltzmannMachine
-from models.directed import DiagonalGaussianPosterior, DirectedLatentModel
-from models.linear_gaussian import GaussianPosterior, LinearGaussianModel
-from models.rbm import RBM
-from models.sbn import SigmoidBeliefNet
-from models.vae import VAE, VAEConfig
+Folders by family: boltzmann/ (the layered energy, RBM, DBM, DBN), directed/ (p(z) p(x|z) models), io/
+(checkpoints), training/ (how the project's checkpoints were made); sampling.py is shared by all.
+"""
+
+from models.boltzmann import RBM, LayeredBoltzmannMachine
+from models.directed import (
+    VAE,
+    DiagonalGaussianPosterior,
+    DirectedLatentModel,
+    GaussianPosterior,
+    LinearGaussianModel,
+    SigmoidBeliefNet,
+    VAEConfig,
+)
 
 __all__ = [
     "RBM",

@@ -214,7 +214,7 @@ def _add_bdmc_parser(sub) -> None:
 
 
 def cmd_bdmc(args) -> int:
-    from models.checkpoints import load_checkpoint
+    from models.io.checkpoints import load_checkpoint
     from raise_eval.bdmc_report import evaluate_bdmc
 
     device = torch.device(args.device)
@@ -322,8 +322,8 @@ def _train_pixel_means(args, ckpt, data_name: str) -> Optional[torch.Tensor]:
 
 
 def cmd_evaluate(args) -> int:
-    from models.checkpoints import load_checkpoint
-    from models.rbm import RBM
+    from models.boltzmann.rbm import RBM
+    from models.io.checkpoints import load_checkpoint
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():

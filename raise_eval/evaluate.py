@@ -23,7 +23,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from models.rbm import RBM
+from models.boltzmann.rbm import RBM
 from raise_eval import exact as exact_mod
 from raise_eval.datasets import check_binary
 from raise_eval.estimators.ais import AISResult, ais

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor
 
-from models.boltzmann import LayeredBoltzmannMachine
+from models.boltzmann.layered import LayeredBoltzmannMachine
 
 DEFAULT_MAX_UNITS = 25
 

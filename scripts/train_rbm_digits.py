@@ -13,8 +13,8 @@ from dataclasses import asdict
 
 import torch
 
-from models.checkpoints import save_checkpoint
-from models.rbm_training import RBMTrainingConfig, train_rbm
+from models.io.checkpoints import save_checkpoint
+from models.training.rbm import RBMTrainingConfig, train_rbm
 from raise_eval import exact
 from raise_eval.datasets import load_dataset
 

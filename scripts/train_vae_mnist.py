@@ -13,8 +13,8 @@ import time
 import torch
 
 from models import VAE, VAEConfig
-from models.checkpoints import save_checkpoint
-from models.vae import train_vae
+from models.io.checkpoints import save_checkpoint
+from models.training.vae import train_vae
 from raise_eval import elbo, iwae
 from raise_eval.datasets import load_dataset
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from models import RBM
-from models.checkpoints import save_checkpoint
+from models.io.checkpoints import save_checkpoint
 from raise_eval.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]

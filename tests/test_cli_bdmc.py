@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from models import VAE, VAEConfig
-from models.checkpoints import save_checkpoint
+from models.io.checkpoints import save_checkpoint
 from raise_eval.cli import main
 
 FAST = [

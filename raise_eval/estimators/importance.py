@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from models.directed import DirectedLatentModel, PosteriorApproximation
+from models.directed.base import DirectedLatentModel, PosteriorApproximation
 
 
 def _log_weights(

@@ -21,7 +21,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from models.boltzmann import LayeredBoltzmannMachine
+from models.boltzmann.layered import LayeredBoltzmannMachine
 from models.sampling import sample_bernoulli_probs_
 
 

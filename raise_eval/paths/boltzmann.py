@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.boltzmann import LayeredBoltzmannMachine
+from models.boltzmann.layered import LayeredBoltzmannMachine
 from raise_eval.kernels.block_gibbs import (
     BoltzmannState,
     Scratch,

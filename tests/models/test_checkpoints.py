@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from models import RBM
-from models._matfile import MatFileError, read_mat
-from models.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from models.io.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from models.io.matfile import MatFileError, read_mat
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 

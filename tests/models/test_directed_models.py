@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from models import VAE, GaussianPosterior, LinearGaussianModel, SigmoidBeliefNet, VAEConfig
-from models.directed import DirectedLatentModel
+from models.directed.base import DirectedLatentModel
 
 
 @pytest.fixture()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from models.boltzmann import LayeredBoltzmannMachine
+from models.boltzmann.layered import LayeredBoltzmannMachine
 
 
 class RBM(LayeredBoltzmannMachine):

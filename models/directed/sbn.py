@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.directed import DirectedLatentModel
+from models.directed.base import DirectedLatentModel
 from models.sampling import sample_bernoulli_logits
 
 

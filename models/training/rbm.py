@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from models.rbm import RBM
+from models.boltzmann.rbm import RBM
 
 
 @dataclass

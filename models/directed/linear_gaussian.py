@@ -11,7 +11,7 @@ import math
 import torch
 from torch import Tensor
 
-from models.directed import DirectedLatentModel
+from models.directed.base import DirectedLatentModel
 
 
 class LinearGaussianModel(DirectedLatentModel):

@@ -33,8 +33,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from models._matfile import read_mat
-from models.rbm import RBM
+from models.boltzmann.rbm import RBM
+from models.io.matfile import read_mat
 
 FORMAT = "raise-eval-checkpoint"
 VERSION = 1
@@ -72,7 +72,7 @@ def save_checkpoint(
     train_pixel_means: Optional[Tensor] = None,
 ) -> None:
     """Write an RBM or a VAE in raise-eval's format (see the module docstring)."""
-    from models.vae import VAE
+    from models.directed.vae import VAE
 
     if isinstance(model, VAE):
         torch.save(
@@ -168,7 +168,7 @@ def _load_raise_eval(path: Path) -> Checkpoint:
 
 
 def _load_vae(path: Path, payload: dict) -> Checkpoint:
-    from models.vae import VAE, VAEConfig
+    from models.directed.vae import VAE, VAEConfig
 
     config = payload.get("config")
     if not isinstance(config, dict):

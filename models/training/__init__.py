@@ -1,0 +1,1 @@
+"""Training: RBMs (CD/PCD), and VAEs (ELBO with Adam)."""
