@@ -5,7 +5,7 @@ Folders by family: boltzmann/ (the layered energy, RBM, DBM, DBN), directed/ (p(
 (checkpoints), training/ (how the project's checkpoints were made); sampling.py is shared by all.
 """
 
-from models.boltzmann import RBM, LayeredBoltzmannMachine
+from models.boltzmann import DBM, DBN, RBM, LayeredBoltzmannMachine
 from models.directed import (
     VAE,
     DiagonalGaussianPosterior,
@@ -17,6 +17,8 @@ from models.directed import (
 )
 
 __all__ = [
+    "DBM",
+    "DBN",
     "RBM",
     "VAE",
     "DiagonalGaussianPosterior",

@@ -1,0 +1,153 @@
+"""Deep belief net (Hinton, Osindero & Teh, 2006): an RBM over the top two layers, sigmoid directed layers below.
+
+Layers x_0 = v, x_1, ..., x_L (L >= 2); weights[l] shaped (n_l, n_{l+1}). The top RBM joins x_{L-1} and x_L
+(weights[L-1], biases[L-1], biases[L]); below it each layer is generated from the one above,
+
+    p(x_l = 1 | x_{l+1}) = sigmoid(weights[l] x_{l+1} + biases[l]),   l = 0 .. L-2,
+
+so p(v) = f(v) / Z_top with f(v) = sum_{x_1..x_{L-1}} prod_{l<L-1} p(x_l | x_{l+1}) f_top(x_{L-1}), where
+f_top(x_{L-1}) = sum_{x_L} exp(-E_top) is the top RBM's unnormalized marginal. The recognition distribution of the
+greedy training, q(x_{l+1} = 1 | x_l) = sigmoid(x_l weights[l] + recognition_biases[l+1]), l = 0 .. L-2, proposes
+the directed layers given v.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from models.boltzmann.layered import LayeredBoltzmannMachine
+from models.boltzmann.rbm import RBM
+from models.sampling import sample_bernoulli_logits
+
+
+def _bernoulli_log_prob(x: Tensor, logits: Tensor) -> Tensor:
+    """sum_j log Bernoulli(x_j; sigmoid(logits_j)) over the last dimension, in float64."""
+    x, logits = x.double(), logits.double()
+    return (x * logits - F.softplus(logits)).sum(-1)
+
+
+class DBN:
+    """A deep belief net.
+
+    Args:
+        weights: L >= 2 weight matrices, weights[l] shaped (n_l, n_{l+1}).
+        biases: L + 1 generative biases; biases[L-1] and biases[L] are the top RBM's.
+        recognition_biases: L - 1 vectors, recognition_biases[i] for layer i + 1 (shaped (n_{i+1},)).
+    """
+
+    def __init__(self, weights: Sequence[Tensor], biases: Sequence[Tensor], recognition_biases: Sequence[Tensor]):
+        weights, biases, recognition = tuple(weights), tuple(biases), tuple(recognition_biases)
+        if len(weights) < 2:
+            raise ValueError(
+                f"a DBN has at least two hidden layers (two weight matrices); got {len(weights)} (use RBM)"
+            )
+        # The layered machine checks shapes, dtypes, devices and finiteness of every weight and bias.
+        chain = LayeredBoltzmannMachine(weights, biases)
+        if len(recognition) != len(weights) - 1:
+            raise ValueError(
+                f"a DBN with {len(weights)} weight matrices needs {len(weights) - 1} recognition bias vectors "
+                f"(layers 1..{len(weights) - 1}), got {len(recognition)}"
+            )
+        for i, r in enumerate(recognition):
+            ref = biases[i + 1]
+            if not isinstance(r, Tensor) or r.shape != ref.shape or r.dtype != ref.dtype or r.device != ref.device:
+                raise ValueError(
+                    f"recognition_biases[{i}] (layer {i + 1}) must be a {ref.dtype} vector of {ref.shape[0]} "
+                    f"entries on {ref.device}, like biases[{i + 1}]"
+                )
+            if not bool(torch.isfinite(r).all()):
+                raise ValueError(f"recognition_biases[{i}] has NaN or infinite entries")
+        self.weights = chain.weights
+        self.biases = chain.biases
+        self.recognition_biases = recognition
+        self.top = RBM(weights[-1], biases[-2], biases[-1])
+
+    @classmethod
+    def random(
+        cls,
+        layer_sizes: Sequence[int],
+        *,
+        weight_std: float = 1.0,
+        bias_std: float = 1.0,
+        generator: torch.Generator,
+        dtype: torch.dtype = torch.float32,
+        device=None,
+    ) -> DBN:
+        """A DBN with Gaussian random parameters (for tests and examples)."""
+
+        def randn(*shape):
+            return torch.randn(*shape, generator=generator, dtype=dtype, device=device)
+
+        sizes = list(layer_sizes)
+        weights = [randn(a, b) * weight_std for a, b in zip(sizes[:-1], sizes[1:])]
+        return cls(weights, [randn(n) * bias_std for n in sizes], [randn(n) * bias_std for n in sizes[1:-1]])
+
+    # ----------------------------------------------------------------- structure
+    @property
+    def layer_sizes(self) -> tuple[int, ...]:
+        return tuple(b.shape[0] for b in self.biases)
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.biases)
+
+    @property
+    def n_visible(self) -> int:
+        return self.biases[0].shape[0]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weights[0].dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.weights[0].device
+
+    def to(self, device=None, dtype=None) -> DBN:
+        def move(ts):
+            return [t.to(device=device, dtype=dtype) for t in ts]
+
+        return DBN(move(self.weights), move(self.biases), move(self.recognition_biases))
+
+    # ----------------------------------------------------------------- directed part
+    def generative_logits(self, above: Tensor, l: int) -> Tensor:
+        """Logits of p(x_l | x_{l+1} = above), shaped (*batch, n_l), for l = 0 .. L-2."""
+        return torch.matmul(above, self.weights[l].t()) + self.biases[l]
+
+    def recognition_logits(self, below: Tensor, l: int) -> Tensor:
+        """Logits of q(x_{l+1} | x_l = below), shaped (*batch, n_{l+1}), for l = 0 .. L-2."""
+        return torch.matmul(below, self.weights[l]) + self.recognition_biases[l]
+
+    def log_directed_likelihood(self, layers: Sequence[Tensor]) -> Tensor:
+        """sum_{l=0}^{L-2} log p(x_l | x_{l+1}) in float64, shaped (*batch,), for layers [x_0, ..., x_{L-1}]."""
+        return sum(
+            _bernoulli_log_prob(layers[l], self.generative_logits(layers[l + 1], l))
+            for l in range(len(self.weights) - 1)
+        )
+
+    def sample_recognition(self, v: Tensor, generator: torch.Generator) -> tuple[list[Tensor], Tensor]:
+        """Sample x_1 .. x_{L-1} from q(. | v) layer by layer.
+
+        Returns ([v, x_1, ..., x_{L-1}] in the model's dtype, log q(x_1..x_{L-1} | v) in float64 shaped (*batch,)).
+        """
+        layers = [v.to(dtype=self.dtype)]
+        log_q = torch.zeros(v.shape[:-1], dtype=torch.float64, device=v.device)
+        for l in range(len(self.weights) - 1):
+            logits = self.recognition_logits(layers[-1], l)
+            x = sample_bernoulli_logits(logits, generator)
+            log_q = log_q + _bernoulli_log_prob(x, logits)
+            layers.append(x)
+        return layers, log_q
+
+    def log_unnormalized_joint_visible(self, layers: Sequence[Tensor]) -> Tensor:
+        """log [prod_{l<L-1} p(x_l | x_{l+1}) f_top(x_{L-1})] in float64, shaped (*batch,), for layers
+        [x_0, ..., x_{L-1}] (the top layer x_L summed out)."""
+        return self.log_directed_likelihood(layers) + self.top.log_unnormalized_prob(layers[-1]).double()
+
+    def __repr__(self) -> str:
+        sizes = "-".join(str(n) for n in self.layer_sizes)
+        return f"DBN({sizes}, {self.dtype}, {self.device})"
