@@ -214,7 +214,8 @@ def evaluate_rbm(
         generator=torch.Generator(device=device).manual_seed(seed + 1),
         progress=progress,
     )
-    raise_mean, raise_se = raise_result.control_variate_mean(log_f_all)
+    cv = raise_result.control_variate_mean(log_f_all)
+    raise_mean, raise_se = cv.mean, cv.stderr
 
     log_z_exact = exact_mean = exact_seconds = None
     notes = []

@@ -7,6 +7,10 @@
   x_0 ~ p_0, x_k ~ T_k(. | x_{k-1}) (k = 1..K) with the collapsed block-Gibbs kernel, computed by propagating
   p_0 through exact transition matrices built from the energy alone. RAISE is unbiased for this quantity.
 
+DBNs (`models.boltzmann.dbn.DBN`) are handled too: log Z is the top RBM's, log f(v) sums the directed layers
+x_1 .. x_{L-1} by enumeration, and p_ann(v) is the top RBM's annealing model pushed down through the directed
+layers (the unrolled annealing model that unrolled RAISE is unbiased for).
+
 Everything is computed in float64 from `log_unnormalized_joint` / `log_unnormalized_marginal`, never from the
 samplers, so these functions check the kernels rather than repeat them.
 """
@@ -16,8 +20,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
+from models.boltzmann.dbn import DBN
 from models.boltzmann.layered import LayeredBoltzmannMachine
 
 DEFAULT_MAX_UNITS = 25
@@ -64,7 +70,10 @@ def _check_units(units: int, max_units: int, what: str) -> None:
 def log_partition(
     model: LayeredBoltzmannMachine, *, max_units: int = DEFAULT_MAX_UNITS, chunk_size: int = 2**14
 ) -> float:
-    """Exact log Z in float64, enumerating the parity group (even or odd layers) with fewer units."""
+    """Exact log Z in float64, enumerating the parity group (even or odd layers) with fewer units (for a DBN, the
+    top RBM's)."""
+    if isinstance(model, DBN):
+        return log_partition(model.top, max_units=max_units, chunk_size=chunk_size)
     m = model.to(dtype=torch.float64)
     sizes = m.layer_sizes
     even, odd = _groups(m)
@@ -85,8 +94,12 @@ def log_unnormalized_visible(
 ) -> Tensor:
     """Exact log f(v) = log sum_{hidden} f(v, hidden) in float64, shaped (*batch,) for v shaped (*batch, n_visible).
 
-    Odd layers are summed out analytically; even hidden layers (x_2, x_4, ...) are enumerated.
+    Odd layers are summed out analytically; even hidden layers (x_2, x_4, ...) are enumerated. For a DBN, f(v) =
+    sum_{x_1..x_{L-1}} prod p(x_l | x_{l+1}) f_top(x_{L-1}), each directed layer enumerated in turn.
     """
+    if isinstance(model, DBN):
+        log_top = _dbn_log_top_marginal_table(model, max_units)
+        return _dbn_push_down(model.to(dtype=torch.float64), log_top, v, max_units)
     m = model.to(dtype=torch.float64)
     v = v.to(dtype=torch.float64, device=m.device)
     sizes = m.layer_sizes
@@ -110,7 +123,7 @@ def log_unnormalized_visible(
 
 
 def log_likelihood(model: LayeredBoltzmannMachine, v: Tensor, *, max_units: int = DEFAULT_MAX_UNITS) -> Tensor:
-    """Exact log p(v) = log f(v) - log Z in float64, shaped (*batch,)."""
+    """Exact log p(v) = log f(v) - log Z in float64, shaped (*batch,) (RBM, DBM or DBN)."""
     return log_unnormalized_visible(model, v, max_units=max_units) - log_partition(model, max_units=max_units)
 
 
@@ -147,7 +160,13 @@ def annealing_model_marginal(
 
     The forward chain starts from the base p_0 and applies T(beta_1), ..., T(beta_K), the collapsed block-Gibbs
     kernels of the geometric path, exactly as matrices. Tiny models only (all layers together <= max_units).
+    For a DBN, `base_biases` are those of the top RBM's path: its annealing model over x_{L-1} is pushed down
+    through the directed layers (the unrolled annealing model).
     """
+    if isinstance(model, DBN):
+        p_top = annealing_model_marginal(model.top, base_biases, betas, max_units=max_units)
+        _check_units(model.n_visible, max_units, "p_ann")
+        return _dbn_push_down(model.to(dtype=torch.float64), p_top.log(), None, max_units).exp()
     m = model.to(dtype=torch.float64)
     base = [c.to(dtype=torch.float64, device=m.device) for c in base_biases]
     _check_units(sum(m.layer_sizes), max_units, "p_ann")
@@ -159,3 +178,32 @@ def annealing_model_marginal(
     # marginalize onto the visible layer: the first n_visible bits of the even code
     v_index = configuration_index(e[:, : m.n_visible])
     return torch.zeros(2**m.n_visible, dtype=torch.float64, device=m.device).index_add_(0, v_index, p)
+
+
+def _dbn_log_top_marginal_table(dbn: DBN, max_units: int) -> Tensor:
+    """log f_top(x_{L-1}) for every configuration of x_{L-1} (index = `configuration_index`)."""
+    top = dbn.top.to(dtype=torch.float64)
+    _check_units(top.n_visible, max_units, "a DBN's log f(v)")
+    configs = binary_configurations(top.n_visible, device=top.device)
+    return top.log_unnormalized_prob(configs)
+
+
+def _dbn_push_down(dbn: DBN, log_top: Tensor, v, max_units: int) -> Tensor:
+    """Push log weights over x_{L-1} (shaped (2^n_{L-1},)) down the directed layers.
+
+    Returns log sum_{x_1..x_{L-1}} exp(log_top(x_{L-1})) prod_l p(x_l | x_{l+1}) at the given v (shaped
+    (*batch,)), or for every visible configuration (shaped (2^n_visible,)) when v is None.
+    """
+    log_dist = log_top
+    for l in range(dbn.num_layers - 3, -1, -1):  # x_l given x_{l+1}, from l = L-2 down to 0
+        above = binary_configurations(dbn.layer_sizes[l + 1], device=dbn.device)
+        logits = dbn.generative_logits(above, l)  # (2^n_{l+1}, n_l)
+        if l == 0 and v is not None:
+            x = v.to(dtype=torch.float64, device=dbn.device)
+            log_p = (x.unsqueeze(-2) * logits - F.softplus(logits)).sum(-1)  # (*batch, 2^n_1)
+            return torch.logsumexp(log_p + log_dist, dim=-1)
+        _check_units(dbn.layer_sizes[l], max_units, "a DBN's directed layers")
+        below = binary_configurations(dbn.layer_sizes[l], device=dbn.device)
+        log_p = below @ logits.t() - F.softplus(logits).sum(-1)  # (2^n_l, 2^n_{l+1}): log p(x_l | x_{l+1})
+        log_dist = torch.logsumexp(log_p + log_dist, dim=-1)
+    return log_dist

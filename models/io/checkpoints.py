@@ -1,4 +1,4 @@
-"""Checkpoints: raise-eval's own format, and importers for RBMs trained elsewhere.
+"""Checkpoints: raise-eval's own format, and importers for models trained elsewhere.
 
 raise-eval checkpoint (.pt, written with torch.save, read with torch.load(weights_only=True)) is a dict:
 
@@ -11,20 +11,34 @@ raise-eval checkpoint (.pt, written with torch.save, read with torch.load(weight
         "train_pixel_means": (n_visible,),       # optional; the data base rates of the training set
     }
 
-or, for a VAE, "model_type": "vae", "config": {"data_dim", "latent_dim", "hidden", "activation"} and "state" the
+For a DBM (layers x_0 = v, x_1, ..., x_L, L >= 2 hidden layers) "model_type" is "dbm" and "state" holds
+"weights_0" .. "weights_{L-1}", weights_l shaped (n_l, n_{l+1}), and "biases_0" .. "biases_L", biases_l shaped
+(n_l,). A DBN ("model_type": "dbn") has the same keys (weights_{L-1}, biases_{L-1} and biases_L are its top RBM,
+weights_l and biases_l for l < L-1 its directed layers p(x_l | x_{l+1})) plus "recognition_biases_1" ..
+"recognition_biases_{L-1}", the biases of q(x_l | x_{l-1}) for layers 1 .. L-1.
+
+For a VAE, "model_type": "vae", "config": {"data_dim", "latent_dim", "hidden", "activation"} and "state" the
 module's state_dict.
 
 Importers (`load_checkpoint` picks one from the file name):
-- .npz with arrays W (n_visible, n_hidden), vbias and hbias, and optionally logZ_exact (the format of
-  ../shared/data/checkpoints);
+- .npz (numpy.savez) interchange format:
+  * an RBM: arrays W (n_visible, n_hidden), vbias and hbias, and optionally logZ_exact (the format of
+    ../shared/data/checkpoints), which goes into metadata["log_z_exact"];
+  * a DBM or DBN: a 0-d string array model_type ('dbm' or 'dbn'; 'rbm' names the arrays above), weights_0 ..
+    weights_{L-1} (weights_l shaped (n_l, n_{l+1})), biases_0 .. biases_L and, for a DBN, recognition_biases_1 ..
+    recognition_biases_{L-1}, named as in the .pt state above;
+  * either may hold train_pixel_means (n_visible,). Other arrays are loaded past and listed in
+    metadata["ignored_variables"]. `save_npz` writes this format.
 - MATLAB .mat (level 5) with vishid (n_visible, n_hidden), hidbiases (or hidrecbiases) and visbiases, as saved by
   Salakhutdinov's RBM code; other MATLAB variables are listed in metadata["ignored_variables"].
 
-Unknown or missing keys are errors that name the keys expected.
+Float64 weights stay float64; anything else is read as float32. Missing keys, unknown keys in a .pt state, gaps in
+the layer indices, mismatched shapes and NaN or infinite values are errors that say what was expected.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -33,6 +47,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from models.boltzmann.dbm import DBM
+from models.boltzmann.dbn import DBN
 from models.boltzmann.rbm import RBM
 from models.io.matfile import read_mat
 
@@ -41,7 +57,9 @@ VERSION = 1
 _TOP_KEYS_REQUIRED = {"format", "version", "model_type", "state"}
 _TOP_KEYS_OPTIONAL = {"metadata", "train_pixel_means", "config"}
 _STATE_KEYS = {"rbm": ("W", "vbias", "hbias")}
-_MODEL_TYPES = ("rbm", "vae")
+_MODEL_TYPES = ("rbm", "dbm", "dbn", "vae")
+_NPZ_MODEL_TYPES = ("rbm", "dbm", "dbn")
+_LAYERED_KEY = re.compile(r"^(weights|biases|recognition_biases)_(0|[1-9][0-9]*)$")
 
 
 class CheckpointError(ValueError):
@@ -58,7 +76,7 @@ class Checkpoint:
     source: the file it came from; source_format: 'raise-eval', 'npz' or 'mat'.
     """
 
-    model: Any  # RBM or VAE
+    model: Any  # RBM, DBM, DBN or VAE
     metadata: dict[str, Any] = field(default_factory=dict)
     train_pixel_means: Optional[Tensor] = None
     source: str = ""
@@ -71,7 +89,7 @@ def save_checkpoint(
     metadata: Optional[dict[str, Any]] = None,
     train_pixel_means: Optional[Tensor] = None,
 ) -> None:
-    """Write an RBM or a VAE in raise-eval's format (see the module docstring)."""
+    """Write an RBM, a DBM, a DBN or a VAE in raise-eval's format (see the module docstring)."""
     from models.directed.vae import VAE
 
     if isinstance(model, VAE):
@@ -87,27 +105,65 @@ def save_checkpoint(
             str(path),
         )
         return
-    if not isinstance(model, RBM):
-        raise TypeError(f"save_checkpoint writes RBMs and VAEs; got {type(model).__name__}")
+    model_type, state = _boltzmann_state(model, "save_checkpoint writes RBMs, DBMs, DBNs and VAEs")
     payload: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
-        "model_type": "rbm",
-        "state": {k: t.detach().cpu().clone() for k, t in zip(_STATE_KEYS["rbm"], (model.W, model.vbias, model.hbias))},
+        "model_type": model_type,
+        "state": {k: t.detach().cpu().clone() for k, t in state.items()},
         "metadata": dict(metadata or {}),
     }
     if train_pixel_means is not None:
-        means = torch.as_tensor(train_pixel_means).detach().cpu().flatten()
-        if means.numel() != model.n_visible:
-            raise ValueError(
-                f"train_pixel_means has {means.numel()} entries; the model has {model.n_visible} visible units"
-            )
-        payload["train_pixel_means"] = means.to(model.dtype)
+        payload["train_pixel_means"] = _pixel_means_to_save(train_pixel_means, model)
     torch.save(payload, str(path))
 
 
+def save_npz(path: Union[str, Path], model, train_pixel_means: Optional[Tensor] = None) -> None:
+    """Write an RBM (W, vbias, hbias), a DBM or a DBN (model_type, weights_l, biases_l, recognition_biases_l) in
+    the .npz interchange format of the module docstring."""
+    model_type, state = _boltzmann_state(model, "save_npz writes RBMs, DBMs and DBNs")
+    arrays = {k: t.detach().cpu().numpy() for k, t in state.items()}
+    if model_type != "rbm":
+        arrays["model_type"] = np.array(model_type)
+    if train_pixel_means is not None:
+        arrays["train_pixel_means"] = _pixel_means_to_save(train_pixel_means, model).numpy()
+    np.savez(path, **arrays)
+
+
+def _boltzmann_state(model, what: str) -> tuple[str, dict[str, Tensor]]:
+    """(model_type, state) of an RBM, DBM or DBN, with the key names of the module docstring."""
+    if isinstance(model, RBM):
+        return "rbm", dict(zip(_STATE_KEYS["rbm"], (model.W, model.vbias, model.hbias)))
+    if isinstance(model, DBM):
+        if model.weight_scale != 1.0:
+            raise ValueError(
+                f"this DBM has weight_scale {model.weight_scale:g} (a point on an annealing path); "
+                "save the model itself"
+            )
+        model_type = "dbm"
+    elif isinstance(model, DBN):
+        model_type = "dbn"
+    else:
+        raise TypeError(f"{what}; got {type(model).__name__}")
+    state = {f"weights_{l}": w for l, w in enumerate(model.weights)}
+    state.update({f"biases_{l}": b for l, b in enumerate(model.biases)})
+    if model_type == "dbn":
+        state.update({f"recognition_biases_{i + 1}": r for i, r in enumerate(model.recognition_biases)})
+    return model_type, state
+
+
+def _pixel_means_to_save(train_pixel_means, model) -> Tensor:
+    means = torch.as_tensor(train_pixel_means).detach().cpu().flatten()
+    if means.numel() != model.n_visible:
+        raise ValueError(
+            f"train_pixel_means has {means.numel()} entries; the model has {model.n_visible} visible units"
+        )
+    return means.to(model.dtype)
+
+
 def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None, device=None) -> Checkpoint:
-    """Load a raise-eval .pt checkpoint, an .npz or a MATLAB .mat RBM (chosen by the file name)."""
+    """Load a raise-eval .pt checkpoint, an .npz (RBM, DBM or DBN) or a MATLAB .mat RBM (chosen by the file
+    name)."""
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"checkpoint {path} does not exist")
@@ -121,7 +177,7 @@ def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None,
     else:
         raise CheckpointError(
             f"{path}: unknown checkpoint type {suffix or '(no extension)'}; expected .pt (raise-eval), "
-            ".npz (W, vbias, hbias) or .mat (vishid, hidbiases, visbiases)"
+            ".npz (W, vbias, hbias, or model_type and weights_l, biases_l) or .mat (vishid, hidbiases, visbiases)"
         )
     if dtype is not None or device is not None:
         ckpt.model = ckpt.model.to(device=device, dtype=dtype)  # nn.Module.to for VAEs (in place, returns self)
@@ -157,14 +213,24 @@ def _load_raise_eval(path: Path) -> Checkpoint:
     if model_type == "vae":
         return _load_vae(path, payload)
     state = payload["state"]
-    _check_keys(path, set(state), set(_STATE_KEYS[model_type]), f"state of a {model_type}")
-    model = _make_rbm(path, state["W"], state["vbias"], state["hbias"])
-    means = payload.get("train_pixel_means")
-    if means is not None:
-        means = torch.as_tensor(means).flatten()
-        if means.numel() != model.n_visible:
-            raise CheckpointError(f"{path}: train_pixel_means has {means.numel()} entries for {model.n_visible} units")
+    if not isinstance(state, dict):
+        raise CheckpointError(f"{path}: 'state' is a {type(state).__name__}; it must be a dict of named tensors")
+    if model_type == "rbm":
+        _check_keys(path, set(state), set(_STATE_KEYS[model_type]), f"state of a {model_type}")
+        model = _make_rbm(path, state["W"], state["vbias"], state["hbias"])
+    else:
+        model, _ = _make_layered(path, model_type, state, strict=True)
+    means = _pixel_means(path, payload.get("train_pixel_means"), model, convert=False)
     return Checkpoint(model, dict(payload.get("metadata") or {}), means, str(path), "raise-eval")
+
+
+def _pixel_means(path: Path, means, model, convert: bool) -> Optional[Tensor]:
+    if means is None:
+        return None
+    means = torch.as_tensor(np.asarray(means) if not isinstance(means, Tensor) else means).flatten()
+    if means.numel() != model.n_visible:
+        raise CheckpointError(f"{path}: train_pixel_means has {means.numel()} entries for {model.n_visible} units")
+    return means.to(model.dtype) if convert else means
 
 
 def _load_vae(path: Path, payload: dict) -> Checkpoint:
@@ -188,14 +254,153 @@ def _load_vae(path: Path, payload: dict) -> Checkpoint:
 
 
 def _load_npz(path: Path) -> Checkpoint:
-    with np.load(path, allow_pickle=False) as z:
-        arrays = {k: z[k] for k in z.files}
-    _check_keys(path, set(arrays), {"W", "vbias", "hbias"}, "an .npz RBM", optional={"logZ_exact"})
-    model = _make_rbm(path, arrays["W"], arrays["vbias"], arrays["hbias"])
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+    except ValueError as e:  # object arrays need pickle, which is refused
+        raise CheckpointError(
+            f"{path}: cannot read the arrays without pickle ({e}); save plain numeric arrays"
+        ) from None
+    means = arrays.pop("train_pixel_means", None)
+    layered = sorted(k for k in arrays if _LAYERED_KEY.match(k))
+    if "model_type" in arrays:
+        model_type = _npz_model_type(path, arrays.pop("model_type"))
+    elif layered and "W" not in arrays:
+        raise CheckpointError(
+            f"{path}: arrays {layered[:3] + ['...'] if len(layered) > 3 else layered} but no model_type; a DBM or "
+            "DBN .npz needs a 0-d string array model_type, 'dbm' or 'dbn' (e.g. np.savez(..., model_type='dbm'))"
+        )
+    else:
+        model_type = "rbm"
     metadata: dict[str, Any] = {}
-    if "logZ_exact" in arrays:
-        metadata["log_z_exact"] = float(arrays["logZ_exact"])
-    return Checkpoint(model, metadata, None, str(path), "npz")
+    if model_type == "rbm":
+        missing = {"W", "vbias", "hbias"} - set(arrays)
+        if missing:
+            raise CheckpointError(
+                f"{path}: {_describe_keys(missing, set())}; an .npz RBM has the arrays W (n_visible, n_hidden), "
+                "hbias and vbias (optional: logZ_exact, train_pixel_means); a DBM or DBN .npz has model_type, "
+                "weights_l and biases_l"
+            )
+        model = _make_rbm(path, arrays.pop("W"), arrays.pop("vbias"), arrays.pop("hbias"))
+        if "logZ_exact" in arrays:
+            metadata["log_z_exact"] = float(arrays.pop("logZ_exact"))
+        ignored = sorted(arrays)
+    else:
+        model, ignored = _make_layered(path, model_type, arrays, strict=False)
+    if ignored:
+        metadata["ignored_variables"] = ignored
+    return Checkpoint(model, metadata, _pixel_means(path, means, model, convert=True), str(path), "npz")
+
+
+def _npz_model_type(path: Path, value: np.ndarray) -> str:
+    if value.ndim != 0 or value.dtype.kind not in "US":
+        raise CheckpointError(
+            f"{path}: model_type must be a 0-d string array ('dbm' or 'dbn'), got a {value.dtype} array of shape "
+            f"{value.shape}"
+        )
+    item = value[()]
+    model_type = item.decode() if isinstance(item, bytes) else str(item)
+    if model_type not in _NPZ_MODEL_TYPES:
+        raise CheckpointError(
+            f"{path}: model_type {model_type!r} is not supported in an .npz; known: {list(_NPZ_MODEL_TYPES)}"
+        )
+    return model_type
+
+
+def _make_layered(path: Path, model_type: str, arrays: dict, strict: bool):
+    """A DBM or DBN from arrays named weights_l, biases_l (and recognition_biases_l); returns (model, the names of
+    other arrays). With `strict`, other names are errors (a .pt state); otherwise they are returned (an .npz)."""
+    groups: dict[str, dict[int, Any]] = {"weights": {}, "biases": {}, "recognition_biases": {}}
+    others = []
+    for name, value in arrays.items():
+        m = _LAYERED_KEY.match(name) if isinstance(name, str) else None
+        if m is None:
+            others.append(name)
+        else:
+            groups[m.group(1)][int(m.group(2))] = value
+    dbn = model_type == "dbn"
+    if not dbn and groups["recognition_biases"]:
+        names = sorted(f"recognition_biases_{i}" for i in groups["recognition_biases"])
+        raise CheckpointError(
+            f"{path}: {names} belong to a DBN but model_type is {model_type!r}; set model_type 'dbn' or drop them"
+        )
+    # L from the largest index of any kind, so that a gap anywhere is named as a missing key.
+    n_weights = max(
+        [i + 1 for i in groups["weights"]]
+        + [i for i in groups["biases"]]
+        + [i + 1 for i in groups["recognition_biases"]],
+        default=0,
+    )
+    n_weights = max(n_weights, 2)
+    expected = (
+        [f"weights_{l}" for l in range(n_weights)]
+        + [f"biases_{l}" for l in range(n_weights + 1)]
+        + ([f"recognition_biases_{l}" for l in range(1, n_weights)] if dbn else [])
+    )
+    found = {f"{kind}_{i}" for kind, d in groups.items() for i in d}
+    missing, unknown = set(expected) - found, found - set(expected)
+    if strict:
+        unknown |= set(map(str, others))
+    if missing or unknown:
+        L = n_weights
+        keys = f"weights_0..weights_{L - 1}, biases_0..biases_{L}"
+        if dbn:
+            keys += f", recognition_biases_1..recognition_biases_{L - 1}"
+        raise CheckpointError(
+            f"{path}: {_describe_keys(missing, unknown)}; a {model_type} with {L} weight matrices (at least 2) has "
+            f"the keys {keys}, indices without gaps"
+        )
+
+    def tensor(name, value):
+        try:
+            return value if isinstance(value, Tensor) else torch.as_tensor(np.asarray(value))
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise CheckpointError(f"{path}: {name} is not a numeric array: {e}") from None
+
+    def vector(name, value):
+        t = tensor(name, value)
+        if t.dim() > 2 or (t.dim() == 2 and min(t.shape) != 1):
+            raise CheckpointError(f"{path}: {name} must be a vector, got shape {tuple(t.shape)}")
+        return t.flatten()
+
+    weights = [tensor(f"weights_{l}", groups["weights"][l]) for l in range(n_weights)]
+    biases = [vector(f"biases_{l}", groups["biases"][l]) for l in range(n_weights + 1)]
+    recognition = (
+        [vector(f"recognition_biases_{l}", groups["recognition_biases"][l]) for l in range(1, n_weights)] if dbn else []
+    )
+    sizes = [b.numel() for b in biases]
+    for l, w in enumerate(weights):
+        if tuple(w.shape) != (sizes[l], sizes[l + 1]):
+            raise CheckpointError(
+                f"{path}: weights_{l} has shape {tuple(w.shape)} but biases_{l} and biases_{l + 1} have {sizes[l]} "
+                f"and {sizes[l + 1]} entries; weights_l must be shaped (n_l, n_(l+1)) = ({sizes[l]}, {sizes[l + 1]})"
+            )
+    for l, r in enumerate(recognition, start=1):
+        if r.numel() != sizes[l]:
+            raise CheckpointError(
+                f"{path}: recognition_biases_{l} has {r.numel()} entries but layer {l} has {sizes[l]} units "
+                f"(biases_{l}); they must match"
+            )
+    for name, t in [(f"weights_{l}", w) for l, w in enumerate(weights)] + [
+        (f"biases_{l}", b) for l, b in enumerate(biases)
+    ]:
+        if not (
+            torch.is_floating_point(t) or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
+        ):
+            raise CheckpointError(f"{path}: {name} has dtype {t.dtype}; expected floating point numbers")
+    dtype = torch.float64 if weights[0].dtype == torch.float64 else torch.float32
+
+    def conv(ts):
+        return [t.to(dtype) for t in ts]
+
+    try:
+        if dbn:
+            model = DBN(conv(weights), conv(biases), conv(recognition))
+        else:
+            model = DBM(conv(weights), conv(biases))
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
+    return model, sorted(map(str, others))
 
 
 def _load_mat(path: Path) -> Checkpoint:

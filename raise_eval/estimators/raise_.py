@@ -1,26 +1,40 @@
-"""RAISE, the Reverse AIS Estimator (Burda, Grosse & Salakhutdinov, 2015, Alg. 2), for RBMs.
+"""RAISE, the Reverse AIS Estimator (Burda, Grosse & Salakhutdinov, 2015), for RBMs, DBMs and DBNs.
 
-For a test vector v, the reverse chain starts from an exact sample of p_K(h | v) (here: h summed out, the state
-is v itself) and anneals down to the base distribution:
+The annealing model p_ann is the forward chain x_0 ~ p_0, x_k ~ T_k(. | x_{k-1}) (k = 1..K, T_k the reversible
+block-Gibbs kernel of p_k on the even layers, odd layers summed out), read off at its final visible state. RAISE is
+one reverse pass of that chain from a start at beta = 1 that contains the test vector v, with a start weight w_0:
 
-    x_K = v;  for k = K-1 .. 0:  x_k ~ T_{k+1}(. | x_{k+1}),  w *= f_k(x_k) / f_{k+1}(x_k);   w *= f_K(v) / Z_0
+    x_K = start;  for k = K-1 .. 0:  x_k ~ T_{k+1}(. | x_{k+1}),  w *= f_k(x_k) / f_{k+1}(x_k)
 
-T_{k+1} is the reversible block-Gibbs kernel of p_{k+1} (the paper's box writes T~_k: an index slip). Then
-E[w] = p_ann(v), the probability of v under the annealing model (the distribution of AIS's final visible state),
-so log mean w is a stochastic lower bound on log p_ann(v): a conservative log-likelihood.
+(the paper's Alg. 2 writes T~_k: an index slip; with the operator of p_{k+1} the weight is taken at the new
+state). E[w] = p_ann(v), so log mean w is a stochastic lower bound on log p_ann(v): a conservative
+log-likelihood. The start depends on the family:
+
+- RBM (Alg. 2): the hidden layer is summed out, so the state is v itself and w_0 = f_K(v) / Z_0.
+- DBM (heating, Alg. 3): p(hidden | v) is intractable. Draw the even hidden layers h'_0 ~ p_0(h | v), then heat
+  with v clamped, h'_k ~ T_{k-1}^(v)(. | h'_{k-1}) for k = 1..K, w_0 = p_0(v) prod_k f_k(v, h'_k) / f_{k-1}(v, h'_k),
+  and start the reverse pass from (v, h'_K). The box draws h'_k with T_k^(v); but the auxiliary forward chain
+  of eq. (13) cools h' with T_{k}^(v)(h'_k | h'_{k+1}), whose reversal draws h'_{k+1} from h'_k with the
+  operator of p_k. Then p_fwd / q_rev telescopes to the weight above. Heating is forward AIS on p(h | v) from
+  p_0(h | v): it is the same annealing loop with the visible layer clamped, and its weight alone estimates
+  f(v) / f_0(v).
+- DBN (unrolling, Sec. 3.3): propose x_1..x_{L-1} from the recognition distribution q, then run RAISE on the top
+  RBM from x_{L-1}: w_0 = prod_{l<L-1} p(x_l | x_{l+1}) / q(x_1..x_{L-1} | v) * f_top(x_{L-1}) / Z_0. E[w] is
+  the probability of v under the unrolled annealing model: the top RBM's p_ann followed by the directed layers.
 """
 
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
 
 from raise_eval.annealing import Kernel, anneal
 from raise_eval.datasets import check_binary
+from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.paths.boltzmann import BoltzmannPath
 from raise_eval.schedules import validate_schedule
 from raise_eval.stats import log_mean_exp, mean_and_stderr
@@ -32,31 +46,46 @@ class RAISEResult:
 
     log_weights: per-chain log w, float64, shaped (N, num_chains); exp(log_w) is unbiased for p_ann(v_i).
     log_likelihood: log mean w over chains, shaped (N,): stochastic lower bounds on log p_ann(v_i).
-    log_unnormalized: log f(v_i) under the model, shaped (N,), the control variate of Sec. 4.
+    log_unnormalized: exact log f(v_i) under the model, shaped (N,), for RBMs (the control variate of Sec. 4);
+        None for DBMs and DBNs, whose log f(v) must be estimated (pass the estimates to `control_variate_mean`).
     mean, stderr: average of log_likelihood over the N examples and its standard error.
+    start: 'exact posterior' (RBM), 'heating' (DBM) or 'unrolled' (DBN).
     """
 
     log_weights: Tensor
     log_likelihood: Tensor
-    log_unnormalized: Tensor
+    log_unnormalized: Optional[Tensor]
     mean: float
     stderr: float
     num_steps: int
     num_chains: int
     seconds: float
+    start: str = "exact posterior"
 
-    def control_variate_mean(self, all_log_unnormalized: Tensor) -> tuple[float, float]:
-        """Average log-likelihood over a whole test set from RAISE on a subset (the paper's Sec. 4, alpha = 1).
+    def control_variate_mean(
+        self,
+        all_log_unnormalized: Tensor,
+        subset_log_unnormalized: Optional[Tensor] = None,
+        alpha: Union[float, str] = 1.0,
+    ) -> ControlVariateEstimate:
+        """Average log-likelihood over a whole test set from RAISE on a subset (the paper's Sec. 4, eq. 14).
 
-        mean_subset(Y - X) + mean_all(X), with Y the RAISE estimates and X = log f(v), which is cheap for every
-        test vector. Returns (estimate, standard error); the error is sd(Y - X) / sqrt(n), which also counts the
-        Monte Carlo noise of each Y (and overstates the error when the subset is the whole set).
+        mean_subset(Y - alpha X) + alpha mean_all(X), with Y the RAISE estimates and X = log f(v) (exact or
+        estimated), cheap for every test vector. See `control_variate_mean`.
 
         Args:
-            all_log_unnormalized: log f(v) for every test vector, shaped (N_all,).
+            all_log_unnormalized: X for every test vector, shaped (N_all,).
+            subset_log_unnormalized: X for this result's examples, shaped (N,): the same values as in
+                `all_log_unnormalized` (not a fresh estimate); defaults to the exact `log_unnormalized`.
+            alpha: a number, or 'optimal' for Cov(Y, X) / Var(X) estimated on the subset.
         """
-        diff_mean, diff_se = mean_and_stderr(self.log_likelihood - self.log_unnormalized)
-        return diff_mean + float(all_log_unnormalized.double().mean()), diff_se
+        x = self.log_unnormalized if subset_log_unnormalized is None else subset_log_unnormalized
+        if x is None:
+            raise ValueError(
+                "this model's log f(v) has no exact value: pass the estimates of log f(v) for the subset "
+                "(subset_log_unnormalized), taken from the same values as all_log_unnormalized"
+            )
+        return control_variate_mean(self.log_likelihood, x, all_log_unnormalized, alpha=alpha)
 
     def to_dict(self) -> dict:
         return {
@@ -66,6 +95,7 @@ class RAISEResult:
             "num_steps": self.num_steps,
             "num_chains": self.num_chains,
             "seconds": self.seconds,
+            "start": self.start,
             "log_likelihood": self.log_likelihood,
         }
 
@@ -78,34 +108,55 @@ def raise_log_likelihood(
     *,
     generator: torch.Generator,
     kernel: Optional[Kernel] = None,
+    heating_kernel: Optional[Kernel] = None,
+    unroll: Any = None,
     progress: bool = False,
 ) -> RAISEResult:
     """Run RAISE for every row of `data` with `num_chains` chains each, all N x C chains in one batch.
 
+    The start follows the model (see the module docstring): the exact posterior for an RBM, heating for a DBM
+    (any layered machine with even hidden layers), unrolling when `unroll` (a DBN whose top RBM `path` anneals)
+    is given.
+
     Args:
-        path: geometric path of an RBM (two layers; DBMs need the heating variant).
+        path: geometric path of the Boltzmann machine annealed (for a DBN, of its top RBM).
         data: binary test vectors shaped (N, n_visible).
         betas: the forward schedule from 0 to 1 (it is run backwards), shaped (K + 1,).
         num_chains: chains per example C.
         generator: the only source of randomness.
+        kernel: replaces the path's kernel in the reverse pass.
+        heating_kernel: replaces the clamped kernel of the heating pass (DBMs).
+        unroll: a DBN (`sample_recognition`, `log_directed_likelihood`, `top`) whose directed layers are
+            proposed with its recognition distribution; `path.model` must be its top RBM.
     """
     betas = validate_schedule(betas)
-    model = path.model
-    if model.num_layers != 2:
-        raise NotImplementedError(
-            "RAISE from a test vector starts from an exact sample of p(hidden | v), which is tractable only for "
-            f"RBMs; this model has {model.num_layers} layers and needs the heating variant (Alg. 3)"
-        )
     if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
         raise ValueError(f"num_chains must be a positive integer, got {num_chains!r}")
-    check_binary(data, model.n_visible, "RAISE test data")
+    model = path.model
+    if unroll is not None and unroll.top.weights[0] is not model.weights[0]:
+        raise ValueError("RAISE for a DBN anneals its top RBM: build the path on dbn.top")
+    n_visible = unroll.n_visible if unroll is not None else model.n_visible
+    check_binary(data, n_visible, "RAISE test data")
     start = time.perf_counter()
     v = data.to(device=model.device, dtype=model.dtype)
     n = v.shape[0]
-    log_f = path.log_density(path.state_from_layers([v, None]), 1.0).to(torch.float64)  # (N,)
-    state = path.state_from_layers([v.unsqueeze(1).expand(n, num_chains, v.shape[1]).contiguous(), None])
+    v_chains = v.unsqueeze(1).expand(n, num_chains, n_visible).contiguous()
+    log_f = None
+    if unroll is not None:
+        kind = "unrolled"
+        layers, log_q = unroll.sample_recognition(v_chains, generator)
+        state, log_w0 = _posterior_start(path, layers[-1])
+        log_w0 = log_w0 + unroll.log_directed_likelihood(layers) - log_q
+    elif not _even_hidden_layers(model):
+        kind = "exact posterior"
+        log_f = path.log_density(path.state_from_layers([v, None]), 1.0).to(torch.float64)  # (N,)
+        state = path.state_from_layers([v_chains, None])
+        log_w0 = (log_f - path.log_partition_initial).unsqueeze(1)
+    else:
+        kind = "heating"
+        state, log_w0 = _heat(path, v_chains, betas, generator, heating_kernel, progress)
     _, log_w = anneal(path, state, betas.flip(0), generator=generator, kernel=kernel, progress=progress, desc="RAISE")
-    log_w = log_w + (log_f - path.log_partition_initial).unsqueeze(1)
+    log_w = log_w + log_w0
     per_example = log_mean_exp(log_w, dim=1)
     mean, se = mean_and_stderr(per_example)
     return RAISEResult(
@@ -117,4 +168,41 @@ def raise_log_likelihood(
         num_steps=betas.numel() - 1,
         num_chains=num_chains,
         seconds=time.perf_counter() - start,
+        start=kind,
     )
+
+
+def _even_hidden_layers(model) -> list[int]:
+    return list(range(2, model.num_layers, 2))
+
+
+def _posterior_start(path: BoltzmannPath, v: Tensor) -> tuple[Any, Tensor]:
+    """Start of an RBM's reverse pass: the state v (hidden summed out) and log w_0 = log f_K(v) - log Z_0."""
+    if _even_hidden_layers(path.model):
+        raise ValueError("an exact posterior start needs a two-layer machine (an RBM)")
+    state = path.state_from_layers([v, None])
+    return state, path.log_density(state, 1.0).to(torch.float64) - path.log_partition_initial
+
+
+def _heat(path: BoltzmannPath, v: Tensor, betas: Tensor, generator, heating_kernel, progress) -> tuple[Any, Tensor]:
+    """Heating (Alg. 3, slip fixed): h'_0 ~ p_0(h | v), then forward annealing with v clamped.
+
+    Returns the state (v, h'_K) at beta = 1 and log w_0 = log p_0(v) + sum_k log f_k(v, h'_k) - log f_{k-1}(v, h'_k),
+    h'_k drawn with the clamped kernel of p_{k-1} (the same loop as AIS). Shapes: v (N, C, n_visible); log w_0
+    (N, C) in float64.
+    """
+    model = path.model
+    layers = [v] + [
+        path.sample_base_layer(l, v.shape[:-1], generator) if l % 2 == 0 else None for l in range(1, model.num_layers)
+    ]
+    heating = path.with_clamped((0,))
+    state, log_w = anneal(
+        heating,
+        heating.state_from_layers(layers),
+        betas,
+        generator=generator,
+        kernel=heating_kernel,
+        progress=progress,
+        desc="RAISE heating",
+    )
+    return state, log_w + path.log_base_prob(v, 0)

@@ -58,9 +58,16 @@ class BoltzmannPath:
     Args:
         model: the target Boltzmann machine.
         base_biases: one bias vector per layer for the independent base distribution; uniform when None.
+        clamped: even layers the kernel leaves unchanged (e.g. (0,) to anneal p_beta(hidden | v) while heating a
+            DBM's hidden layers); the densities are unchanged.
     """
 
-    def __init__(self, model: LayeredBoltzmannMachine, base_biases: Optional[Sequence[Tensor]] = None):
+    def __init__(
+        self,
+        model: LayeredBoltzmannMachine,
+        base_biases: Optional[Sequence[Tensor]] = None,
+        clamped: Collection[int] = (),
+    ):
         base = uniform_base(model) if base_biases is None else list(base_biases)
         if len(base) != model.num_layers:
             raise ValueError(f"need {model.num_layers} base bias vectors, got {len(base)}")
@@ -69,8 +76,12 @@ class BoltzmannPath:
                 raise ValueError(f"base bias {l} has shape {tuple(c.shape)}, the model's has {tuple(b.shape)}")
             if not bool(torch.isfinite(c).all()):
                 raise ValueError(f"base bias {l} has NaN or infinite entries")
+        for l in clamped:
+            if not (0 <= l < model.num_layers and l % 2 == 0):
+                raise ValueError(f"only even layers (kept in the state) can be clamped; got layer {l}")
         self.model = model
         self.base_biases = [c.to(dtype=model.dtype, device=model.device) for c in base]
+        self.clamped = tuple(sorted(clamped))
         self._scratch = Scratch()
         self._at_cache: dict[float, LayeredBoltzmannMachine] = {}
         # Odd-layer probabilities left by the last weight update: (beta, input tensor, its version, buffers).
@@ -96,6 +107,10 @@ class BoltzmannPath:
             self._at_cache[beta] = cached
         return cached
 
+    def with_clamped(self, clamped: Collection[int]) -> BoltzmannPath:
+        """The same path (model and base) whose kernel keeps the even layers `clamped` fixed."""
+        return BoltzmannPath(self.model, self.base_biases, clamped=clamped)
+
     @property
     def log_partition_initial(self) -> float:
         """log Z_0 of the base: every unit independent, sum of softplus(c), in float64."""
@@ -106,16 +121,24 @@ class BoltzmannPath:
         """The state for given even layers (odd entries are ignored)."""
         return collapse_odd_layers(self.model, list(layers))
 
+    def sample_base_layer(self, l: int, batch_shape: tuple, generator: torch.Generator) -> Tensor:
+        """Exact samples of layer `l` under the base p_0 (its units are independent), shaped (*batch_shape, n_l)."""
+        c = self.base_biases[l]
+        u = torch.rand((*batch_shape, c.shape[0]), generator=generator, device=c.device, dtype=c.dtype)
+        return (u < torch.sigmoid(c)).to(c.dtype)
+
     def sample_initial(self, num_chains: int, generator: torch.Generator) -> BoltzmannState:
         """`num_chains` exact samples of the base distribution p_0, batch shape (num_chains,)."""
-        layers = []
-        for l, c in enumerate(self.base_biases):
-            if l % 2 == 0:
-                u = torch.rand((num_chains, c.shape[0]), generator=generator, device=c.device, dtype=c.dtype)
-                layers.append((u < torch.sigmoid(c)).to(c.dtype))
-            else:
-                layers.append(None)
+        layers = [
+            self.sample_base_layer(l, (num_chains,), generator) if l % 2 == 0 else None
+            for l in range(self.model.num_layers)
+        ]
         return self.state_from_layers(layers)
+
+    def log_base_prob(self, x: Tensor, l: int) -> Tensor:
+        """log p_0(x_l) of layer `l` under the base (independent units), float64, shaped (*batch,)."""
+        c = self.base_biases[l].double()
+        return torch.mv(x.double().reshape(-1, c.shape[0]), c).reshape(x.shape[:-1]) - float(F.softplus(c).sum())
 
     # ---------------------------------------------------------------- densities and kernel
     def log_density(self, state: BoltzmannState, beta: float) -> Tensor:
@@ -162,10 +185,16 @@ class BoltzmannPath:
     def transition(
         self, state: BoltzmannState, beta: float, generator: torch.Generator, clamped: Collection[int] = ()
     ) -> BoltzmannState:
-        """Block Gibbs step at `beta` (reversible, leaves p_beta(x_even) invariant)."""
+        """Block Gibbs step at `beta` (reversible, leaves p_beta(x_even) invariant; with clamped layers, p_beta of
+        the other even layers given them)."""
         probs = self._take_pending_probs(state, beta)
         return block_gibbs_step(
-            self.at(beta), state, generator, clamped=clamped, scratch=self._scratch, odd_probs=probs
+            self.at(beta),
+            state,
+            generator,
+            clamped=tuple(self.clamped) + tuple(clamped),
+            scratch=self._scratch,
+            odd_probs=probs,
         )
 
     def transition_(self, state: BoltzmannState, beta: float, generator: torch.Generator) -> BoltzmannState:
@@ -174,7 +203,9 @@ class BoltzmannPath:
         For loops that own their state (`anneal` clones the start once); `state` is overwritten.
         """
         probs = self._take_pending_probs(state, beta)
-        return block_gibbs_step(self.at(beta), state, generator, scratch=self._scratch, out=state, odd_probs=probs)
+        return block_gibbs_step(
+            self.at(beta), state, generator, clamped=self.clamped, scratch=self._scratch, out=state, odd_probs=probs
+        )
 
     def clone_state(self, state: BoltzmannState) -> BoltzmannState:
         """A copy of `state` with new contiguous tensors (what `transition_` may overwrite)."""
