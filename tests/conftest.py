@@ -69,3 +69,38 @@ def shared_data() -> Path:
     if root is None:
         pytest.skip("the shared data root is absent: set RAISE_EVAL_DATA to the folder with MNIST and checkpoints")
     return root
+
+
+def _random_layers(sizes, seed, weight_std, bias_std=0.5):
+    """Random chain parameters, biases centred (as in `make_multimodal_rbm`) so that the weights decide the modes."""
+    g = torch.Generator().manual_seed(seed)
+    weights = [torch.randn(a, b, generator=g, dtype=torch.float64) * weight_std for a, b in zip(sizes[:-1], sizes[1:])]
+    biases = [torch.randn(n, generator=g, dtype=torch.float64) * bias_std for n in sizes]
+    for l in range(len(sizes)):
+        if l < len(weights):
+            biases[l] = biases[l] - 0.5 * weights[l].sum(1)
+        if l > 0:
+            biases[l] = biases[l] - 0.5 * weights[l - 1].sum(0)
+    recognition = [torch.randn(n, generator=g, dtype=torch.float64) * bias_std for n in sizes[1:-1]]
+    return weights, biases, recognition
+
+
+@pytest.fixture(scope="session", params=[(5, 4, 3), (4, 3, 3, 2)], ids=["dbm-2-hidden", "dbm-3-hidden"])
+def tiny_dbm(request):
+    """Tiny DBMs in float64 with two and three hidden layers (every layer small enough to enumerate), each with
+    two local modes of the visible distribution."""
+    from models import DBM
+
+    weights, biases, _ = _random_layers(request.param, seed=22, weight_std=2.0)
+    model = DBM(weights, biases)
+    assert count_local_modes(model) >= 2, "fixture model must be multimodal"
+    return model
+
+
+@pytest.fixture(scope="session", params=[(5, 4, 3), (4, 3, 3, 2)], ids=["dbn-2-hidden", "dbn-3-hidden"])
+def tiny_dbn(request):
+    """Tiny DBNs in float64 with two and three hidden layers."""
+    from models import DBN
+
+    weights, biases, recognition = _random_layers(request.param, seed=31, weight_std=1.0)
+    return DBN(weights, biases, recognition)
