@@ -10,24 +10,26 @@ from typing import Optional
 import torch
 
 from raise_eval.datasets import DATASETS, DataError, check_binary, load_array_file, load_dataset
-from raise_eval.evaluate import EXACT_MODES, INITS, evaluate_rbm
+from raise_eval.estimators.unnormalized import METHODS as LOG_F_METHODS
+from raise_eval.evaluate import EXACT_MODES, INITS, evaluate, recognition_means
 from raise_eval.results import dump_json
 from raise_eval.schedules import SCHEDULES
 
 EVALUATE_DESCRIPTION = """\
-Estimate the average test log-likelihood of an RBM checkpoint three ways:
+Estimate the average test log-likelihood of an RBM, DBM or DBN checkpoint three ways:
 
   AIS    log Z by annealed importance sampling, a stochastic lower bound on log Z, so the log-likelihood
-         mean log f(v) - log Z-hat is optimistic (it tends to overestimate).
+         mean log f(v) - log Z-hat is optimistic (it tends to overestimate). log f(v) is exact for an RBM and
+         estimated for a DBM or DBN (importance sampling, --log-f); a DBN's log Z is its top RBM's.
   RAISE  reverse AIS from each test vector: a stochastic lower bound on the log-likelihood of the annealing
-         model, in practice a conservative estimate. Run on a random subset of the test set and extended to the
-         whole set with the control variate log f(v).
-  exact  by enumerating the smaller layer, when it has at most 25 units.
+         model, in practice a conservative estimate (DBMs: heating; DBNs: unrolling). Run on a random subset
+         of the test set and extended to the whole set with the control variate log f(v).
+  exact  by enumeration, when at most 25 units must be enumerated (e.g. the smaller layer of an RBM).
 
 AIS and RAISE agreeing is evidence that both are accurate; a large gap means at least one is not (raise K).
 
-Checkpoints: raise-eval .pt files, .npz files with W, vbias, hbias, or MATLAB .mat files with vishid,
-hidbiases, visbiases (see the README for the format and how to write one).
+Checkpoints: raise-eval .pt files (RBM, DBM, DBN), .npz files with W, vbias, hbias (RBM) or with model_type,
+weights_l, biases_l (DBM, DBN), or MATLAB .mat RBMs with vishid, hidbiases, visbiases (see the README).
 """
 
 EVALUATE_EPILOG = """\
@@ -48,12 +50,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     ev = sub.add_parser(
         "evaluate",
-        help="AIS, RAISE and exact test log-likelihoods of an RBM checkpoint",
+        help="AIS, RAISE and exact test log-likelihoods of an RBM, DBM or DBN checkpoint",
         description=EVALUATE_DESCRIPTION,
         epilog=EVALUATE_EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    ev.add_argument("checkpoint", metavar="CHECKPOINT", help="RBM checkpoint: .pt (raise-eval), .npz or .mat")
+    ev.add_argument(
+        "checkpoint", metavar="CHECKPOINT", help="RBM, DBM or DBN checkpoint: .pt (raise-eval), .npz or .mat"
+    )
     data = ev.add_argument_group("data")
     data.add_argument(
         "--data",
@@ -112,6 +116,29 @@ def build_parser() -> argparse.ArgumentParser:
     )
     anneal.add_argument(
         "--raise-chains", type=int, default=20, metavar="C", help="RAISE chains per test vector (default: 20)"
+    )
+    anneal.add_argument(
+        "--cv-alpha",
+        default="1",
+        metavar="ALPHA",
+        help="coefficient of the control variate log f(v) in the RAISE average: a number, or 'optimal' for "
+        "Cov(Y, X) / Var(X) estimated on the subset (default: 1, the paper's choice)",
+    )
+    deep = ev.add_argument_group("DBMs and DBNs")
+    deep.add_argument(
+        "--log-f",
+        choices=LOG_F_METHODS,
+        default="importance",
+        help="estimator of log f(v) for DBMs and DBNs: importance sampling (DBM: mean-field proposal over the "
+        "even hidden layers, odd layers summed out; DBN: recognition proposal) or the DBM mean-field bound "
+        "(default: importance; RBMs always use the exact value)",
+    )
+    deep.add_argument(
+        "--log-f-samples",
+        type=int,
+        default=500,
+        metavar="S",
+        help="importance samples per test vector for log f(v) (default: 500)",
     )
     run = ev.add_argument_group("run")
     run.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1 (default: cpu)")
@@ -307,36 +334,50 @@ def _load_data(args, metadata: dict) -> tuple[torch.Tensor, str]:
 
 
 def _train_pixel_means(args, ckpt, data_name: str) -> Optional[torch.Tensor]:
+    """The base rates of the annealed machine's visible layer: pixel means (RBM, DBM), or for a DBN the
+    recognition means of its top RBM's visible layer over the training data."""
+    from models.boltzmann.dbn import DBN
+
     if args.init != "base-rates":
         return None
+    is_dbn = isinstance(ckpt.model, DBN)
+    train = None
     if args.train_data:
         train = check_binary(load_array_file(args.train_data), ckpt.model.n_visible, "training data")
-        return train.double().mean(0)
-    if ckpt.train_pixel_means is not None:
+    elif ckpt.train_pixel_means is not None and not is_dbn:
         return ckpt.train_pixel_means
-    if data_name in DATASETS:
+    elif data_name in DATASETS:
         train = load_dataset(data_name, "train", args.data_root)
-        return check_binary(train, ckpt.model.n_visible, f"{data_name} training data").double().mean(0)
-    _die("--init base-rates needs training data: pass --train-data FILE (or --init uniform)")
-    return None
+        train = check_binary(train, ckpt.model.n_visible, f"{data_name} training data")
+    if train is None:
+        _die("--init base-rates needs training data: pass --train-data FILE (or --init uniform)")
+    return recognition_means(ckpt.model, train) if is_dbn else train.double().mean(0)
 
 
 def cmd_evaluate(args) -> int:
-    from models.boltzmann.rbm import RBM
+    from models.boltzmann.dbn import DBN
+    from models.boltzmann.layered import LayeredBoltzmannMachine
     from models.io.checkpoints import load_checkpoint
 
     device = torch.device(args.device)
     if device.type == "cuda" and not torch.cuda.is_available():
         _die("--device cuda was asked for but torch.cuda.is_available() is False")
     ckpt = load_checkpoint(args.checkpoint, dtype=getattr(torch, args.dtype), device=device)
-    if not isinstance(ckpt.model, RBM):
+    if not isinstance(ckpt.model, (LayeredBoltzmannMachine, DBN)):
         _die(
-            f"{args.checkpoint} holds a {type(ckpt.model).__name__}; raise-eval evaluate evaluates RBMs "
-            "(use raise-eval bdmc for VAEs)"
+            f"{args.checkpoint} holds a {type(ckpt.model).__name__}; raise-eval evaluate evaluates RBMs, DBMs and "
+            "DBNs (use raise-eval bdmc for VAEs)"
         )
+    if args.cv_alpha == "optimal":
+        cv_alpha = "optimal"
+    else:
+        try:
+            cv_alpha = float(args.cv_alpha)
+        except ValueError:
+            _die(f"--cv-alpha takes a number or 'optimal', got {args.cv_alpha!r}")
     test, data_name = _load_data(args, ckpt.metadata)
     means = _train_pixel_means(args, ckpt, data_name)
-    report = evaluate_rbm(
+    report = evaluate(
         ckpt.model,
         test,
         init=args.init,
@@ -348,6 +389,9 @@ def cmd_evaluate(args) -> int:
         raise_chains=args.raise_chains,
         seed=args.seed,
         exact=args.exact,
+        log_f_method=args.log_f,
+        log_f_samples=args.log_f_samples,
+        cv_alpha=cv_alpha,
         progress=not args.no_progress,
         settings={
             "checkpoint": str(args.checkpoint),

@@ -1,7 +1,8 @@
-"""Evaluate an RBM checkpoint: AIS (optimistic), RAISE (conservative) and, when tractable, the exact answer.
+"""Evaluate a Boltzmann-family checkpoint (RBM, DBM or DBN): AIS (optimistic), RAISE (conservative) and, when
+tractable, the exact answer.
 
-`evaluate_rbm` is the Python API behind `raise-eval evaluate`; it returns an `EvaluationReport` that prints as a
-table and serializes to JSON with the keys
+`evaluate` is the Python API behind `raise-eval evaluate` (`evaluate_rbm` is the same function); it returns an
+`EvaluationReport` that prints as a table and serializes to JSON with the keys
 
     log_z.ais.estimate, log_z.ais.stderr, log_z.exact,
     log_likelihood.ais.mean, log_likelihood.raise.mean, log_likelihood.raise.stderr,
@@ -9,8 +10,11 @@ table and serializes to JSON with the keys
 
 (null where not applicable, e.g. exact values of large models).
 
-Averages are over the whole test set. AIS gives mean log f(v) - log Z-hat. RAISE runs on a random subset of n
-test vectors and is extended to the whole set with the control variate log f(v) (RAISE paper, Sec. 4).
+Averages are over the whole test set. AIS gives mean log f(v) - log Z-hat, with log f(v) exact for an RBM and
+estimated for a DBM or DBN (importance sampling, itself a stochastic lower bound; or the DBM's mean-field bound).
+For a DBN, log Z is the top RBM's. RAISE runs on a random subset of n test vectors (heating for a DBM, unrolling for
+a DBN) and is extended to the whole set with the control variate X = log f(v) (RAISE paper, Sec. 4): the headline
+is the control-variate mean; the plain subset mean is reported beside it.
 """
 
 from __future__ import annotations
@@ -18,16 +22,19 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import torch
 from torch import Tensor
 
-from models.boltzmann.rbm import RBM
+from models.boltzmann.dbn import DBN
 from raise_eval import exact as exact_mod
 from raise_eval.datasets import check_binary
 from raise_eval.estimators.ais import AISResult, ais
+from raise_eval.estimators.control_variates import ControlVariateEstimate
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
+from raise_eval.estimators.unnormalized import METHODS as LOG_F_METHODS
+from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.schedules import make_schedule
 
@@ -47,6 +54,8 @@ class EvaluationReport:
     ais_mean: float
     raise_mean: float
     raise_stderr: float
+    control_variate: ControlVariateEstimate
+    log_f: LogUnnormalizedEstimate
     log_z_exact: Optional[float]
     exact_mean: Optional[float]
     timing: dict[str, Optional[float]]
@@ -77,12 +86,16 @@ class EvaluationReport:
                     "stderr": self.raise_stderr,
                     "subset_mean": r.mean,
                     "subset_stderr": r.stderr,
+                    "headline": "control_variate",
+                    "control_variate": self.control_variate.to_dict(),
+                    "start": r.start,
                     "num_examples": int(r.log_likelihood.shape[0]),
                     "num_chains": r.num_chains,
                     "per_example": r.log_likelihood,
                 },
                 "exact": self.exact_mean,
                 "gap": self.gap,
+                "log_unnormalized": self.log_f.to_dict(),
                 "num_test": self.num_test,
             },
             "settings": self.settings,
@@ -107,11 +120,25 @@ class EvaluationReport:
         ]
         if self.log_z_exact is not None:
             lines.append(f"  {'exact':26}{self.log_z_exact:12.4f}{'':10}{_secs(self.timing['exact_seconds'])}")
+        cv = self.control_variate
+        lf = self.log_f
+        if lf.method != "exact":
+            how = f"{lf.num_samples} importance samples" if lf.method == "importance" else "mean-field bound"
+            lines.append(
+                f"  {'mean log f(v)':26}{float(lf.log_unnormalized.mean()):12.4f}{'':10}{_secs(lf.seconds)}"
+                f"   {how} per vector (a stochastic lower bound)"
+            )
+        alpha = (
+            "alpha = 1" if cv.alpha_rule == "fixed" and cv.alpha == 1.0 else f"alpha = {cv.alpha:.3f} ({cv.alpha_rule})"
+        )
         lines += [
             "average test log-likelihood (nats)",
             f"  {'AIS (optimistic)':26}{self.ais_mean:12.4f}{float(self.ais.stderr):10.4f}",
             f"  {'RAISE (conservative)':26}{self.raise_mean:12.4f}{self.raise_stderr:10.4f}"
-            f"{_secs(self.timing['raise_seconds'])}   {r.log_likelihood.shape[0]} examples x {r.num_chains} chains",
+            f"{_secs(self.timing['raise_seconds'])}   {r.log_likelihood.shape[0]} examples x {r.num_chains} chains"
+            f"{'' if r.start == 'exact posterior' else ' (' + r.start + ')'}, control variate log f(v), {alpha}",
+            f"  {'  without control variate':26}{cv.subset_mean:12.4f}{cv.subset_stderr:10.4f}"
+            f"{'':9}   plain mean over the same {cv.num_subset} examples",
             f"  {'gap (AIS - RAISE)':26}{self.gap:12.4f}",
         ]
         if self.exact_mean is not None:
@@ -129,8 +156,33 @@ def _fmt(x: float) -> str:
     return f"{x:.4f}" if math.isfinite(x) else "-inf"
 
 
-def evaluate_rbm(
-    model: RBM,
+def _family(model) -> str:
+    if isinstance(model, DBN):
+        return "DBN"
+    return "RBM" if model.num_layers == 2 else "DBM"
+
+
+def _exact_units(model) -> tuple[int, int]:
+    """Units enumerated by the exact log Z and by the exact log f(v) (0 when log f(v) is closed-form)."""
+    if isinstance(model, DBN):
+        return min(model.top.layer_sizes), sum(model.layer_sizes[1:-1])
+    sizes = model.layer_sizes
+    even = sum(sizes[0::2])
+    odd = sum(sizes[1::2])
+    return min(even, odd), sum(sizes[2::2])
+
+
+def recognition_means(model: DBN, train_data: Tensor) -> Tensor:
+    """Mean over `train_data` of the recognition probabilities of x_{L-1} (the top RBM's visible layer), pushed
+    up deterministically: the data base rates of a DBN's top RBM, shaped (n_{L-1},)."""
+    x = train_data.to(device=model.device, dtype=model.dtype)
+    for l in range(len(model.weights) - 1):
+        x = torch.sigmoid(model.recognition_logits(x, l))
+    return x.double().mean(0)
+
+
+def evaluate(
+    model,
     test_data: Tensor,
     *,
     init: str = "base-rates",
@@ -143,23 +195,33 @@ def evaluate_rbm(
     seed: int = 0,
     exact: str = "auto",
     max_exact_units: int = exact_mod.DEFAULT_MAX_UNITS,
+    log_f_method: str = "importance",
+    log_f_samples: int = 500,
+    cv_alpha: Union[float, str] = 1.0,
     progress: bool = False,
     settings: Optional[dict[str, Any]] = None,
 ) -> EvaluationReport:
-    """Estimate the average test log-likelihood of `model` with AIS and RAISE (and exactly when tractable).
+    """Estimate the average test log-likelihood of an RBM, DBM or DBN with AIS and RAISE (and exactly when
+    tractable).
 
     Args:
-        model: the RBM, on the device and in the dtype to compute with.
+        model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`) or `DBN`, on the device and in the dtype to
+            compute with.
         test_data: binary test vectors (N, n_visible).
         init: 'base-rates' (needs `train_pixel_means`) or 'uniform': the initial distribution of both estimators.
-        train_pixel_means: mean of each visible unit over the training set (n_visible,).
+        train_pixel_means: means over the training set of the annealed machine's visible layer: pixel means for
+            an RBM or DBM, for a DBN the recognition means of its top RBM's visible layer (`recognition_means`).
         schedule, steps: annealing schedule name and K.
         ais_chains: AIS chains M.
         raise_examples: test vectors n for RAISE (a random subset, without replacement; all when n >= N).
         raise_chains: RAISE chains per vector C.
-        seed: AIS uses a generator seeded with `seed`, RAISE one seeded with `seed + 1`.
-        exact: 'auto' (when the smaller layer has at most `max_exact_units` units), 'always' (up to 30 units;
+        seed: AIS uses a generator seeded with `seed`, RAISE one seeded with `seed + 1`, the log f(v) estimates
+            one seeded with `seed + 2`.
+        exact: 'auto' (when enumeration needs at most `max_exact_units` units), 'always' (up to 30 units;
             refused beyond) or 'never'.
+        log_f_method: 'importance' or 'mean-field' (DBMs): how log f(v) is estimated for DBMs and DBNs.
+        log_f_samples: importance samples per test vector.
+        cv_alpha: the control variate's coefficient, a number or 'optimal'.
         progress: tqdm progress bars.
         settings: extra entries for the report's settings (e.g. the checkpoint path).
     """
@@ -167,37 +229,55 @@ def evaluate_rbm(
         raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
     if exact not in EXACT_MODES:
         raise ValueError(f"exact must be one of {', '.join(EXACT_MODES)}, got {exact!r}")
-    for name, value in (("ais_chains", ais_chains), ("raise_examples", raise_examples), ("raise_chains", raise_chains)):
+    if log_f_method not in LOG_F_METHODS:
+        raise ValueError(f"log_f_method must be one of {', '.join(LOG_F_METHODS)}, got {log_f_method!r}")
+    for name, value in (
+        ("ais_chains", ais_chains),
+        ("raise_examples", raise_examples),
+        ("raise_chains", raise_chains),
+        ("log_f_samples", log_f_samples),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be a positive integer, got {value!r}")
-    smaller = min(model.n_visible, model.n_hidden)
-    if exact == "always" and smaller > ALWAYS_EXACT_LIMIT:
+    family = _family(model)
+    annealed = model.top if family == "DBN" else model
+    z_units, f_units = _exact_units(model)
+    needed = max(z_units, f_units)
+    if exact == "always" and needed > ALWAYS_EXACT_LIMIT:
         raise ValueError(
-            f"exact enumeration of 2^{smaller} states is out of reach (the limit is 2^{ALWAYS_EXACT_LIMIT}); "
+            f"exact enumeration of 2^{needed} states is out of reach (the limit is 2^{ALWAYS_EXACT_LIMIT}); "
             "use --exact auto or never"
         )
     test = check_binary(test_data, model.n_visible, "test data").to(device=model.device, dtype=model.dtype)
     betas = make_schedule(schedule, steps)
     if init == "base-rates":
         if train_pixel_means is None:
+            what = "the recognition means of the top RBM's visible layer" if family == "DBN" else "pixel means"
             raise ValueError(
-                "init='base-rates' needs the training-set pixel means (train_pixel_means); pass them, or use "
-                "init='uniform'"
+                f"init='base-rates' needs the training-set {what} (train_pixel_means); pass them, or use init='uniform'"
             )
         means = torch.as_tensor(train_pixel_means, dtype=torch.float64).flatten()
-        if means.numel() != model.n_visible or bool(((means < 0) | (means > 1)).any()):
-            raise ValueError(f"train_pixel_means must be {model.n_visible} values in [0, 1]")
-        base = data_base_rates(model, means.unsqueeze(0))
+        if means.numel() != annealed.n_visible or bool(((means < 0) | (means > 1)).any()):
+            raise ValueError(f"train_pixel_means must be {annealed.n_visible} values in [0, 1]")
+        base = data_base_rates(annealed, means.unsqueeze(0))
     else:
-        base = uniform_base(model)
-    path = BoltzmannPath(model, base)
+        base = uniform_base(annealed)
+    path = BoltzmannPath(annealed, base)
     device = model.device
     start_total = time.perf_counter()
 
     ais_result = ais(
         path, betas, ais_chains, generator=torch.Generator(device=device).manual_seed(seed), progress=progress
     )
-    log_f_all = model.log_unnormalized_prob(test).double()
+    log_f = log_unnormalized_estimate(
+        model,
+        test,
+        method=log_f_method,
+        num_samples=log_f_samples,
+        generator=torch.Generator(device=device).manual_seed(seed + 2),
+        progress=progress,
+    )
+    log_f_all = log_f.log_unnormalized
     ais_mean = float(log_f_all.mean()) - ais_result.estimate
 
     n_test = test.shape[0]
@@ -212,30 +292,37 @@ def evaluate_rbm(
         betas,
         raise_chains,
         generator=torch.Generator(device=device).manual_seed(seed + 1),
+        unroll=model if family == "DBN" else None,
         progress=progress,
     )
-    cv = raise_result.control_variate_mean(log_f_all)
-    raise_mean, raise_se = cv.mean, cv.stderr
+    cv = raise_result.control_variate_mean(log_f_all, log_f_all[subset.to(log_f_all.device)], alpha=cv_alpha)
 
     log_z_exact = exact_mean = exact_seconds = None
     notes = []
-    if exact == "always" or (exact == "auto" and smaller <= max_exact_units):
+    if exact == "always" or (exact == "auto" and needed <= max_exact_units):
         t0 = time.perf_counter()
-        log_z_exact = exact_mod.log_partition(model, max_units=max(max_exact_units, smaller))
-        exact_mean = float(log_f_all.mean()) - log_z_exact
+        limit = max(max_exact_units, needed)
+        log_z_exact = exact_mod.log_partition(model, max_units=limit)
+        exact_log_f = (
+            log_f_all if log_f.method == "exact" else exact_mod.log_unnormalized_visible(model, test, max_units=limit)
+        )
+        exact_mean = float(exact_log_f.mean()) - log_z_exact
         exact_seconds = time.perf_counter() - t0
     elif exact == "auto":
-        hint = " (use --exact always to force)" if smaller <= ALWAYS_EXACT_LIMIT else ""
-        notes.append(f"exact values skipped: they would enumerate 2^{smaller} states{hint}")
+        hint = " (use --exact always to force)" if needed <= ALWAYS_EXACT_LIMIT else ""
+        notes.append(f"exact values skipped: they would enumerate 2^{needed} states{hint}")
     total = time.perf_counter() - start_total
     all_settings = {
-        "model": f"RBM {model.n_visible}-{model.n_hidden}",
+        "model": f"{family} {'-'.join(str(n) for n in model.layer_sizes)}",
         "init": init,
         "schedule": schedule,
         "steps": steps,
         "ais_chains": ais_chains,
         "raise_examples": int(subset.numel()),
         "raise_chains": raise_chains,
+        "log_f_method": log_f.method,
+        "log_f_samples": log_f.num_samples,
+        "cv_alpha": cv_alpha,
         "seed": seed,
         "device": str(device),
         "dtype": str(model.dtype).replace("torch.", ""),
@@ -249,15 +336,21 @@ def evaluate_rbm(
         ais=ais_result,
         raise_=raise_result,
         ais_mean=ais_mean,
-        raise_mean=raise_mean,
-        raise_stderr=raise_se,
+        raise_mean=cv.mean,
+        raise_stderr=cv.stderr,
+        control_variate=cv,
+        log_f=log_f,
         log_z_exact=log_z_exact,
         exact_mean=exact_mean,
         timing={
             "seconds": total,
             "ais_seconds": ais_result.seconds,
             "raise_seconds": raise_result.seconds,
+            "log_f_seconds": log_f.seconds,
             "exact_seconds": exact_seconds,
         },
         notes=notes,
     )
+
+
+evaluate_rbm = evaluate
