@@ -124,8 +124,9 @@ class EvaluationReport:
         lf = self.log_f
         if lf.method != "exact":
             how = f"{lf.num_samples} importance samples" if lf.method == "importance" else "mean-field bound"
+            lines.append("log f(v), test average")
             lines.append(
-                f"  {'mean log f(v)':26}{float(lf.log_unnormalized.mean()):12.4f}{'':10}{_secs(lf.seconds)}"
+                f"  {'estimate':26}{float(lf.log_unnormalized.mean()):12.4f}{'':10}{_secs(lf.seconds)}"
                 f"   {how} per vector (a stochastic lower bound)"
             )
         alpha = (
