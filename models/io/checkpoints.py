@@ -381,13 +381,11 @@ def _make_layered(path: Path, model_type: str, arrays: dict, strict: bool):
                 f"{path}: recognition_biases_{l} has {r.numel()} entries but layer {l} has {sizes[l]} units "
                 f"(biases_{l}); they must match"
             )
-    for name, t in [(f"weights_{l}", w) for l, w in enumerate(weights)] + [
-        (f"biases_{l}", b) for l, b in enumerate(biases)
-    ]:
-        if not (
-            torch.is_floating_point(t) or t.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8)
-        ):
-            raise CheckpointError(f"{path}: {name} has dtype {t.dtype}; expected floating point numbers")
+    named = [(f"weights_{l}", w) for l, w in enumerate(weights)] + [(f"biases_{l}", b) for l, b in enumerate(biases)]
+    named += [(f"recognition_biases_{l}", r) for l, r in enumerate(recognition, start=1)]
+    for name, t in named:
+        if t.is_complex() or t.dtype == torch.bool:
+            raise CheckpointError(f"{path}: {name} has dtype {t.dtype}; expected real numbers")
     dtype = torch.float64 if weights[0].dtype == torch.float64 else torch.float32
 
     def conv(ts):

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from models import RBM
-from models.io.checkpoints import CheckpointError, load_checkpoint, save_checkpoint
+from models import DBM, DBN, RBM
+from models.io.checkpoints import CheckpointError, load_checkpoint, save_checkpoint, save_npz
 from models.io.matfile import MatFileError, read_mat
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -57,6 +57,13 @@ def test_npz_import(tmp_path, rbm):
     assert torch.equal(ckpt.model.W, rbm.W) and ckpt.metadata == {"log_z_exact": 1.5}
 
 
+def test_npz_extra_arrays_are_listed(tmp_path, rbm):
+    W, a, b = rbm.W.numpy(), rbm.vbias.numpy(), rbm.hbias.numpy()
+    ckpt = load_checkpoint(_npz(tmp_path, W=W, vbias=a, hbias=b, logZ_exact=2.0, extra=a, epoch=np.int64(3)))
+    assert torch.equal(ckpt.model.W, rbm.W)
+    assert ckpt.metadata == {"log_z_exact": 2.0, "ignored_variables": ["epoch", "extra"]}
+
+
 def _npz(tmp_path, **arrays):
     path = tmp_path / "bad.npz"
     np.savez(path, **arrays)
@@ -67,8 +74,6 @@ def test_npz_errors(tmp_path, rbm):
     W, a, b = rbm.W.numpy(), rbm.vbias.numpy(), rbm.hbias.numpy()
     with pytest.raises(CheckpointError, match=r"missing keys \['hbias'\]"):
         load_checkpoint(_npz(tmp_path, W=W, vbias=a))
-    with pytest.raises(CheckpointError, match=r"unknown keys \['extra'\].*exactly the keys W, hbias, vbias"):
-        load_checkpoint(_npz(tmp_path, W=W, vbias=a, hbias=b, extra=a))
     with pytest.raises(CheckpointError, match="must be \\(n_visible, n_hidden\\)"):
         load_checkpoint(_npz(tmp_path, W=W.T, vbias=a, hbias=b))
     with pytest.raises(CheckpointError, match="NaN"):
@@ -147,3 +152,155 @@ def test_vae_round_trip_and_config_errors(tmp_path):
     torch.save(payload, path)
     with pytest.raises(CheckpointError, match=r"unknown keys \['dropout'\]"):
         load_checkpoint(path)
+
+
+# ----------------------------------------------------------------- DBMs and DBNs
+
+
+def _deep(kind, sizes, dtype=torch.float32):
+    g = torch.Generator().manual_seed(len(sizes))
+    cls = DBM if kind == "dbm" else DBN
+    return cls.random(sizes, weight_std=0.3, generator=g, dtype=dtype)
+
+
+def _assert_same(a, b):
+    assert type(a) is type(b) and a.layer_sizes == b.layer_sizes
+    pairs = list(zip(a.weights, b.weights)) + list(zip(a.biases, b.biases))
+    if isinstance(a, DBN):
+        assert len(a.recognition_biases) == len(b.recognition_biases)
+        pairs += list(zip(a.recognition_biases, b.recognition_biases))
+    for x, y in pairs:
+        assert x.dtype == y.dtype and torch.equal(x, y)
+
+
+DEEP = [("dbm", [7, 5, 3]), ("dbm", [7, 5, 4, 3]), ("dbn", [7, 5, 3]), ("dbn", [7, 5, 4, 3])]
+
+
+@pytest.mark.parametrize("kind,sizes", DEEP)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_deep_round_trip_pt(tmp_path, kind, sizes, dtype):
+    model = _deep(kind, sizes, dtype)
+    means = torch.linspace(0.1, 0.9, sizes[0], dtype=dtype)
+    path = tmp_path / "m.pt"
+    save_checkpoint(path, model, metadata={"dataset": "toy", "training": {"epochs": 2}}, train_pixel_means=means)
+    payload = torch.load(path, weights_only=True)
+    L = len(sizes) - 1
+    expected = {f"weights_{l}" for l in range(L)} | {f"biases_{l}" for l in range(L + 1)}
+    if kind == "dbn":
+        expected |= {f"recognition_biases_{l}" for l in range(1, L)}
+    assert payload["model_type"] == kind and set(payload["state"]) == expected
+    ckpt = load_checkpoint(path)
+    _assert_same(ckpt.model, model)
+    assert ckpt.metadata == {"dataset": "toy", "training": {"epochs": 2}} and torch.equal(ckpt.train_pixel_means, means)
+    assert load_checkpoint(path, dtype=torch.float64).model.dtype == torch.float64
+
+
+@pytest.mark.parametrize("kind,sizes", DEEP)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_deep_round_trip_npz(tmp_path, kind, sizes, dtype):
+    model = _deep(kind, sizes, dtype)
+    means = torch.linspace(0.1, 0.9, sizes[0], dtype=dtype)
+    path = tmp_path / "m.npz"
+    save_npz(path, model, train_pixel_means=means)
+    with np.load(path) as z:
+        assert z["model_type"].shape == () and str(z["model_type"]) == kind
+    ckpt = load_checkpoint(path)
+    _assert_same(ckpt.model, model)
+    assert ckpt.source_format == "npz" and ckpt.metadata == {} and torch.equal(ckpt.train_pixel_means, means)
+
+
+def test_rbm_npz_round_trip(tmp_path, rbm):
+    save_npz(tmp_path / "r.npz", rbm)
+    ckpt = load_checkpoint(tmp_path / "r.npz")
+    assert isinstance(ckpt.model, RBM) and torch.equal(ckpt.model.W, rbm.W) and torch.equal(ckpt.model.vbias, rbm.vbias)
+
+
+def _deep_arrays(kind, sizes):
+    model = _deep(kind, sizes)
+    arrays = {"model_type": np.array(kind)}
+    arrays.update({f"weights_{l}": w.numpy() for l, w in enumerate(model.weights)})
+    arrays.update({f"biases_{l}": b.numpy() for l, b in enumerate(model.biases)})
+    if kind == "dbn":
+        arrays.update({f"recognition_biases_{i + 1}": r.numpy() for i, r in enumerate(model.recognition_biases)})
+    return arrays
+
+
+def test_deep_npz_user_written_and_extras(tmp_path):
+    arrays = _deep_arrays("dbn", [6, 4, 3, 2])
+    arrays["biases_1"] = arrays["biases_1"][None, :]  # a (1, n) row vector, as MATLAB exports write them
+    ckpt = load_checkpoint(_npz(tmp_path, **arrays, notes=np.array("trained at home"), lr=np.float64(0.1)))
+    assert isinstance(ckpt.model, DBN) and ckpt.model.layer_sizes == (6, 4, 3, 2)
+    assert ckpt.metadata == {"ignored_variables": ["lr", "notes"]}
+    assert np.array_equal(ckpt.model.recognition_biases[1].numpy(), arrays["recognition_biases_2"])
+
+
+def _one_line(excinfo):
+    message = str(excinfo.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize("fmt", ["pt", "npz"])
+def test_deep_errors(tmp_path, fmt):
+    def load(kind, arrays):
+        if fmt == "npz":
+            return load_checkpoint(_npz(tmp_path, **{**arrays, "model_type": np.array(kind)}))
+        state = {k: torch.from_numpy(np.asarray(v)) for k, v in arrays.items() if k != "model_type"}
+        path = tmp_path / "bad.pt"
+        torch.save({"format": "raise-eval-checkpoint", "version": 1, "model_type": kind, "state": state}, path)
+        return load_checkpoint(path)
+
+    dbm = _deep_arrays("dbm", [7, 5, 4, 3])
+    dbn = _deep_arrays("dbn", [7, 5, 4, 3])
+    # a gap: weights_1 missing, with weights_0 and weights_2 present
+    with pytest.raises(
+        CheckpointError, match=r"missing keys \['weights_1'\].*weights_0..weights_2, biases_0..biases_3"
+    ) as e:
+        load("dbm", {k: v for k, v in dbm.items() if k != "weights_1"})
+    assert str(tmp_path) in _one_line(e)
+    # the last weight matrix missing
+    with pytest.raises(CheckpointError, match=r"missing keys \['weights_2'\]"):
+        load("dbm", {k: v for k, v in dbm.items() if k != "weights_2"})
+    # a wrong shape: weights_1 transposed
+    with pytest.raises(CheckpointError, match=r"weights_1 has shape \(4, 5\).*\(n_l, n_\(l\+1\)\) = \(5, 4\)") as e:
+        load("dbm", {**dbm, "weights_1": dbm["weights_1"].T})
+    _one_line(e)
+    with pytest.raises(CheckpointError, match=r"biases_2 must be a vector"):
+        load("dbm", {**dbm, "biases_2": np.zeros((4, 2), np.float32)})
+    # a DBN without recognition biases
+    with pytest.raises(CheckpointError, match=r"missing keys \['recognition_biases_1', 'recognition_biases_2'\]"):
+        load("dbn", {k: v for k, v in dbn.items() if not k.startswith("recognition")})
+    with pytest.raises(CheckpointError, match=r"recognition_biases_2 has 3 entries but layer 2 has 4 units"):
+        load("dbn", {**dbn, "recognition_biases_2": np.zeros(3, np.float32)})
+    # recognition biases under model_type dbm: a DBN mislabelled
+    with pytest.raises(CheckpointError, match=r"belong to a DBN but model_type is 'dbm'"):
+        load("dbm", dbn)
+    # one hidden layer is not a DBM
+    with pytest.raises(CheckpointError, match=r"missing keys \['biases_2', 'weights_1'\].*at least 2"):
+        load("dbm", {"weights_0": dbm["weights_0"], "biases_0": dbm["biases_0"], "biases_1": dbm["biases_1"]})
+    # NaN weights: the model's own check, with the path
+    with pytest.raises(CheckpointError, match=r"bad\.(pt|npz): weights\[1\] has 20 NaN"):
+        load("dbm", {**dbm, "weights_1": np.full((5, 4), np.nan, np.float32)})
+    # a wrong model type
+    with pytest.raises(CheckpointError, match=r"model_type 'dgm' is not supported.*known: \['rbm', 'dbm', 'dbn'"):
+        load("dgm", dbm)
+
+
+def test_deep_pt_unknown_state_key(tmp_path):
+    model = _deep("dbm", [5, 4, 3])
+    path = tmp_path / "m.pt"
+    save_checkpoint(path, model)
+    payload = torch.load(path, weights_only=True)
+    payload["state"]["W"] = payload["state"]["weights_0"]
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match=r"unknown keys \['W'\]; a dbm with 2 weight matrices"):
+        load_checkpoint(path)
+
+
+def test_npz_model_type_errors(tmp_path):
+    arrays = _deep_arrays("dbm", [5, 4, 3])
+    del arrays["model_type"]
+    with pytest.raises(CheckpointError, match=r"no model_type; a DBM or DBN \.npz needs a 0-d string array"):
+        load_checkpoint(_npz(tmp_path, **arrays))
+    with pytest.raises(CheckpointError, match=r"model_type must be a 0-d string array"):
+        load_checkpoint(_npz(tmp_path, **arrays, model_type=np.array(["dbm"])))
