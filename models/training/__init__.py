@@ -1,1 +1,2 @@
-"""Training: RBMs (CD/PCD), and VAEs (ELBO with Adam)."""
+"""Training: RBMs (CD/PCD), DBNs (greedy RBM stacks), DBMs (doubled-input pretraining, then mean-field and
+persistent-chain joint training), and VAEs (ELBO with Adam)."""

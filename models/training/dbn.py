@@ -1,0 +1,155 @@
+"""Training deep belief nets greedily, one RBM per layer (Hinton, Osindero & Teh, 2006).
+
+RBM 0 is trained on the data v = x_0 with `train_rbm` (CD or PCD); the recognition probabilities
+q(x_1 = 1 | v) = sigmoid(v W_0 + c_0) of its hidden units (or samples of them, `propagate="samples"`) are the data of
+RBM 1, and so on up to RBM L-1, whose hidden layer is the top layer x_L. The DBN is then, for l = 0 .. L-1,
+
+    weights[l]                = RBM l's W                 (n_l, n_{l+1})
+    biases[l]                 = RBM l's visible bias      (the generative bias of x_l; biases[L-1] is the top RBM's)
+    biases[L]                 = RBM L-1's hidden bias     (the top layer)
+    recognition_biases[l - 1] = RBM l-1's hidden bias     (q(x_l | x_{l-1}) for layers l = 1 .. L-1)
+
+so the hidden biases of RBMs 0 .. L-2 live on as recognition biases and the top RBM is RBM L-1 unchanged.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from models.boltzmann.dbn import DBN
+from models.boltzmann.rbm import RBM
+from models.sampling import sample_bernoulli_probs
+from models.training.rbm import RBMTrainingConfig, train_rbm
+
+
+@dataclass
+class DBNTrainingConfig:
+    """Hyperparameters of `train_dbn`: the hidden layer sizes (at least two) and, shared by every layer's RBM, the
+    fields of `RBMTrainingConfig` (see there); `propagate` is "probs" (recognition probabilities) or "samples"
+    (one binary sample of them) as the next RBM's data."""
+
+    hidden: list[int] = field(default_factory=lambda: [500, 2000])
+    epochs: int = 100
+    batch_size: int = 100
+    learning_rate: float = 0.05
+    final_learning_rate_fraction: float = 0.1
+    initial_momentum: float = 0.5
+    momentum: float = 0.9
+    momentum_switch_epoch: int = 5
+    weight_decay: float = 1e-4
+    method: str = "pcd"
+    gibbs_steps: int = 1
+    init_weight_std: float = 0.01
+    propagate: str = "probs"
+
+    def rbm_config(self, n_hidden: int) -> RBMTrainingConfig:
+        shared = {f.name: getattr(self, f.name) for f in fields(RBMTrainingConfig) if f.name != "n_hidden"}
+        return RBMTrainingConfig(n_hidden=n_hidden, **shared)
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def reconstruction_error(rbm: RBM, data: Tensor) -> float:
+    """Mean squared error per unit between data and its mean-field reconstruction p(v | p(h | v))."""
+    return float((rbm.visible_probs(rbm.hidden_probs(data)) - data).pow(2).mean())
+
+
+def layer_deadlines(start: float, seconds: Optional[float], costs: list[float]) -> list[Optional[float]]:
+    """Cumulative deadlines splitting `seconds` from `start` in proportion to `costs` (None without a budget)."""
+    if seconds is None:
+        return [None] * len(costs)
+    total, acc, out = float(sum(costs)), 0.0, []
+    for c in costs:
+        acc += c
+        out.append(start + seconds * acc / total)
+    return out
+
+
+def train_dbn(
+    data: Tensor,
+    config: DBNTrainingConfig,
+    *,
+    generator: torch.Generator,
+    progress: bool = False,
+    max_seconds: Optional[float] = None,
+    report: Optional[dict[str, Any]] = None,
+    monitor_size: int = 1000,
+) -> DBN:
+    """Train a DBN greedily on binary `data` (N, n_visible) and return it (see the module docstring).
+
+    Args:
+        generator: the only source of randomness.
+        max_seconds: wall-clock budget for the whole stack, split between the layers in proportion to their
+            weight counts (a layer that finishes early leaves its time to the next). A layer whose next epoch
+            would overrun its share stops after the current one (each RBM trains at least one epoch); the
+            learning-rate schedule is the one planned for `epochs`.
+        report: if a dict, filled with per-layer epochs, times, reconstruction errors and whether the budget
+            stopped training.
+        monitor_size: training vectors (the first ones) on which the reconstruction error is logged per epoch.
+    """
+    if len(config.hidden) < 2:
+        raise ValueError(f"a DBN has at least two hidden layers; got hidden={config.hidden}")
+    if config.propagate not in ("probs", "samples"):
+        raise ValueError(f"propagate must be 'probs' or 'samples', got {config.propagate!r}")
+    sizes = [data.shape[1], *config.hidden]
+    start = time.monotonic()
+    deadlines = layer_deadlines(start, max_seconds, [a * b for a, b in zip(sizes[:-1], sizes[1:])])
+    layers_report: list[dict[str, Any]] = []
+    rbms: list[RBM] = []
+    x = data
+    for l, n_hidden in enumerate(config.hidden):
+        monitor = x[:monitor_size]
+        state: dict[str, Any] = {"epochs": 0, "errors": [], "last": None, "t": time.monotonic(), "stopped": False}
+        layer_start = state["t"]
+
+        def callback(epoch: int, rbm: RBM, state=state, monitor=monitor, deadline=deadlines[l]) -> None:
+            now = time.monotonic()
+            state["epochs"], state["last"] = epoch + 1, rbm
+            state["errors"].append(reconstruction_error(rbm, monitor))
+            epoch_seconds, state["t"] = now - state["t"], now
+            if deadline is not None and epoch + 1 < config.epochs and now + epoch_seconds > deadline:
+                state["stopped"] = True
+                raise _OutOfTime
+
+        try:
+            rbm = train_rbm(x, config.rbm_config(n_hidden), generator=generator, progress=progress, callback=callback)
+        except _OutOfTime:
+            rbm = state["last"]
+        rbms.append(rbm)
+        layers_report.append(
+            {
+                "layer": l + 1,
+                "sizes": [sizes[l], n_hidden],
+                "epochs_completed": state["epochs"],
+                "epochs_planned": config.epochs,
+                "stopped_by_budget": state["stopped"],
+                "seconds": time.monotonic() - layer_start,
+                "reconstruction_error": state["errors"],
+            }
+        )
+        if l + 1 < len(config.hidden):
+            probs = rbm.hidden_probs(x)
+            x = probs if config.propagate == "probs" else sample_bernoulli_probs(probs, generator)
+    model = dbn_from_rbms(rbms)
+    if report is not None:
+        report.update(
+            layers=layers_report,
+            budget_exhausted=any(r["stopped_by_budget"] for r in layers_report),
+            seconds=time.monotonic() - start,
+        )
+    return model
+
+
+def dbn_from_rbms(rbms: list[RBM]) -> DBN:
+    """The DBN of a greedily trained stack (the mapping of the module docstring)."""
+    weights = [r.W for r in rbms]
+    biases = [r.vbias for r in rbms] + [rbms[-1].hbias]
+    recognition = [r.hbias for r in rbms[:-1]]
+    return DBN(weights, biases, recognition)
