@@ -19,7 +19,9 @@ Layers x_0 = v, x_1, ..., x_L (L >= 2 hidden layers), weights W_l shaped (n_l, n
 2. Composition, exactly: the DBM's weight l is W_l as trained, i.e. the doubled directions are halved (a middle
    RBM, an ordinary RBM with weights 2 W_l, contributes half of them; the bottom and top RBMs contribute the
    weights they use in their undoubled direction). Biases: b_0 = RBM 0's visible bias, b_L = RBM L-1's hidden
-   bias, and for 0 < l < L the average of RBM l-1's hidden bias and RBM l's visible bias (both describe x_l).
+   bias, and for 0 < l < L the average of RBM l-1's hidden bias and RBM l's visible bias (both describe x_l;
+   the average makes the DBM's marginal of x_l the geometric mean of the two RBMs' marginals, the argument of the
+   2009 paper; Salakhutdinov's released code adds the two instead).
 
 3. Joint training by stochastic approximation: the data term from the mean-field posterior (bottom-up
    initialization with doubled inputs below the top, then `mean_field_iterations` sweeps of odd then even layers,
