@@ -1,0 +1,92 @@
+"""`raise-eval evaluate` on DBM and DBN checkpoints (.pt and .npz): the same table and JSON keys as for RBMs."""
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from models import DBM, DBN
+from models.io.checkpoints import save_checkpoint, save_npz
+from raise_eval import exact
+from raise_eval.cli import build_parser, main
+
+FAST = ["--steps", "30", "--ais-chains", "200", "--raise-examples", "20", "--raise-chains", "4", "--no-progress"]
+KEYS = [
+    "log_z.ais.estimate",
+    "log_z.ais.stderr",
+    "log_z.exact",
+    "log_likelihood.ais.mean",
+    "log_likelihood.raise.mean",
+    "log_likelihood.raise.stderr",
+    "log_likelihood.raise.subset_mean",
+    "log_likelihood.raise.subset_stderr",
+    "log_likelihood.raise.control_variate.alpha",
+    "log_likelihood.exact",
+    "log_likelihood.gap",
+    "log_likelihood.log_unnormalized.method",
+    "settings",
+    "timing.seconds",
+]
+
+
+def _get(d, dotted):
+    for key in dotted.split("."):
+        d = d[key]
+    return d
+
+
+@pytest.fixture(scope="module")
+def data_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("deep")
+    g = torch.Generator().manual_seed(0)
+    test = (torch.rand(120, 12, generator=g) < 0.3).float()
+    train = (torch.rand(400, 12, generator=g) < 0.3).float()
+    np.save(folder / "test.npy", test.numpy())
+    np.save(folder / "train.npy", train.numpy())
+    return folder, test
+
+
+@pytest.mark.parametrize("kind", ["dbm", "dbn"])
+@pytest.mark.parametrize("suffix", [".pt", ".npz"])
+def test_deep_checkpoints_evaluate(tmp_path, data_files, kind, suffix, capsys):
+    folder, test = data_files
+    g = torch.Generator().manual_seed(1)
+    cls = DBM if kind == "dbm" else DBN
+    model = cls.random([12, 6, 5] if kind == "dbm" else [12, 6, 5, 4], weight_std=0.5, generator=g)
+    ckpt = tmp_path / f"model{suffix}"
+    (save_checkpoint if suffix == ".pt" else save_npz)(ckpt, model)
+    out = tmp_path / "r.json"
+    args = ["evaluate", str(ckpt), "--data", str(folder / "test.npy"), "--train-data", str(folder / "train.npy")]
+    assert main([*args, *FAST, "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert ("(heating)" if kind == "dbm" else "(unrolled)") in table and "without control variate" in table
+    doc = json.loads(out.read_text())
+    for key in KEYS:
+        _get(doc, key)
+    assert doc["log_likelihood"]["exact"] == pytest.approx(
+        float(exact.log_likelihood(model.to(dtype=torch.float64), test.double()).mean()), abs=1e-3
+    )
+
+
+def test_log_f_options(tmp_path, data_files, capsys):
+    folder, _ = data_files
+    model = DBM.random([12, 6, 5], weight_std=0.5, generator=torch.Generator().manual_seed(2))
+    ckpt = tmp_path / "dbm.pt"
+    save_checkpoint(ckpt, model)
+    args = ["evaluate", str(ckpt), "--data", str(folder / "test.npy"), "--init", "uniform", *FAST]
+    assert main([*args, "--log-f", "mean-field", "--cv-alpha", "optimal"]) == 0
+    table = capsys.readouterr().out
+    assert "mean-field bound" in table and "(optimal)" in table
+    assert main([*args, "--log-f-samples", "7", "--cv-alpha", "0.5"]) == 0
+    table = capsys.readouterr().out
+    assert "7 importance samples" in table and "alpha = 0.5" in table
+    with pytest.raises(SystemExit):
+        main([*args, "--cv-alpha", "best"])
+    assert "--cv-alpha takes a number or 'optimal'" in capsys.readouterr().err
+
+
+def test_help_documents_the_deep_options():
+    text = build_parser()._subparsers._group_actions[0].choices["evaluate"].format_help()
+    for option in ["--log-f", "--log-f-samples", "--cv-alpha", "DBM", "DBN"]:
+        assert option in text
