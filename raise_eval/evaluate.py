@@ -30,6 +30,7 @@ from torch import Tensor
 from models.boltzmann.dbn import DBN
 from raise_eval import exact as exact_mod
 from raise_eval.datasets import check_binary
+from raise_eval.diagnostics import Warning, diagnose
 from raise_eval.estimators.ais import AISResult, ais
 from raise_eval.estimators.control_variates import ControlVariateEstimate
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
@@ -60,6 +61,20 @@ class EvaluationReport:
     exact_mean: Optional[float]
     timing: dict[str, Optional[float]]
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def warnings(self) -> list[Warning]:
+        """What a careful reader should distrust in these numbers (see `raise_eval.diagnostics`)."""
+        return diagnose(
+            ais_mean=self.ais_mean,
+            ais_stderr=float(self.ais.stderr),
+            ais_ess=float(self.ais.ess),
+            ais_chains=self.ais.num_chains,
+            ais_lower=float(self.ais.lower),
+            raise_mean=self.raise_mean,
+            raise_stderr=self.raise_stderr,
+            exact_mean=self.exact_mean,
+        )
 
     @property
     def gap(self) -> float:
@@ -101,6 +116,7 @@ class EvaluationReport:
             "settings": self.settings,
             "timing": dict(self.timing),
             "notes": list(self.notes),
+            "warnings": [w.to_dict() for w in self.warnings],
         }
 
     def format_table(self) -> str:
@@ -146,6 +162,7 @@ class EvaluationReport:
             lines.append(f"  {'exact':26}{self.exact_mean:12.4f}")
         lines.append(f"total wall time {self.timing['seconds']:.1f} s")
         lines += [f"note: {n}" for n in self.notes]
+        lines += [f"warning [{w.code}]: {w.message}" for w in self.warnings]
         return "\n".join(lines)
 
 

@@ -1,0 +1,96 @@
+"""Warnings a careful researcher would raise about an AIS / RAISE evaluation.
+
+Each warning is a code and a sentence saying what it means and what to do. `raise-eval evaluate` prints them under
+its table and lists them in the JSON under `warnings`; the README's "How to read the numbers" says the same.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+LOW_ESS_FRACTION = 0.1  # AIS ESS below this fraction of the chains
+GAP_NATS = 1.0  # models are commonly compared by differences of about a nat
+SIGMAS = 3.0  # "beyond the noise": more than 3 combined standard errors
+
+
+@dataclass(frozen=True)
+class Warning:
+    """One diagnostic: a stable code and a sentence for the reader."""
+
+    code: str
+    message: str
+
+    def to_dict(self) -> dict:
+        return {"code": self.code, "message": self.message}
+
+
+def diagnose(
+    *,
+    ais_mean: float,
+    ais_stderr: float,
+    ais_ess: float,
+    ais_chains: int,
+    ais_lower: float,
+    raise_mean: Optional[float],
+    raise_stderr: Optional[float],
+    exact_mean: Optional[float] = None,
+) -> list[Warning]:
+    """The warnings that apply to one evaluation (average test log-likelihoods in nats; RAISE may be missing when
+    it did not run)."""
+    out = []
+    if ais_ess < LOW_ESS_FRACTION * ais_chains:
+        out.append(
+            Warning(
+                "low-ess",
+                f"AIS's effective sample size is {ais_ess:.0f} of {ais_chains} chains: log Z rests on a few chains, "
+                "its standard error is unreliable and AIS probably still overestimates the log-likelihood. Raise K "
+                "(--steps), use --init base-rates, or run more chains.",
+            )
+        )
+    if not math.isfinite(ais_lower):
+        out.append(
+            Warning(
+                "interval-not-finite",
+                "the ±3σ interval of Z-hat reaches zero, so log Z has no finite lower end: the AIS weights are so "
+                "uneven that 3 standard errors exceed the estimate itself, and neither log Z nor the AIS "
+                "log-likelihood is pinned down. Raise K (--steps) until the interval is finite and narrow.",
+            )
+        )
+    if raise_mean is None or raise_stderr is None:
+        return out
+    noise = math.hypot(ais_stderr, raise_stderr if math.isfinite(raise_stderr) else 0.0)
+    gap = ais_mean - raise_mean
+    if -gap > SIGMAS * noise:
+        out.append(
+            Warning(
+                "raise-above-ais",
+                f"RAISE is {-gap:.2f} nats above AIS, more than {SIGMAS:g} times their combined standard error "
+                f"({noise:.2f}): the annealing model fits the test data better than the model itself, so neither "
+                "number is the model's log-likelihood (RAISE bounds the annealing model's, AIS overestimates the "
+                "model's). Raise K (--steps) until RAISE is at or below AIS.",
+            )
+        )
+    if abs(gap) > GAP_NATS:
+        out.append(
+            Warning(
+                "large-gap",
+                f"AIS and RAISE differ by {abs(gap):.2f} nats, more than the {GAP_NATS:g} nat by which models are "
+                "commonly compared: at least one of them is inaccurate, and AIS (the optimistic one) may flatter "
+                "the model. Raise K (--steps) until the gap closes; do not compare models on these numbers.",
+            )
+        )
+    if exact_mean is not None:
+        low = min(raise_mean, ais_mean) - SIGMAS * noise
+        high = max(raise_mean, ais_mean) + SIGMAS * noise
+        if not low <= exact_mean <= high:
+            out.append(
+                Warning(
+                    "exact-outside-sandwich",
+                    f"the exact log-likelihood {exact_mean:.4f} lies outside the AIS-RAISE sandwich "
+                    f"[{low:.4f}, {high:.4f}] (3 standard errors added): the estimates are not yet accurate for "
+                    "this model. Raise K (--steps).",
+                )
+            )
+    return out

@@ -1,0 +1,78 @@
+"""Warnings: each one is triggered by a model and settings that deserve it, and a healthy run raises none."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from models import RBM
+from raise_eval.datasets import load_dataset
+from raise_eval.diagnostics import diagnose
+from raise_eval.evaluate import evaluate
+from raise_eval.results import to_jsonable
+
+HEALTHY = dict(ais_mean=-18.07, ais_stderr=0.007, ais_ess=948, ais_chains=1000, ais_lower=65.68)
+
+
+def _codes(warnings):
+    return {w.code for w in warnings}
+
+
+def test_a_healthy_evaluation_raises_nothing():
+    assert diagnose(**HEALTHY, raise_mean=-18.08, raise_stderr=0.007, exact_mean=-18.072) == []
+
+
+@pytest.mark.parametrize(
+    "change, code",
+    [
+        (dict(ais_ess=40), "low-ess"),
+        (dict(ais_lower=-math.inf), "interval-not-finite"),
+        (dict(raise_mean=-17.9), "raise-above-ais"),
+        (dict(raise_mean=-19.5), "large-gap"),
+        (dict(exact_mean=-17.5), "exact-outside-sandwich"),
+    ],
+)
+def test_each_warning_has_its_trigger(change, code):
+    args = {**HEALTHY, "raise_mean": -18.08, "raise_stderr": 0.007, "exact_mean": -18.072, **change}
+    warnings = diagnose(**args)
+    assert code in _codes(warnings)
+    message = next(w.message for w in warnings if w.code == code)
+    assert len(message) > 60 and ("--steps" in message or "Raise K" in message)
+
+
+def test_raise_within_noise_of_ais_is_not_flagged():
+    assert diagnose(**HEALTHY, raise_mean=-18.06, raise_stderr=0.01) == []
+
+
+def test_large_weight_rbm_is_flagged_in_table_and_json():
+    """The review's case: W = 50 randn(64, 16) on the digits. RAISE lands hundreds of nats above AIS with an ESS of
+    a few chains; the report must say so."""
+    g = torch.Generator().manual_seed(0)
+    rbm = RBM(50 * torch.randn(64, 16, generator=g), torch.zeros(64), torch.zeros(16))
+    train = load_dataset("digits", "train")
+    report = evaluate(
+        rbm,
+        load_dataset("digits", "test"),
+        train_pixel_means=train.double().mean(0),
+        steps=100,
+        ais_chains=200,
+        raise_examples=20,
+        raise_chains=5,
+    )
+    codes = _codes(report.warnings)
+    assert {"low-ess", "interval-not-finite", "raise-above-ais", "large-gap"} <= codes
+    table = report.format_table()
+    assert "warning [raise-above-ais]" in table
+    doc = json.loads(json.dumps(to_jsonable(report)))
+    assert {w["code"] for w in doc["warnings"]} == codes
+
+
+def test_the_embedded_default_is_healthy():
+    from models.io.checkpoints import load_checkpoint
+
+    ckpt = load_checkpoint(Path(__file__).resolve().parents[1] / "checkpoints" / "rbm_digits_64-16.pt")
+    report = evaluate(ckpt.model, load_dataset("digits", "test"), train_pixel_means=ckpt.train_pixel_means)
+    assert report.warnings == []
+    assert json.loads(json.dumps(to_jsonable(report)))["warnings"] == []
