@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 from typing import Optional
@@ -11,9 +12,10 @@ import torch
 
 from raise_eval.datasets import DATASETS, DataError, check_binary, load_array_file, load_dataset
 from raise_eval.estimators.unnormalized import METHODS as LOG_F_METHODS
-from raise_eval.evaluate import EXACT_MODES, INITS, evaluate, recognition_means
+from raise_eval.evaluate import EXACT_MODES, INITS, EvaluationInterrupted, evaluate, recognition_means
 from raise_eval.results import dump_json
 from raise_eval.schedules import SCHEDULES
+from raise_eval.threads import default_threads
 
 EVALUATE_DESCRIPTION = """\
 Estimate the average test log-likelihood of an RBM, DBM or DBN checkpoint three ways:
@@ -160,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     run.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    run.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch threads (default: auto, the cores no other process is using right now; results are "
+        "bit-identical for the same seed, device, dtype and thread count)",
+    )
     _add_bdmc_parser(sub)
     return parser
 
@@ -238,15 +247,24 @@ def _add_bdmc_parser(sub) -> None:
         "with --json OUT and matplotlib installed the plot is written next to OUT by default",
     )
     bd.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    bd.add_argument(
+        "--threads",
+        type=int,
+        metavar="N",
+        help="torch threads (default: auto, the cores no other process is using right now; results are "
+        "bit-identical for the same seed, device, dtype and thread count)",
+    )
 
 
 def cmd_bdmc(args) -> int:
     from models.io.checkpoints import load_checkpoint
     from raise_eval.bdmc_report import evaluate_bdmc
 
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        _die("--device cuda was asked for but torch.cuda.is_available() is False")
+    device = _setup_run(
+        args,
+        ("examples", "chains", "leapfrog", "pilot_chains", "elbo_samples", "real_examples", "steps", "iwae"),
+        outputs=("json", "plot"),
+    )
     try:
         import matplotlib  # noqa: F401
 
@@ -262,11 +280,6 @@ def cmd_bdmc(args) -> int:
             f"{args.checkpoint} holds an {type(ckpt.model).__name__}; raise-eval bdmc evaluates directed models "
             "(VAEs); use raise-eval evaluate for RBMs"
         )
-    for name in ("examples", "chains", "leapfrog", "pilot_chains", "elbo_samples", "real_examples"):
-        if getattr(args, name) < 1:
-            _die(f"--{name.replace('_', '-')} must be at least 1")
-    if min(args.steps) < 1 or min(args.iwae) < 1:
-        _die("--steps and --iwae take positive integers")
     real = None
     if args.real_data:
         data = (
@@ -319,6 +332,40 @@ def cmd_bdmc(args) -> int:
     return 0
 
 
+def _setup_run(args, positive: tuple[str, ...], outputs: tuple[str, ...]) -> torch.device:
+    """Checks that need no computation, done before any: option values (named as on the command line), the
+    device, the output paths; then the thread count."""
+    for name in positive:
+        value = getattr(args, name)
+        values = value if isinstance(value, list) else [value]
+        if any(v < 1 for v in values):
+            _die(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        _die(f"--device {args.device!r} is not a torch device; use cpu, cuda or cuda:N")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        _die(f"--device {args.device} was asked for but torch.cuda.is_available() is False")
+    for name in outputs:
+        path = getattr(args, name)
+        if path:
+            _check_output(Path(path), f"--{name}")
+    if args.threads is not None and args.threads < 1:
+        _die(f"--threads must be at least 1, got {args.threads}")
+    torch.set_num_threads(args.threads or default_threads(torch.get_num_threads()))
+    return device
+
+
+def _check_output(path: Path, option: str) -> None:
+    folder = path.parent
+    if path.is_dir():
+        _die(f"{option} {path} is a folder; give a file name")
+    if not folder.is_dir():
+        _die(f"{option} {path}: the folder {folder} does not exist; create it first (nothing was computed)")
+    if not os.access(folder, os.W_OK):
+        _die(f"{option} {path}: the folder {folder} is not writable (nothing was computed)")
+
+
 def _die(message: str) -> None:
     print(f"raise-eval: error: {message}", file=sys.stderr)
     raise SystemExit(2)
@@ -359,9 +406,9 @@ def cmd_evaluate(args) -> int:
     from models.boltzmann.layered import LayeredBoltzmannMachine
     from models.io.checkpoints import load_checkpoint
 
-    device = torch.device(args.device)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        _die("--device cuda was asked for but torch.cuda.is_available() is False")
+    device = _setup_run(
+        args, ("steps", "ais_chains", "raise_examples", "raise_chains", "log_f_samples"), outputs=("json",)
+    )
     ckpt = load_checkpoint(args.checkpoint, dtype=getattr(torch, args.dtype), device=device)
     if not isinstance(ckpt.model, (LayeredBoltzmannMachine, DBN)):
         _die(
@@ -377,30 +424,39 @@ def cmd_evaluate(args) -> int:
             _die(f"--cv-alpha takes a number or 'optimal', got {args.cv_alpha!r}")
     test, data_name = _load_data(args, ckpt.metadata)
     means = _train_pixel_means(args, ckpt, data_name)
-    report = evaluate(
-        ckpt.model,
-        test,
-        init=args.init,
-        train_pixel_means=means,
-        schedule=args.schedule,
-        steps=args.steps,
-        ais_chains=args.ais_chains,
-        raise_examples=args.raise_examples,
-        raise_chains=args.raise_chains,
-        seed=args.seed,
-        exact=args.exact,
-        log_f_method=args.log_f,
-        log_f_samples=args.log_f_samples,
-        cv_alpha=cv_alpha,
-        progress=not args.no_progress,
-        settings={
-            "checkpoint": str(args.checkpoint),
-            "data": data_name,
-            "split": args.split if data_name in DATASETS else "file",
-        },
-    )
+    try:
+        report = evaluate(
+            ckpt.model,
+            test,
+            init=args.init,
+            train_pixel_means=means,
+            schedule=args.schedule,
+            steps=args.steps,
+            ais_chains=args.ais_chains,
+            raise_examples=args.raise_examples,
+            raise_chains=args.raise_chains,
+            seed=args.seed,
+            exact=args.exact,
+            log_f_method=args.log_f,
+            log_f_samples=args.log_f_samples,
+            cv_alpha=cv_alpha,
+            progress=not args.no_progress,
+            settings={
+                "checkpoint": str(args.checkpoint),
+                "data": data_name,
+                "split": args.split if data_name in DATASETS else "file",
+            },
+        )
+    except EvaluationInterrupted as stop:
+        # Ctrl-C: no traceback; show and keep what finished.
+        print("\n" + stop.report.format_table())
+        if args.json:
+            dump_json(stop.report, args.json)
+            print(f"wrote {args.json} (marked incomplete)")
+        print(f"raise-eval: interrupted during {stop.report.interrupted}", file=sys.stderr)
+        return 130
     if ckpt.metadata.get("ignored_variables"):
-        report.notes.append(f"ignored MATLAB variables: {', '.join(ckpt.metadata['ignored_variables'])}")
+        report.notes.append(f"ignored variables of the checkpoint: {', '.join(ckpt.metadata['ignored_variables'])}")
     print(report.format_table())
     if args.json:
         dump_json(report, args.json)
@@ -417,6 +473,10 @@ def main(argv=None) -> int:
             return cmd_bdmc(args)
     except (DataError, FileNotFoundError, ValueError, NotImplementedError) as e:
         _die(str(e))
+    except KeyboardInterrupt:
+        # Ctrl-C outside the stages that keep partial results (loading, bdmc): a clean exit, no traceback.
+        print("raise-eval: interrupted", file=sys.stderr)
+        return 130
     return 1
 
 

@@ -25,6 +25,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from models.io.files import check_magic
+
 DATA_ROOT_ENV = "RAISE_EVAL_DATA"
 _PACKAGE_DATA = Path(__file__).resolve().parent / "data"
 _MNIST_FILES = {
@@ -143,6 +145,11 @@ def load_array_file(path: Union[str, Path]) -> Tensor:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"data file {path} does not exist")
+    if path.suffix in (".npy", ".npz"):
+        try:
+            check_magic(path, path.suffix[1:])
+        except ValueError as e:
+            raise DataError(str(e)) from None
     if path.suffix == ".npy":
         array = np.load(path, allow_pickle=False)
     elif path.suffix == ".npz":

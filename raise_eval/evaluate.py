@@ -46,25 +46,36 @@ ALWAYS_EXACT_LIMIT = 30  # 'always' enumerates up to 2^30 states (minutes); beyo
 
 @dataclass
 class EvaluationReport:
-    """Everything `raise-eval evaluate` prints; `to_dict()` gives the JSON document."""
+    """Everything `raise-eval evaluate` prints; `to_dict()` gives the JSON document.
+
+    A run stopped part-way (Ctrl-C) leaves the stages that did not finish as None and names the stage it was in
+    `interrupted`; the table and the JSON then show what finished.
+    """
 
     settings: dict[str, Any]
     num_test: int
-    ais: AISResult
-    raise_: RAISEResult
-    ais_mean: float
-    raise_mean: float
-    raise_stderr: float
-    control_variate: ControlVariateEstimate
-    log_f: LogUnnormalizedEstimate
+    ais: Optional[AISResult]
+    raise_: Optional[RAISEResult]
+    ais_mean: Optional[float]
+    raise_mean: Optional[float]
+    raise_stderr: Optional[float]
+    control_variate: Optional[ControlVariateEstimate]
+    log_f: Optional[LogUnnormalizedEstimate]
     log_z_exact: Optional[float]
     exact_mean: Optional[float]
     timing: dict[str, Optional[float]]
     notes: list[str] = field(default_factory=list)
+    interrupted: Optional[str] = None
+
+    @property
+    def complete(self) -> bool:
+        return self.interrupted is None
 
     @property
     def warnings(self) -> list[Warning]:
         """What a careful reader should distrust in these numbers (see `raise_eval.diagnostics`)."""
+        if self.ais is None or self.ais_mean is None:
+            return []
         return diagnose(
             ais_mean=self.ais_mean,
             ais_stderr=float(self.ais.stderr),
@@ -77,40 +88,47 @@ class EvaluationReport:
         )
 
     @property
-    def gap(self) -> float:
+    def gap(self) -> Optional[float]:
         """AIS - RAISE average log-likelihood (a large positive gap: at least one estimate is off)."""
+        if self.ais_mean is None or self.raise_mean is None:
+            return None
         return self.ais_mean - self.raise_mean
 
     def to_dict(self) -> dict[str, Any]:
-        r = self.raise_
+        r, a = self.raise_, self.ais
+        raise_doc = None
+        if r is not None:
+            raise_doc = {
+                "mean": self.raise_mean,
+                "stderr": self.raise_stderr,
+                "subset_mean": r.mean,
+                "subset_stderr": r.stderr,
+                "headline": "control_variate",
+                "control_variate": self.control_variate.to_dict(),
+                "start": r.start,
+                "num_examples": int(r.log_likelihood.shape[0]),
+                "num_chains": r.num_chains,
+                "per_example": r.log_likelihood,
+            }
+        ais_doc = None
+        if a is not None:
+            ais_doc = {
+                "estimate": a.estimate,
+                "stderr": float(a.stderr),
+                "interval_3sigma": [float(a.lower), float(a.upper)],
+                "ess": float(a.ess),
+                "num_chains": a.num_chains,
+            }
         return {
-            "log_z": {
-                "ais": {
-                    "estimate": self.ais.estimate,
-                    "stderr": float(self.ais.stderr),
-                    "interval_3sigma": [float(self.ais.lower), float(self.ais.upper)],
-                    "ess": float(self.ais.ess),
-                    "num_chains": self.ais.num_chains,
-                },
-                "exact": self.log_z_exact,
-            },
+            "complete": self.complete,
+            "interrupted_during": self.interrupted,
+            "log_z": {"ais": ais_doc, "exact": self.log_z_exact},
             "log_likelihood": {
                 "ais": {"mean": self.ais_mean},
-                "raise": {
-                    "mean": self.raise_mean,
-                    "stderr": self.raise_stderr,
-                    "subset_mean": r.mean,
-                    "subset_stderr": r.stderr,
-                    "headline": "control_variate",
-                    "control_variate": self.control_variate.to_dict(),
-                    "start": r.start,
-                    "num_examples": int(r.log_likelihood.shape[0]),
-                    "num_chains": r.num_chains,
-                    "per_example": r.log_likelihood,
-                },
+                "raise": raise_doc,
                 "exact": self.exact_mean,
                 "gap": self.gap,
-                "log_unnormalized": self.log_f.to_dict(),
+                "log_unnormalized": None if self.log_f is None else self.log_f.to_dict(),
                 "num_test": self.num_test,
             },
             "settings": self.settings,
@@ -121,7 +139,7 @@ class EvaluationReport:
 
     def format_table(self) -> str:
         s = self.settings
-        r = self.raise_
+        r, a = self.raise_, self.ais
         model = s.get("model", "RBM")
         lines = [
             f"raise-eval evaluate {s.get('checkpoint', '')}: {model}, {s['dtype']} on {s['device']}",
@@ -130,40 +148,58 @@ class EvaluationReport:
             "",
             f"{'':28}{'estimate':>12}{'± s.e.':>10}{'time':>9}",
             "log Z",
-            f"  {'AIS':26}{self.ais.estimate:12.4f}{float(self.ais.stderr):10.4f}{_secs(self.timing['ais_seconds'])}"
-            f"   {self.ais.num_chains} chains, ESS {float(self.ais.ess):.0f}, ±3σ "
-            f"[{_fmt(float(self.ais.lower))}, {_fmt(float(self.ais.upper))}]",
         ]
+        if a is not None:
+            lines.append(
+                f"  {'AIS':26}{a.estimate:12.4f}{float(a.stderr):10.4f}{_secs(self.timing.get('ais_seconds'))}"
+                f"   {a.num_chains} chains, ESS {float(a.ess):.0f}, "
+                f"±3σ [{_fmt(float(a.lower))}, {_fmt(float(a.upper))}]"
+            )
+        else:
+            lines.append(f"  {'AIS':26}{'(not run)':>12}")
         if self.log_z_exact is not None:
-            lines.append(f"  {'exact':26}{self.log_z_exact:12.4f}{'':10}{_secs(self.timing['exact_seconds'])}")
-        cv = self.control_variate
+            lines.append(f"  {'exact':26}{self.log_z_exact:12.4f}{'':10}{_secs(self.timing.get('exact_seconds'))}")
         lf = self.log_f
-        if lf.method != "exact":
+        if lf is not None and lf.method != "exact":
             how = f"{lf.num_samples} importance samples" if lf.method == "importance" else "mean-field bound"
             lines.append("log f(v), test average")
             lines.append(
                 f"  {'estimate':26}{float(lf.log_unnormalized.mean()):12.4f}{'':10}{_secs(lf.seconds)}"
                 f"   {how} per vector (a stochastic lower bound)"
             )
-        alpha = (
-            "alpha = 1" if cv.alpha_rule == "fixed" and cv.alpha == 1.0 else f"alpha = {cv.alpha:.3f} ({cv.alpha_rule})"
-        )
-        lines += [
-            "average test log-likelihood (nats)",
-            f"  {'AIS (optimistic)':26}{self.ais_mean:12.4f}{float(self.ais.stderr):10.4f}",
-            f"  {'RAISE (conservative)':26}{self.raise_mean:12.4f}{self.raise_stderr:10.4f}"
-            f"{_secs(self.timing['raise_seconds'])}   {r.log_likelihood.shape[0]} examples x {r.num_chains} chains"
-            f"{'' if r.start == 'exact posterior' else ' (' + r.start + ')'}, control variate log f(v), {alpha}",
-            f"  {'  without control variate':26}{cv.subset_mean:12.4f}{cv.subset_stderr:10.4f}"
-            f"{'':9}   plain mean over the same {cv.num_subset} examples",
-            f"  {'gap (AIS - RAISE)':26}{self.gap:12.4f}",
-        ]
+        lines.append("average test log-likelihood (nats)")
+        if self.ais_mean is not None:
+            lines.append(f"  {'AIS (optimistic)':26}{self.ais_mean:12.4f}{float(a.stderr):10.4f}")
+        if r is not None:
+            cv = self.control_variate
+            alpha = f"alpha = {cv.alpha:g}" if cv.alpha_rule == "fixed" else f"alpha = {cv.alpha:.3f} (optimal)"
+            start = "" if r.start == "exact posterior" else f" ({r.start})"
+            lines += [
+                f"  {'RAISE (conservative)':26}{self.raise_mean:12.4f}{self.raise_stderr:10.4f}"
+                f"{_secs(self.timing.get('raise_seconds'))}   {r.log_likelihood.shape[0]} examples x "
+                f"{r.num_chains} chains{start}, control variate log f(v), {alpha}",
+                f"  {'  without control variate':26}{cv.subset_mean:12.4f}{cv.subset_stderr:10.4f}"
+                f"{'':9}   plain mean over the same {cv.num_subset} examples",
+                f"  {'gap (AIS - RAISE)':26}{self.gap:12.4f}",
+            ]
+        else:
+            lines.append(f"  {'RAISE (conservative)':26}{'(not run)':>12}")
         if self.exact_mean is not None:
             lines.append(f"  {'exact':26}{self.exact_mean:12.4f}")
         lines.append(f"total wall time {self.timing['seconds']:.1f} s")
+        if self.interrupted:
+            lines.append(f"interrupted during {self.interrupted}: the numbers above are what finished before Ctrl-C")
         lines += [f"note: {n}" for n in self.notes]
         lines += [f"warning [{w.code}]: {w.message}" for w in self.warnings]
         return "\n".join(lines)
+
+
+class EvaluationInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `evaluate`: `report` holds what finished (`report.interrupted` names the stage)."""
+
+    def __init__(self, report: EvaluationReport):
+        super().__init__(f"interrupted during {report.interrupted}")
+        self.report = report
 
 
 def _secs(x: Optional[float]) -> str:
@@ -283,92 +319,108 @@ def evaluate(
     path = BoltzmannPath(annealed, base)
     device = model.device
     start_total = time.perf_counter()
-
-    ais_result = ais(
-        path, betas, ais_chains, generator=torch.Generator(device=device).manual_seed(seed), progress=progress
-    )
-    log_f = log_unnormalized_estimate(
-        model,
-        test,
-        method=log_f_method,
-        num_samples=log_f_samples,
-        generator=torch.Generator(device=device).manual_seed(seed + 2),
-        progress=progress,
-    )
-    log_f_all = log_f.log_unnormalized
-    ais_mean = float(log_f_all.mean()) - ais_result.estimate
-
     n_test = test.shape[0]
-    subset_gen = torch.Generator().manual_seed(seed + 1)
-    if raise_examples >= n_test:
-        subset = torch.arange(n_test)
-    else:
-        subset = torch.randperm(n_test, generator=subset_gen)[:raise_examples].sort().values
-    raise_result = raise_log_likelihood(
-        path,
-        test[subset.to(device)],
-        betas,
-        raise_chains,
-        generator=torch.Generator(device=device).manual_seed(seed + 1),
-        unroll=model if family == "DBN" else None,
-        progress=progress,
-    )
-    cv = raise_result.control_variate_mean(log_f_all, log_f_all[subset.to(log_f_all.device)], alpha=cv_alpha)
-
-    log_z_exact = exact_mean = exact_seconds = None
-    notes = []
-    if exact == "always" or (exact == "auto" and needed <= max_exact_units):
-        t0 = time.perf_counter()
-        limit = max(max_exact_units, needed)
-        log_z_exact = exact_mod.log_partition(model, max_units=limit)
-        exact_log_f = (
-            log_f_all if log_f.method == "exact" else exact_mod.log_unnormalized_visible(model, test, max_units=limit)
-        )
-        exact_mean = float(exact_log_f.mean()) - log_z_exact
-        exact_seconds = time.perf_counter() - t0
-    elif exact == "auto":
-        hint = " (use --exact always to force)" if needed <= ALWAYS_EXACT_LIMIT else ""
-        notes.append(f"exact values skipped: they would enumerate 2^{needed} states{hint}")
-    total = time.perf_counter() - start_total
     all_settings = {
         "model": f"{family} {'-'.join(str(n) for n in model.layer_sizes)}",
         "init": init,
         "schedule": schedule,
         "steps": steps,
         "ais_chains": ais_chains,
-        "raise_examples": int(subset.numel()),
+        "raise_examples": min(raise_examples, n_test),
         "raise_chains": raise_chains,
-        "log_f_method": log_f.method,
-        "log_f_samples": log_f.num_samples,
+        "log_f_method": "exact" if family == "RBM" else log_f_method,
+        "log_f_samples": 0 if family == "RBM" or log_f_method != "importance" else log_f_samples,
         "cv_alpha": cv_alpha,
         "seed": seed,
         "device": str(device),
         "dtype": str(model.dtype).replace("torch.", ""),
+        "threads": torch.get_num_threads(),
         "data": "",
         "split": "",
     }
     all_settings.update(settings or {})
-    return EvaluationReport(
-        settings=all_settings,
-        num_test=n_test,
-        ais=ais_result,
-        raise_=raise_result,
-        ais_mean=ais_mean,
-        raise_mean=cv.mean,
-        raise_stderr=cv.stderr,
-        control_variate=cv,
-        log_f=log_f,
-        log_z_exact=log_z_exact,
-        exact_mean=exact_mean,
-        timing={
-            "seconds": total,
-            "ais_seconds": ais_result.seconds,
-            "raise_seconds": raise_result.seconds,
-            "log_f_seconds": log_f.seconds,
-            "exact_seconds": exact_seconds,
-        },
-        notes=notes,
-    )
+    done: dict[str, Any] = {}
+    notes: list[str] = []
+
+    def report(interrupted: Optional[str] = None) -> EvaluationReport:
+        ais_result, log_f, raise_result, cv = (done.get(k) for k in ("ais", "log_f", "raise", "cv"))
+        ais_mean = None
+        if ais_result is not None and log_f is not None:
+            ais_mean = float(log_f.log_unnormalized.mean()) - ais_result.estimate
+        return EvaluationReport(
+            settings=all_settings,
+            num_test=n_test,
+            ais=ais_result,
+            raise_=raise_result,
+            ais_mean=ais_mean,
+            raise_mean=None if cv is None else cv.mean,
+            raise_stderr=None if cv is None else cv.stderr,
+            control_variate=cv,
+            log_f=log_f,
+            log_z_exact=done.get("log_z_exact"),
+            exact_mean=done.get("exact_mean"),
+            timing={
+                "seconds": time.perf_counter() - start_total,
+                "ais_seconds": None if ais_result is None else ais_result.seconds,
+                "raise_seconds": None if raise_result is None else raise_result.seconds,
+                "log_f_seconds": None if log_f is None else log_f.seconds,
+                "exact_seconds": done.get("exact_seconds"),
+            },
+            notes=notes,
+            interrupted=interrupted,
+        )
+
+    stage = "AIS"
+    try:
+        done["ais"] = ais(
+            path, betas, ais_chains, generator=torch.Generator(device=device).manual_seed(seed), progress=progress
+        )
+        stage = "the log f(v) estimates"
+        done["log_f"] = log_unnormalized_estimate(
+            model,
+            test,
+            method=log_f_method,
+            num_samples=log_f_samples,
+            generator=torch.Generator(device=device).manual_seed(seed + 2),
+            progress=progress,
+        )
+        log_f_all = done["log_f"].log_unnormalized
+        stage = "RAISE"
+        # The subset has its own stream (seed + 3), independent of the chains' (seed + 1).
+        if raise_examples >= n_test:
+            subset = torch.arange(n_test)
+        else:
+            subset = torch.randperm(n_test, generator=torch.Generator().manual_seed(seed + 3))[:raise_examples]
+            subset = subset.sort().values
+        done["raise"] = raise_log_likelihood(
+            path,
+            test[subset.to(device)],
+            betas,
+            raise_chains,
+            generator=torch.Generator(device=device).manual_seed(seed + 1),
+            unroll=model if family == "DBN" else None,
+            progress=progress,
+        )
+        done["cv"] = done["raise"].control_variate_mean(
+            log_f_all, log_f_all[subset.to(log_f_all.device)], alpha=cv_alpha
+        )
+        stage = "the exact answer"
+        if exact == "always" or (exact == "auto" and needed <= max_exact_units):
+            t0 = time.perf_counter()
+            limit = max(max_exact_units, needed)
+            log_z_exact = exact_mod.log_partition(model, max_units=limit)
+            exact_log_f = log_f_all
+            if done["log_f"].method != "exact":
+                exact_log_f = exact_mod.log_unnormalized_visible(model, test, max_units=limit)
+            done["log_z_exact"] = log_z_exact
+            done["exact_mean"] = float(exact_log_f.mean()) - log_z_exact
+            done["exact_seconds"] = time.perf_counter() - t0
+        elif exact == "auto":
+            hint = " (use --exact always to force)" if needed <= ALWAYS_EXACT_LIMIT else ""
+            notes.append(f"exact values skipped: they would enumerate 2^{needed} states{hint}")
+    except KeyboardInterrupt:
+        raise EvaluationInterrupted(report(interrupted=stage)) from None
+    return report()
 
 
 evaluate_rbm = evaluate

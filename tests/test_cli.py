@@ -118,9 +118,10 @@ def test_clear_errors(tmp_path, capsys):
     ok = tmp_path / "ok.npy"
     np.save(ok, np.zeros((4, 64), dtype=np.uint8))
     assert "--train-data" in _error(capsys, ["evaluate", str(nodata), "--data", str(ok), *FAST])
-    bad = tmp_path / "bad.npz"
-    np.savez(bad, W=np.zeros((64, 4)), vbias=np.zeros(64), hbias=np.zeros(4), momentum=np.zeros(4))
-    assert "unknown keys ['momentum']" in _error(capsys, ["evaluate", str(bad), "--data", "digits", *FAST])
+    extra = tmp_path / "extra.npz"
+    np.savez(extra, W=np.zeros((64, 4)), vbias=np.zeros(64), hbias=np.zeros(4), momentum=np.zeros(4))
+    assert main(["evaluate", str(extra), "--data", "digits", *FAST]) == 0
+    assert "note: ignored variables of the checkpoint: momentum" in capsys.readouterr().out
     nan = tmp_path / "nan.npz"
     np.savez(nan, W=np.full((64, 4), np.nan), vbias=np.zeros(64), hbias=np.zeros(4))
     assert "NaN" in _error(capsys, ["evaluate", str(nan), "--data", "digits", *FAST])
@@ -136,7 +137,7 @@ def test_exact_always_refuses_hopeless_enumerations(tmp_path, capsys):
 
 
 def test_bad_step_count_is_an_error(capsys):
-    assert "positive integer" in _error(capsys, ["evaluate", str(DEFAULT), *FAST, "--steps", "0"])
+    assert "--steps must be at least 1" in _error(capsys, ["evaluate", str(DEFAULT), *FAST, "--steps", "0"])
 
 
 def test_file_data_with_training_data(tmp_path, capsys):
@@ -160,3 +161,91 @@ def test_console_script_is_installed():
         pytest.skip("the raise-eval console script is not on PATH (install the package: pip install -e .)")
     result = subprocess.run([exe, "evaluate", "--help"], capture_output=True, text=True, check=True)
     assert "RAISE" in result.stdout
+
+
+def test_ctrl_c_during_raise_keeps_the_ais_result(tmp_path):
+    """SIGINT while RAISE runs: exit 130, no traceback, the AIS rows printed and a JSON marked incomplete."""
+    import signal
+    import sys
+    import time
+
+    out = tmp_path / "partial.json"
+    cmd = [sys.executable, "-m", "raise_eval.cli", "evaluate", str(DEFAULT), "--steps", "3000", "--ais-chains", "50"]
+    cmd += ["--raise-examples", "360", "--raise-chains", "500", "--json", str(out), "--threads", "1"]
+    import threading
+
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    chars: list = []
+    reader = threading.Thread(target=lambda: chars.extend(iter(lambda: proc.stderr.read(1), "")), daemon=True)
+    reader.start()
+    deadline = time.time() + 120
+    while "RAISE" not in "".join(chars) and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert "RAISE" in "".join(chars), f"RAISE never started: {''.join(chars)}"
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    stdout = proc.stdout.read()
+    reader.join(timeout=10)
+    stderr = "".join(chars)
+    assert proc.returncode == 130
+    assert "Traceback" not in stderr and "interrupted during RAISE" in stderr
+    assert "AIS (optimistic)" in stdout and "(not run)" in stdout and "marked incomplete" in stdout
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and doc["interrupted_during"] == "RAISE"
+    assert doc["log_z"]["ais"]["estimate"] is not None and doc["log_likelihood"]["raise"] is None
+
+
+def test_output_path_is_checked_before_any_work(tmp_path, capsys):
+    import time
+
+    start = time.perf_counter()
+    with pytest.raises(SystemExit) as e:
+        main(["evaluate", str(DEFAULT), "--json", str(tmp_path / "missing" / "r.json"), "--no-progress"])
+    assert e.value.code == 2 and time.perf_counter() - start < 5
+    assert "the folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ais-chains", "0"], "--ais-chains must be at least 1"),
+        (["--raise-chains", "-1"], "--raise-chains must be at least 1"),
+        (["--device", "foo"], "--device 'foo' is not a torch device"),
+        (["--threads", "0"], "--threads must be at least 1"),
+    ],
+)
+def test_errors_name_the_option(args, message, capsys):
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(DEFAULT), *args, "--no-progress"])
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "name, content, message",
+    [
+        ("empty.pt", b"", "is an empty file (0 bytes); expected a file written by torch.save"),
+        ("text.npz", b"W,vbias\n1,2\n", "is a text file of 12 bytes starting 'W,vbias'; expected a NumPy .npz"),
+        ("cut.pt", None, "truncated or corrupt; expected a file written by torch.save"),
+    ],
+)
+def test_bad_checkpoint_files_get_one_line(tmp_path, capsys, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(DEFAULT.read_bytes()[:3000] if content is None else content)
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(path), "--no-progress"])
+    err = capsys.readouterr().err
+    assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_text_file_as_npy_data(tmp_path, capsys):
+    path = tmp_path / "test.npy"
+    path.write_text("0 1 0 1\n")
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(DEFAULT), "--data", str(path), "--no-progress"])
+    assert "is a text file of 8 bytes starting '0 1 0 1'; expected a NumPy .npy file" in capsys.readouterr().err
+
+
+def test_threads_are_recorded(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["evaluate", str(DEFAULT), *FAST, "--threads", "1", "--json", str(out)]) == 0
+    assert json.loads(out.read_text())["settings"]["threads"] == 1

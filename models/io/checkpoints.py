@@ -50,6 +50,7 @@ from torch import Tensor
 from models.boltzmann.dbm import DBM
 from models.boltzmann.dbn import DBN
 from models.boltzmann.rbm import RBM
+from models.io.files import check_magic
 from models.io.matfile import read_mat
 
 FORMAT = "raise-eval-checkpoint"
@@ -186,7 +187,15 @@ def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None,
     return ckpt
 
 
+def _check_file(path: Path, kind: str) -> None:
+    try:
+        check_magic(path, kind)
+    except ValueError as e:
+        raise CheckpointError(str(e)) from None
+
+
 def _load_raise_eval(path: Path) -> Checkpoint:
+    _check_file(path, "pt")
     try:
         payload = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception as e:  # unpickling errors name what they found
@@ -254,6 +263,7 @@ def _load_vae(path: Path, payload: dict) -> Checkpoint:
 
 
 def _load_npz(path: Path) -> Checkpoint:
+    _check_file(path, "npz")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}

@@ -52,7 +52,6 @@ class LogUnnormalizedEstimate:
             "num_samples": self.num_samples,
             "mean": float(self.log_unnormalized.mean()),
             "mean_stderr_per_example": float(self.stderr.mean()),
-            "seconds": self.seconds,
         }
 
 
