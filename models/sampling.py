@@ -8,8 +8,9 @@ independent, then
     u < p  <=>  u' < d,   d = 256 p - b.
 
 If d >= 1 the answer is 1 and if d <= 0 it is 0, whatever u'; only when 0 < d < 1 (probability 1/256, b equal
-to floor(256 p)) is a fresh uniform u' drawn. So P(x = 1) = p exactly, with a finer resolution (2^-32 for
-float32) than a float32 uniform; d is computed without rounding (a power-of-two scaling and a Sterbenz
+to floor(256 p)) is a fresh uniform u' drawn. So P(x = 1) = p exactly, with a finer resolution than a float32
+uniform: u' has float32's 2^-24, so u = (b + u') / 256 resolves 2^-32 in the seven full-byte lanes and 2^-31 in
+the 7-bit lane (u = (b + u') / 128); d is computed without rounding (a power-of-two scaling and a Sterbenz
 subtraction). One 64-bit draw gives 7 uniform bytes and a 7-bit one (used with 128 in place of 256).
 On other devices (CUDA's Philox is fast) the plain comparison with torch.rand is used.
 """

@@ -109,7 +109,9 @@ class ReverseAISResult:
 
     log_weights: per-chain log w, float64, shaped (*batch, num_chains).
     log_normalizer: log Z_0 - log mean w, shaped (*batch,): a stochastic *upper* bound on log Z_1.
-    stderr: delta-method standard error of log mean w, shaped (*batch,).
+    stderr: delta-method standard error of log mean w, shaped (*batch,), valid when the chains started from
+        independent exact samples; NaN when they shared starts (`independent_starts=False`), since the chains are
+        then correlated and the delta method would understate the error.
     """
 
     log_weights: Tensor
@@ -138,6 +140,7 @@ def reverse_ais(
     generator: torch.Generator,
     kernel: Optional[Kernel] = None,
     progress: bool = False,
+    independent_starts: bool = True,
 ) -> ReverseAISResult:
     """Anneal from exact samples of the target (beta = 1) down to the start (beta = 0).
 
@@ -148,6 +151,8 @@ def reverse_ais(
         path: an annealing path with `log_partition_initial`.
         start: exact samples of p_1 (e.g. the latents that generated simulated data), batch (*batch, num_chains).
         betas: the forward schedule from 0 to 1 (it is run backwards), shaped (K + 1,).
+        independent_starts: whether every chain started from its own independent exact sample; if not (e.g. one
+            exact sample repeated over an example's chains), `stderr` is NaN.
     """
     betas = validate_schedule(betas)
     begin = time.perf_counter()
@@ -158,7 +163,7 @@ def reverse_ais(
     return ReverseAISResult(
         log_weights=log_w,
         log_normalizer=path.log_partition_initial - summary.estimate,
-        stderr=summary.stderr,
+        stderr=summary.stderr if independent_starts else torch.full_like(summary.stderr, float("nan")),
         num_steps=betas.numel() - 1,
         num_chains=log_w.shape[-1],
         seconds=time.perf_counter() - begin,

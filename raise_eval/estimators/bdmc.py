@@ -88,15 +88,21 @@ def bdmc(
     Args:
         path: annealing path over N examples (e.g. `DirectedPath(model, x)`) whose target normalizers are p(x_n).
         exact_state: exact samples of each example's posterior, batch (N, C) (one exact sample repeated over the C
-            reverse chains is fine: each chain's weight is still unbiased for 1/p(x)).
+            reverse chains is fine: each chain's weight is still unbiased for 1/p(x); the reverse chains are then
+            not independent, so the result reports standard errors over examples only).
         betas: schedule from 0 to 1.
         num_chains: forward chains per example.
         kernel: transition used in both directions (must be reversible and fixed before the run).
     """
     start = time.perf_counter()
     forward = ais(path, betas, num_chains, generator=generator, kernel=kernel, progress=progress)
-    reverse = reverse_ais(path, exact_state, betas, generator=generator, kernel=kernel, progress=progress)
-    jeffreys = (-reverse.log_weights).mean(-1) - forward.log_weights.mean(-1)
+    reverse = reverse_ais(
+        path, exact_state, betas, generator=generator, kernel=kernel, progress=progress, independent_starts=False
+    )
+    # Forward weights estimate Z_1 (log Z_0 is folded in); reverse weights estimate Z_0 / Z_1. Both chains' bounds
+    # on log Z_1 are therefore log w_fwd and log Z_0 - log w_rev: without log Z_0 the bound would be shifted by it
+    # whenever the start is unnormalized (e.g. a Boltzmann path from the uniform base).
+    jeffreys = (path.log_partition_initial - reverse.log_weights).mean(-1) - forward.log_weights.mean(-1)
     return BDMCResult(
         lower=forward.log_normalizer,
         upper=reverse.log_normalizer,
