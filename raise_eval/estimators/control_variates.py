@@ -12,6 +12,9 @@ reported as sd_S(Y - alpha X) / sqrt(n). That counts each Y's Monte Carlo noise 
 it leaves out the finite-population correction sqrt(1 - n/N), so it slightly overstates the error (and much
 overstates it when S is the whole set).
 
+(The paper's variance formula for eq. 14 divides the covariance term by n where N is right: with Y independent of
+X, unit variances and alpha = 1 the variance is 2/n - 1/N. The standard error here does not use that formula.)
+
 alpha = 1 is the paper's choice (Y and X differ mainly by log Z). The variance-optimal alpha = Cov(Y, X) / Var(X) is
 estimated on the subset, which makes the estimate biased by O(1/n); the report says which alpha was used.
 """
