@@ -16,7 +16,7 @@ setup(
     # torch>=2.0 admits the CPU wheel 2.13.0 that .ci/run installs first, so pip installs nothing more.
     install_requires=["torch>=2.0", "numpy>=1.22", "tqdm>=4.60"],
     extras_require={
-        "test": ["pytest>=7"],
+        "test": ["pytest>=7", "matplotlib>=3.5"],  # matplotlib: the plot paths are tested
         "plot": ["matplotlib>=3.5"],
         "vision": ["torchvision"],
     },
