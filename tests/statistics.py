@@ -1,11 +1,11 @@
 """Statistical checks used by the estimator tests.
 
-Unbiasedness is checked in probability space, as in TensorFlow Probability's AIS tests: for weights w_i with
-E[w] = truth, r_i = exp(log w_i - log truth) has mean 1, and the test asserts |mean(r) - 1| < 4 SE with
-SE = sd(r) / sqrt(n). For a correct estimator and a CLT-sized sample this fails with probability about 6e-5
-(two-sided normal tail at 4 sigma) per z-score, so about k * 6e-5 for an assertion over k test vectors (heavy
-right tails of r, e.g. skewed importance weights, make the lower tail somewhat likelier); seeds are fixed, so each run is deterministic. To keep the
-test from passing vacuously, it also asserts that SE is small enough to detect a bias of `max_se` * 4.
+Unbiasedness is checked in probability space, as in TensorFlow Probability's AIS tests: for weights w_i with E[w] =
+truth, r_i = exp(log w_i - log truth) has mean 1, and the test asserts |mean(r) - 1| < 4 SE with SE = sd(r) /
+sqrt(n). For a correct estimator and a CLT-sized sample this fails with probability about 6e-5 (two-sided normal
+tail at 4 sigma) per z-score, so about k * 6e-5 for an assertion over k test vectors (heavy right tails of r, e.g.
+skewed importance weights, make the lower tail somewhat likelier); seeds are fixed, so each run is deterministic. To
+keep the test from passing vacuously, it also asserts that SE is small enough to detect a bias of `max_se` * 4.
 """
 
 from __future__ import annotations

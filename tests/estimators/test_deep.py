@@ -1,10 +1,11 @@
 """DBMs and DBNs: AIS, heating RAISE, unrolled RAISE and the estimates of log f(v), against exact answers.
 
-Unbiasedness is checked in probability space (tests/statistics.py: |mean(exp(log w - log truth)) - 1| < 4 SE,
-false-alarm rate about 6e-5 per z-score, so about 2.5e-4 for an assertion over 4 test vectors and about 1% for the
-~200 z-scores of this file under fresh seeds; the seeds are fixed, so each run is deterministic). K = 1, 2, 3 expose off-by-one errors in the schedule;
-K = 40 makes the steps small enough that the annealing step takes its small-step weight update and reuses the
-odd-layer probabilities between steps, which `reuse_counter` proves for every direction (AIS, heating, reverse).
+Unbiasedness is checked in probability space (tests/statistics.py: |mean(exp(log w - log truth)) - 1| < 4 SE, false-
+alarm rate about 6e-5 per z-score, so about 2.5e-4 for an assertion over 4 test vectors and about 1% for the ~200
+z-scores of this file under fresh seeds; the seeds are fixed, so each run is deterministic). K = 1, 2, 3 expose off-
+by-one errors in the schedule; K = 40 makes the steps small enough that the annealing step takes its small-step
+weight update and reuses the odd-layer probabilities between steps, which `reuse_counter` proves for every direction
+(AIS, heating, reverse).
 """
 
 from __future__ import annotations
