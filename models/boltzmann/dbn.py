@@ -14,6 +14,7 @@ the directed layers given v.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Optional
 
 import torch
 import torch.nn.functional as F
@@ -129,15 +130,29 @@ class DBN:
             for l in range(len(self.weights) - 1)
         )
 
-    def sample_recognition(self, v: Tensor, generator: torch.Generator) -> tuple[list[Tensor], Tensor]:
+    def sample_recognition(
+        self, v: Tensor, generator: torch.Generator, num_samples: Optional[int] = None
+    ) -> tuple[list[Tensor], Tensor]:
         """Sample x_1 .. x_{L-1} from q(. | v) layer by layer.
 
-        Returns ([v, x_1, ..., x_{L-1}] in the model's dtype, log q(x_1..x_{L-1} | v) in float64 shaped (*batch,)).
+        Args:
+            v: visible vectors shaped (*batch, n_visible).
+            num_samples: when given, draw that many samples per vector: the layers are then shaped
+                (*batch, num_samples, n_l), and the first layer's logits are computed once per vector.
+        Returns:
+            ([v, x_1, ..., x_{L-1}] in the model's dtype, log q(x_1..x_{L-1} | v) in float64 shaped like the
+            samples' batch).
         """
-        layers = [v.to(dtype=self.dtype)]
+        v = v.to(dtype=self.dtype)
+        logits = self.recognition_logits(v, 0)
+        if num_samples is not None:
+            v = v.unsqueeze(-2).expand(*v.shape[:-1], num_samples, v.shape[-1])
+            logits = logits.unsqueeze(-2).expand(*logits.shape[:-1], num_samples, logits.shape[-1])
+        layers = [v]
         log_q = torch.zeros(v.shape[:-1], dtype=torch.float64, device=v.device)
         for l in range(len(self.weights) - 1):
-            logits = self.recognition_logits(layers[-1], l)
+            if l > 0:
+                logits = self.recognition_logits(layers[-1], l)
             x = sample_bernoulli_logits(logits, generator)
             log_q = log_q + _bernoulli_log_prob(x, logits)
             layers.append(x)

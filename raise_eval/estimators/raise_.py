@@ -144,7 +144,7 @@ def raise_log_likelihood(
     log_f = None
     if unroll is not None:
         kind = "unrolled"
-        layers, log_q = unroll.sample_recognition(v_chains, generator)
+        layers, log_q = unroll.sample_recognition(v, generator, num_samples=num_chains)
         state, log_w0 = _posterior_start(path, layers[-1])
         log_w0 = log_w0 + unroll.log_directed_likelihood(layers) - log_q
     elif not _even_hidden_layers(model):

@@ -59,6 +59,8 @@ def _propose_dbm(model, v: Tensor, num_samples: int, generator: torch.Generator)
     """(log f(v, h_even) with odd layers summed out, log q(h_even | v)), each (n, S), for v (n, n_visible)."""
     mu = model.mean_field(v)
     layers: list = [v.unsqueeze(1).expand(-1, num_samples, -1)]
+    # The bottom odd layer's input from v is the same for every sample: one product per vector, not per sample.
+    v_input = torch.matmul(v, model.weights[0]).unsqueeze(1)
     log_q = torch.zeros(v.shape[0], num_samples, dtype=torch.float64, device=v.device)
     for l in range(1, model.num_layers):
         if l % 2 == 1:
@@ -70,12 +72,16 @@ def _propose_dbm(model, v: Tensor, num_samples: int, generator: torch.Generator)
         h = (u < torch.sigmoid(logits)).to(torch.float64)
         log_q = log_q + (h * logits - torch.nn.functional.softplus(logits)).sum(-1)
         layers.append(h.to(model.dtype))
-    return model.log_unnormalized_marginal(layers).double(), log_q
+    inputs = [None] * model.num_layers
+    inputs[1] = v_input + torch.matmul(layers[2], model.weights[1].t()) if model.num_layers > 2 else v_input
+    for l in range(3, model.num_layers, 2):
+        inputs[l] = model.unscaled_input(layers, l)
+    return model.log_unnormalized_marginal(layers, inputs).double(), log_q
 
 
 def _propose_dbn(model, v: Tensor, num_samples: int, generator: torch.Generator) -> tuple[Tensor, Tensor]:
     """(log p(v, x_1..x_{L-2} | x_{L-1}) f_top(x_{L-1}), log q(x_1..x_{L-1} | v)), each (n, S)."""
-    layers, log_q = model.sample_recognition(v.unsqueeze(1).expand(-1, num_samples, -1), generator)
+    layers, log_q = model.sample_recognition(v, generator, num_samples=num_samples)
     return model.log_unnormalized_joint_visible(layers), log_q
 
 
