@@ -1,4 +1,5 @@
-"""Packaging for raise-eval: the `raise_eval` library, the `models` package and the `raise-eval` command."""
+"""Packaging for raise-eval: the `raise_eval` library, the repository's models/ folder installed as
+`raise_eval.models` (no top-level `models` package that could shadow a user's own), and the `raise-eval` command."""
 
 from setuptools import find_packages, setup
 
@@ -11,7 +12,10 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     python_requires=">=3.9",
-    packages=find_packages(include=["raise_eval", "raise_eval.*", "models", "models.*"]),
+    packages=find_packages(include=["raise_eval", "raise_eval.*"])
+    + ["raise_eval.models"]
+    + [f"raise_eval.models.{name}" for name in find_packages(where="models")],
+    package_dir={"raise_eval.models": "models"},
     package_data={"raise_eval": ["data/*.npz"]},
     # torch>=2.0 admits the CPU wheel 2.13.0 that .ci/run installs first, so pip installs nothing more.
     install_requires=["torch>=2.0", "numpy>=1.22", "tqdm>=4.60"],

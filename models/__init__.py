@@ -5,8 +5,8 @@ Folders by family: boltzmann/ (the layered energy, RBM, DBM, DBN), directed/ (p(
 (checkpoints), training/ (how the project's checkpoints were made); sampling.py is shared by all.
 """
 
-from models.boltzmann import DBM, DBN, RBM, LayeredBoltzmannMachine
-from models.directed import (
+from raise_eval.models.boltzmann import DBM, DBN, RBM, LayeredBoltzmannMachine
+from raise_eval.models.directed import (
     VAE,
     DiagonalGaussianPosterior,
     DirectedLatentModel,

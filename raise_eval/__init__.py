@@ -21,12 +21,47 @@ from raise_eval.estimators import (
     raise_log_likelihood,
     reverse_ais,
 )
+from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
+from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
+from raise_eval.evaluate import EvaluationReport, evaluate
+from raise_eval.models import (
+    DBM,
+    DBN,
+    RBM,
+    VAE,
+    GaussianPosterior,
+    LayeredBoltzmannMachine,
+    LinearGaussianModel,
+    SigmoidBeliefNet,
+    VAEConfig,
+)
+from raise_eval.models.io import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, save_npz
 from raise_eval.paths import BoltzmannPath, DirectedPath, data_base_rates, uniform_base
 from raise_eval.schedules import linear_schedule, make_schedule, salakhutdinov_schedule, sigmoid_schedule
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "DBM",
+    "DBN",
+    "RBM",
+    "VAE",
+    "Checkpoint",
+    "CheckpointError",
+    "ControlVariateEstimate",
+    "EvaluationReport",
+    "GaussianPosterior",
+    "LayeredBoltzmannMachine",
+    "LinearGaussianModel",
+    "LogUnnormalizedEstimate",
+    "SigmoidBeliefNet",
+    "VAEConfig",
+    "control_variate_mean",
+    "evaluate",
+    "load_checkpoint",
+    "log_unnormalized_estimate",
+    "save_checkpoint",
+    "save_npz",
     "AIDEResult",
     "AISInference",
     "AISResult",

@@ -257,8 +257,8 @@ def _add_bdmc_parser(sub) -> None:
 
 
 def cmd_bdmc(args) -> int:
-    from models.io.checkpoints import load_checkpoint
     from raise_eval.bdmc_report import evaluate_bdmc
+    from raise_eval.models.io.checkpoints import load_checkpoint
 
     device = _setup_run(
         args,
@@ -383,7 +383,7 @@ def _load_data(args, metadata: dict) -> tuple[torch.Tensor, str]:
 def _train_pixel_means(args, ckpt, data_name: str) -> Optional[torch.Tensor]:
     """The base rates of the annealed machine's visible layer: pixel means (RBM, DBM), or for a DBN the
     recognition means of its top RBM's visible layer over the training data."""
-    from models.boltzmann.dbn import DBN
+    from raise_eval.models.boltzmann.dbn import DBN
 
     if args.init != "base-rates":
         return None
@@ -402,9 +402,9 @@ def _train_pixel_means(args, ckpt, data_name: str) -> Optional[torch.Tensor]:
 
 
 def cmd_evaluate(args) -> int:
-    from models.boltzmann.dbn import DBN
-    from models.boltzmann.layered import LayeredBoltzmannMachine
-    from models.io.checkpoints import load_checkpoint
+    from raise_eval.models.boltzmann.dbn import DBN
+    from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+    from raise_eval.models.io.checkpoints import load_checkpoint
 
     device = _setup_run(
         args, ("steps", "ais_chains", "raise_examples", "raise_chains", "log_f_samples"), outputs=("json",)

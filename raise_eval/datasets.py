@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from models.io.files import check_magic
+from raise_eval.models.io.files import check_magic
 
 DATA_ROOT_ENV = "RAISE_EVAL_DATA"
 _PACKAGE_DATA = Path(__file__).resolve().parent / "data"

@@ -27,7 +27,6 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from models.boltzmann.dbn import DBN
 from raise_eval import exact as exact_mod
 from raise_eval.datasets import check_binary
 from raise_eval.diagnostics import Warning, diagnose
@@ -36,6 +35,7 @@ from raise_eval.estimators.control_variates import ControlVariateEstimate
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
 from raise_eval.estimators.unnormalized import METHODS as LOG_F_METHODS
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
+from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.schedules import make_schedule
 

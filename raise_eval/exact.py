@@ -7,7 +7,7 @@
   x_0 ~ p_0, x_k ~ T_k(. | x_{k-1}) (k = 1..K) with the collapsed block-Gibbs kernel, computed by propagating
   p_0 through exact transition matrices built from the energy alone. RAISE is unbiased for this quantity.
 
-DBNs (`models.boltzmann.dbn.DBN`) are handled too: log Z is the top RBM's, log f(v) sums the directed layers
+DBNs (`raise_eval.models.boltzmann.dbn.DBN`) are handled too: log Z is the top RBM's, log f(v) sums the directed layers
 x_1 .. x_{L-1} by enumeration, and p_ann(v) is the top RBM's annealing model pushed down through the directed
 layers (the unrolled annealing model that unrolled RAISE is unbiased for).
 
@@ -23,8 +23,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.boltzmann.dbn import DBN
-from models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.models.boltzmann.dbn import DBN
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 
 DEFAULT_MAX_UNITS = 25
 

@@ -19,8 +19,7 @@ import time
 
 import torch
 
-from models import RBM
-from raise_eval import BoltzmannPath, anneal, linear_schedule
+from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule
 
 
 def _sync(device: torch.device) -> None:

@@ -26,9 +26,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from raise_eval.models.training.dbm import DBMTrainingConfig, mean_field_fixed, train_dbm
 
-from models.io.checkpoints import save_checkpoint
-from models.training.dbm import DBMTrainingConfig, mean_field_fixed, train_dbm
+from raise_eval import save_checkpoint
 from raise_eval.datasets import load_dataset
 
 

@@ -1,8 +1,9 @@
 """Train a DBN on binarized MNIST (Larochelle & Murray's binarization), greedily one RBM per layer, and save it.
 
 Default architecture 784-500-2000, the DBN of the RAISE paper (Burda, Grosse & Salakhutdinov, 2015). Each RBM is
-trained with `models.training.rbm.train_rbm` (CD-1 here); the recognition probabilities of one RBM's hidden units
-are the next RBM's data (see models/training/dbn.py for how the RBMs become the DBN). Defaults: 30 epochs per
+trained with `raise_eval.models.training.rbm.train_rbm` (CD-1 by default, `--method pcd`); the recognition
+probabilities of one RBM's hidden units are the next RBM's data (see models/training/dbn.py for how the RBMs become
+the DBN). Defaults: 30 epochs per
 layer, batch 100, learning rate 0.05 decaying linearly to 0.005, momentum 0.5 -> 0.9, weight decay 1e-4, seed 0,
 one thread (about 8 minutes on one shared core).
 
@@ -20,10 +21,9 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from raise_eval.models.training.dbn import DBNTrainingConfig, reconstruction_error, train_dbn
 
-from models.boltzmann.rbm import RBM
-from models.io.checkpoints import save_checkpoint
-from models.training.dbn import DBNTrainingConfig, reconstruction_error, train_dbn
+from raise_eval import RBM, save_checkpoint
 from raise_eval.datasets import load_dataset
 
 

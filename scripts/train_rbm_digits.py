@@ -12,10 +12,9 @@ import time
 from dataclasses import asdict
 
 import torch
+from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
 
-from models.io.checkpoints import save_checkpoint
-from models.training.rbm import RBMTrainingConfig, train_rbm
-from raise_eval import exact
+from raise_eval import exact, save_checkpoint
 from raise_eval.datasets import load_dataset
 
 CONFIG = RBMTrainingConfig(n_hidden=16, epochs=300, batch_size=50, learning_rate=0.05, method="cd", gibbs_steps=5)

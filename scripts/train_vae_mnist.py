@@ -11,11 +11,9 @@ import argparse
 import time
 
 import torch
+from raise_eval.models.training.vae import train_vae
 
-from models import VAE, VAEConfig
-from models.io.checkpoints import save_checkpoint
-from models.training.vae import train_vae
-from raise_eval import elbo, iwae
+from raise_eval import VAE, VAEConfig, elbo, iwae, save_checkpoint
 from raise_eval.datasets import load_dataset
 
 

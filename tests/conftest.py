@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from raise_eval.models import RBM, LayeredBoltzmannMachine
 
-from models import RBM, LayeredBoltzmannMachine
 from raise_eval import exact
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
@@ -89,7 +89,7 @@ def _random_layers(sizes, seed, weight_std, bias_std=0.5):
 def tiny_dbm(request):
     """Tiny DBMs in float64 with two and three hidden layers (every layer small enough to enumerate), each with
     two local modes of the visible distribution."""
-    from models import DBM
+    from raise_eval.models import DBM
 
     weights, biases, _ = _random_layers(request.param, seed=22, weight_std=2.0)
     model = DBM(weights, biases)
@@ -100,7 +100,7 @@ def tiny_dbm(request):
 @pytest.fixture(scope="session", params=[(5, 4, 3), (4, 3, 3, 2)], ids=["dbn-2-hidden", "dbn-3-hidden"])
 def tiny_dbn(request):
     """Tiny DBNs in float64 with two and three hidden layers."""
-    from models import DBN
+    from raise_eval.models import DBN
 
     weights, biases, recognition = _random_layers(request.param, seed=31, weight_std=1.0)
     return DBN(weights, biases, recognition)

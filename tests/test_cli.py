@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from raise_eval.models import RBM
+from raise_eval.models.io.checkpoints import save_checkpoint
 
-from models import RBM
-from models.io.checkpoints import save_checkpoint
 from raise_eval.cli import build_parser, main
 
 ROOT = Path(__file__).resolve().parents[1]

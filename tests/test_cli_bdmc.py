@@ -4,9 +4,9 @@ import json
 
 import pytest
 import torch
+from raise_eval.models import VAE, VAEConfig
+from raise_eval.models.io.checkpoints import save_checkpoint
 
-from models import VAE, VAEConfig
-from models.io.checkpoints import save_checkpoint
 from raise_eval.cli import main
 
 FAST = [

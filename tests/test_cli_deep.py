@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from raise_eval.models import DBM, DBN
+from raise_eval.models.io.checkpoints import save_checkpoint, save_npz
 
-from models import DBM, DBN
-from models.io.checkpoints import save_checkpoint, save_npz
 from raise_eval import exact
 from raise_eval.cli import build_parser, main
 

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from raise_eval.models import RBM
 
-from models import RBM
 from raise_eval.datasets import load_dataset
 from raise_eval.diagnostics import diagnose
 from raise_eval.evaluate import evaluate
@@ -70,7 +70,7 @@ def test_large_weight_rbm_is_flagged_in_table_and_json():
 
 
 def test_the_embedded_default_is_healthy():
-    from models.io.checkpoints import load_checkpoint
+    from raise_eval.models.io.checkpoints import load_checkpoint
 
     ckpt = load_checkpoint(Path(__file__).resolve().parents[1] / "checkpoints" / "rbm_digits_64-16.pt")
     report = evaluate(ckpt.model, load_dataset("digits", "test"), train_pixel_means=ckpt.train_pixel_means)

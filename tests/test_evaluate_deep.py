@@ -6,8 +6,8 @@ import json
 
 import pytest
 import torch
+from raise_eval.models import DBM, DBN
 
-from models import DBM, DBN
 from raise_eval import exact
 from raise_eval.evaluate import evaluate, recognition_means
 from raise_eval.results import to_jsonable

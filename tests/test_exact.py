@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 import torch
+from raise_eval.models import RBM
 
-from models import RBM
 from raise_eval import exact, linear_schedule, uniform_base
 
 

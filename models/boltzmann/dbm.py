@@ -13,9 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 from torch import Tensor
-
-from models.boltzmann.layered import LayeredBoltzmannMachine
 
 
 class DBM(LayeredBoltzmannMachine):

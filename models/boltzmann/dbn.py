@@ -18,11 +18,10 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.models.boltzmann.rbm import RBM
+from raise_eval.models.sampling import sample_bernoulli_logits
 from torch import Tensor
-
-from models.boltzmann.layered import LayeredBoltzmannMachine
-from models.boltzmann.rbm import RBM
-from models.sampling import sample_bernoulli_logits
 
 
 def _bernoulli_log_prob(x: Tensor, logits: Tensor) -> Tensor:

@@ -23,9 +23,8 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from raise_eval.models.sampling import sample_bernoulli_logits_
 from torch import Tensor
-
-from models.sampling import sample_bernoulli_logits_
 
 Layers = Sequence[Optional[Tensor]]
 

@@ -6,9 +6,8 @@ Energy E(v, h) = -v.vbias - h.hbias - v^T W h, so log f(v) = v.vbias + sum_j sof
 from __future__ import annotations
 
 import torch
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 from torch import Tensor
-
-from models.boltzmann.layered import LayeredBoltzmannMachine
 
 
 class RBM(LayeredBoltzmannMachine):

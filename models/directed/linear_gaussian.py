@@ -9,9 +9,8 @@ from __future__ import annotations
 import math
 
 import torch
+from raise_eval.models.directed.base import DirectedLatentModel
 from torch import Tensor
-
-from models.directed.base import DirectedLatentModel
 
 
 class LinearGaussianModel(DirectedLatentModel):

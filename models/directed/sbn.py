@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from raise_eval.models.directed.base import DirectedLatentModel
+from raise_eval.models.sampling import sample_bernoulli_logits
 from torch import Tensor
-
-from models.directed.base import DirectedLatentModel
-from models.sampling import sample_bernoulli_logits
 
 
 class SigmoidBeliefNet(DirectedLatentModel):

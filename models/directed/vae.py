@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+from raise_eval.models.directed.base import DiagonalGaussianPosterior, DirectedLatentModel
+from raise_eval.models.sampling import sample_bernoulli_logits
 from torch import Tensor, nn
-
-from models.directed.base import DiagonalGaussianPosterior, DirectedLatentModel
-from models.sampling import sample_bernoulli_logits
 
 _ACTIVATIONS = {"tanh": nn.Tanh, "softplus": nn.Softplus, "relu": nn.ReLU}
 

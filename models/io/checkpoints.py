@@ -45,13 +45,12 @@ from typing import Any, Optional, Union
 
 import numpy as np
 import torch
+from raise_eval.models.boltzmann.dbm import DBM
+from raise_eval.models.boltzmann.dbn import DBN
+from raise_eval.models.boltzmann.rbm import RBM
+from raise_eval.models.io.files import check_magic
+from raise_eval.models.io.matfile import read_mat
 from torch import Tensor
-
-from models.boltzmann.dbm import DBM
-from models.boltzmann.dbn import DBN
-from models.boltzmann.rbm import RBM
-from models.io.files import check_magic
-from models.io.matfile import read_mat
 
 FORMAT = "raise-eval-checkpoint"
 VERSION = 1
@@ -91,7 +90,7 @@ def save_checkpoint(
     train_pixel_means: Optional[Tensor] = None,
 ) -> None:
     """Write an RBM, a DBM, a DBN or a VAE in raise-eval's format (see the module docstring)."""
-    from models.directed.vae import VAE
+    from raise_eval.models.directed.vae import VAE
 
     if isinstance(model, VAE):
         torch.save(
@@ -243,7 +242,7 @@ def _pixel_means(path: Path, means, model, convert: bool) -> Optional[Tensor]:
 
 
 def _load_vae(path: Path, payload: dict) -> Checkpoint:
-    from models.directed.vae import VAE, VAEConfig
+    from raise_eval.models.directed.vae import VAE, VAEConfig
 
     config = payload.get("config")
     if not isinstance(config, dict):

@@ -40,15 +40,14 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 import torch
+from raise_eval.models.boltzmann.dbm import DBM
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.models.boltzmann.rbm import RBM
+from raise_eval.models.sampling import sample_bernoulli_logits
+from raise_eval.models.training.dbn import layer_deadlines
+from raise_eval.models.training.rbm import RBMTrainingConfig
 from torch import Tensor
 from tqdm.auto import tqdm
-
-from models.boltzmann.dbm import DBM
-from models.boltzmann.layered import LayeredBoltzmannMachine
-from models.boltzmann.rbm import RBM
-from models.sampling import sample_bernoulli_logits
-from models.training.dbn import layer_deadlines
-from models.training.rbm import RBMTrainingConfig
 
 
 @dataclass

@@ -19,12 +19,11 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Optional
 
 import torch
+from raise_eval.models.boltzmann.dbn import DBN
+from raise_eval.models.boltzmann.rbm import RBM
+from raise_eval.models.sampling import sample_bernoulli_probs
+from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
 from torch import Tensor
-
-from models.boltzmann.dbn import DBN
-from models.boltzmann.rbm import RBM
-from models.sampling import sample_bernoulli_probs
-from models.training.rbm import RBMTrainingConfig, train_rbm
 
 
 @dataclass

@@ -11,10 +11,9 @@ from dataclasses import dataclass
 from typing import Callable, Optional
 
 import torch
+from raise_eval.models.boltzmann.rbm import RBM
 from torch import Tensor
 from tqdm.auto import tqdm
-
-from models.boltzmann.rbm import RBM
 
 
 @dataclass

@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 import torch
+from raise_eval.models.directed.vae import VAE
 from torch import Tensor
 from tqdm.auto import tqdm
-
-from models.directed.vae import VAE
 
 
 def train_vae(

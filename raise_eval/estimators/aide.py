@@ -31,8 +31,8 @@ from typing import Optional, Protocol
 import torch
 from torch import Tensor
 
-from models.directed.base import DirectedLatentModel, PosteriorApproximation
 from raise_eval.annealing import anneal
+from raise_eval.models.directed.base import DirectedLatentModel, PosteriorApproximation
 from raise_eval.paths.directed import DirectedPath
 from raise_eval.schedules import validate_schedule
 from raise_eval.stats import mean_and_stderr

@@ -13,7 +13,7 @@ import math
 import torch
 from torch import Tensor
 
-from models.directed.base import DirectedLatentModel, PosteriorApproximation
+from raise_eval.models.directed.base import DirectedLatentModel, PosteriorApproximation
 
 
 def _log_weights(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from models.sampling import sample_bernoulli_logits
+from raise_eval.models.sampling import sample_bernoulli_logits
 from raise_eval.paths.directed import DirectedPath, DirectedState
 
 

@@ -21,8 +21,8 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from models.boltzmann.layered import LayeredBoltzmannMachine
-from models.sampling import sample_bernoulli_probs_
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.models.sampling import sample_bernoulli_probs_
 
 
 class Scratch:

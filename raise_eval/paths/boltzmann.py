@@ -17,7 +17,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from models.boltzmann.layered import LayeredBoltzmannMachine
 from raise_eval.kernels.block_gibbs import (
     BoltzmannState,
     Scratch,
@@ -25,6 +24,7 @@ from raise_eval.kernels.block_gibbs import (
     clone_state,
     collapse_odd_layers,
 )
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 
 
 def uniform_base(model: LayeredBoltzmannMachine) -> list[Tensor]:

@@ -12,7 +12,7 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-from models.directed.base import DirectedLatentModel
+from raise_eval.models.directed.base import DirectedLatentModel
 
 
 class DirectedState(NamedTuple):

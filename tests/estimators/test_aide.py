@@ -4,8 +4,8 @@ where the true symmetric KL divergence of each candidate is known in closed form
 import math
 
 import torch
+from raise_eval.models import GaussianPosterior, LinearGaussianModel
 
-from models import GaussianPosterior, LinearGaussianModel
 from raise_eval import AISInference, DirectedPath, EncoderInference, aide, bdmc, make_schedule
 from raise_eval.kernels import HMCKernel
 from raise_eval.stats import mean_and_stderr

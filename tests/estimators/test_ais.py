@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
+from raise_eval.models import RBM
 
-from models import RBM
 from raise_eval import BoltzmannPath, ais, data_base_rates, exact, linear_schedule, make_schedule
 from tests.statistics import assert_unbiased
 

@@ -5,8 +5,8 @@ import math
 
 import pytest
 import torch
+from raise_eval.models import GaussianPosterior, LinearGaussianModel, SigmoidBeliefNet
 
-from models import GaussianPosterior, LinearGaussianModel, SigmoidBeliefNet
 from raise_eval import DirectedPath, ais, bdmc, exact, linear_schedule, make_schedule, reverse_ais
 from raise_eval.kernels import HMCKernel, tune_hmc
 from tests.statistics import assert_unbiased

@@ -10,8 +10,8 @@ import math
 
 import pytest
 import torch
+from raise_eval.models import DBM
 
-from models import DBM
 from raise_eval import BoltzmannPath, exact, linear_schedule, raise_log_likelihood
 from raise_eval.estimators.control_variates import control_variate_mean
 from raise_eval.estimators.unnormalized import log_unnormalized_estimate

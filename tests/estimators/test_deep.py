@@ -178,7 +178,7 @@ def test_mean_field_bound_is_below_the_exact_log_f(tiny_dbm):
 
 def test_mean_field_bound_on_a_larger_dbm():
     """20-10-12 DBM (even hidden layer of 12 units: exact by enumeration), strong weights."""
-    from models import DBM
+    from raise_eval.models import DBM
 
     model = DBM.random([20, 10, 12], weight_std=1.0, generator=torch.Generator().manual_seed(4), dtype=torch.float64)
     v = (torch.rand(50, 20, generator=torch.Generator().manual_seed(5)) < 0.5).double()

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
+from raise_eval.models import GaussianPosterior, LinearGaussianModel
 
-from models import GaussianPosterior, LinearGaussianModel
 from raise_eval import elbo, iwae
 
 

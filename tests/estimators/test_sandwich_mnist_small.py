@@ -7,8 +7,8 @@ Seeds are fixed; at these settings the observed errors are about 0.01 nats, ten 
 
 import pytest
 import torch
+from raise_eval.models.io.checkpoints import load_checkpoint
 
-from models.io.checkpoints import load_checkpoint
 from raise_eval import BoltzmannPath, ais, data_base_rates, linear_schedule, raise_log_likelihood
 from raise_eval.datasets import load_dataset
 

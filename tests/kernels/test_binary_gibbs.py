@@ -1,8 +1,8 @@
 """The palindromic single-site Gibbs sweep leaves the tempered SBN posterior exactly invariant."""
 
 import torch
+from raise_eval.models import SigmoidBeliefNet
 
-from models import SigmoidBeliefNet
 from raise_eval import DirectedPath, exact
 from raise_eval.kernels import BinaryGibbsKernel
 from tests.statistics import assert_counts_match

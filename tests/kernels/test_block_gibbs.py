@@ -101,7 +101,7 @@ def test_same_seed_same_chain(tiny_chain):
 
 
 def _small_step_path():
-    from models import RBM
+    from raise_eval.models import RBM
 
     model = RBM.random(12, 9, weight_std=0.3, generator=torch.Generator().manual_seed(3), dtype=torch.float64)
     return lambda: BoltzmannPath(model)

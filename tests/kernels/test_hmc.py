@@ -4,8 +4,8 @@ import math
 
 import pytest
 import torch
+from raise_eval.models import LinearGaussianModel
 
-from models import LinearGaussianModel
 from raise_eval import DirectedPath, linear_schedule
 from raise_eval.kernels import HMCKernel, StepSizeSchedule, tune_hmc
 from raise_eval.kernels.hmc import hmc_step

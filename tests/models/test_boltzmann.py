@@ -4,8 +4,8 @@ import itertools
 
 import pytest
 import torch
+from raise_eval.models import RBM, LayeredBoltzmannMachine
 
-from models import RBM, LayeredBoltzmannMachine
 from raise_eval import exact
 
 

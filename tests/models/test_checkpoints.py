@@ -5,10 +5,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-from models import DBM, DBN, RBM
-from models.io.checkpoints import CheckpointError, load_checkpoint, save_checkpoint, save_npz
-from models.io.matfile import MatFileError, read_mat
+from raise_eval.models import DBM, DBN, RBM
+from raise_eval.models.io.checkpoints import CheckpointError, load_checkpoint, save_checkpoint, save_npz
+from raise_eval.models.io.matfile import MatFileError, read_mat
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 
@@ -133,7 +132,7 @@ def test_shared_checkpoints_load(shared_data):
 
 
 def test_vae_round_trip_and_config_errors(tmp_path):
-    from models import VAE, VAEConfig
+    from raise_eval.models import VAE, VAEConfig
 
     torch.manual_seed(0)  # parameter initialization only
     vae = VAE(VAEConfig(data_dim=12, latent_dim=2, hidden=[6]))

@@ -5,9 +5,8 @@ import math
 
 import pytest
 import torch
-
-from models import VAE, GaussianPosterior, LinearGaussianModel, SigmoidBeliefNet, VAEConfig
-from models.directed.base import DirectedLatentModel
+from raise_eval.models import VAE, GaussianPosterior, LinearGaussianModel, SigmoidBeliefNet, VAEConfig
+from raise_eval.models.directed.base import DirectedLatentModel
 
 
 @pytest.fixture()

@@ -2,8 +2,7 @@
 
 import pytest
 import torch
-
-from models.sampling import sample_bernoulli_logits, sample_bernoulli_probs, sample_bernoulli_probs_
+from raise_eval.models.sampling import sample_bernoulli_logits, sample_bernoulli_probs, sample_bernoulli_probs_
 
 # Probabilities that stress the byte comparison: 0, 1, tiny, exactly on and next to the 1/256 grid.
 EDGE = [0.0, 1.0, 1e-7, 1 / 256, 1 / 256 + 1e-6, 0.5, 0.3, 255 / 256, 1 - 1e-7, 0.999]

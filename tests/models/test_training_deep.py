@@ -5,10 +5,9 @@ import itertools
 
 import pytest
 import torch
-
-from models import DBM, DBN, RBM
-from models.sampling import sample_bernoulli_probs
-from models.training.dbm import (
+from raise_eval.models import DBM, DBN, RBM
+from raise_eval.models.sampling import sample_bernoulli_probs
+from raise_eval.models.training.dbm import (
     DBMTrainingConfig,
     dbm_from_pretrained,
     pretrain_dbm,
@@ -16,8 +15,8 @@ from models.training.dbm import (
     train_dbm_joint,
     train_doubled_rbm,
 )
-from models.training.dbn import DBNTrainingConfig, train_dbn
-from models.training.rbm import RBMTrainingConfig, train_rbm
+from raise_eval.models.training.dbn import DBNTrainingConfig, train_dbn
+from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
 
 
 @pytest.fixture(autouse=True, scope="module")
