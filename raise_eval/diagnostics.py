@@ -13,6 +13,7 @@ from typing import Optional
 LOW_ESS_FRACTION = 0.1  # AIS ESS below this fraction of the chains
 GAP_NATS = 1.0  # models are commonly compared by differences of about a nat
 SIGMAS = 3.0  # "beyond the noise": more than 3 combined standard errors
+TEST_MASS_MARGIN = 1.0  # nats of slack for the noise of estimated log f(v) in the test-mass check
 
 
 @dataclass(frozen=True)
@@ -36,10 +37,23 @@ def diagnose(
     raise_mean: Optional[float],
     raise_stderr: Optional[float],
     exact_mean: Optional[float] = None,
+    log_z: Optional[float] = None,
+    log_test_mass: Optional[float] = None,
 ) -> list[Warning]:
     """The warnings that apply to one evaluation (average test log-likelihoods in nats; RAISE may be missing when
-    it did not run)."""
+    it did not run). `log_z` is AIS's log Z-hat and `log_test_mass` is log sum_v f(v) over the distinct test
+    vectors: Z is at least that sum, so a smaller log Z-hat is impossible."""
     out = []
+    if log_z is not None and log_test_mass is not None and log_z + TEST_MASS_MARGIN < log_test_mass:
+        out.append(
+            Warning(
+                "log-z-below-test-mass",
+                f"AIS's log Z ({log_z:.2f}) is below the log of the summed unnormalized probabilities of the test "
+                f"vectors themselves ({log_test_mass:.2f}): the model would give the test set a probability above "
+                "1, so AIS has missed most of the model's mass and its log-likelihood is far too high. Raise K "
+                "(--steps) a lot, or try --init base-rates; trust RAISE's number more than AIS's here.",
+            )
+        )
     if ais_ess < LOW_ESS_FRACTION * ais_chains:
         out.append(
             Warning(

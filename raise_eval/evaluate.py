@@ -66,6 +66,7 @@ class EvaluationReport:
     timing: dict[str, Optional[float]]
     notes: list[str] = field(default_factory=list)
     interrupted: Optional[str] = None
+    distinct_test: Optional[Tensor] = None  # indices of the distinct test vectors (for the test-mass check)
 
     @property
     def complete(self) -> bool:
@@ -85,7 +86,16 @@ class EvaluationReport:
             raise_mean=self.raise_mean,
             raise_stderr=self.raise_stderr,
             exact_mean=self.exact_mean,
+            log_z=self.ais.estimate,
+            log_test_mass=self.log_test_mass,
         )
+
+    @property
+    def log_test_mass(self) -> Optional[float]:
+        """log sum_v f(v) over the distinct test vectors (f estimated for DBMs and DBNs): a lower bound on log Z."""
+        if self.log_f is None or self.distinct_test is None:
+            return None
+        return float(torch.logsumexp(self.log_f.log_unnormalized[self.distinct_test], 0))
 
     @property
     def gap(self) -> Optional[float]:
@@ -135,6 +145,7 @@ class EvaluationReport:
             "timing": dict(self.timing),
             "notes": list(self.notes),
             "warnings": [w.to_dict() for w in self.warnings],
+            "log_test_mass": self.log_test_mass,
         }
 
     def format_table(self) -> str:
@@ -341,6 +352,8 @@ def evaluate(
     all_settings.update(settings or {})
     done: dict[str, Any] = {}
     notes: list[str] = []
+    _, first = _unique_rows(test)
+    distinct = first.to(device)
 
     def report(interrupted: Optional[str] = None) -> EvaluationReport:
         ais_result, log_f, raise_result, cv = (done.get(k) for k in ("ais", "log_f", "raise", "cv"))
@@ -368,6 +381,7 @@ def evaluate(
             },
             notes=notes,
             interrupted=interrupted,
+            distinct_test=distinct,
         )
 
     stage = "AIS"
@@ -421,6 +435,14 @@ def evaluate(
     except KeyboardInterrupt:
         raise EvaluationInterrupted(report(interrupted=stage)) from None
     return report()
+
+
+def _unique_rows(x: Tensor) -> tuple[Tensor, Tensor]:
+    """(inverse, index of the first occurrence of each distinct row) of a binary matrix."""
+    _, inverse = torch.unique(x, dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), x.shape[0], dtype=torch.long, device=x.device)
+    first.scatter_reduce_(0, inverse, torch.arange(x.shape[0], device=x.device), reduce="amin")
+    return inverse, first
 
 
 evaluate_rbm = evaluate

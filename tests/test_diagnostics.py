@@ -32,6 +32,7 @@ def test_a_healthy_evaluation_raises_nothing():
         (dict(raise_mean=-17.9), "raise-above-ais"),
         (dict(raise_mean=-19.5), "large-gap"),
         (dict(exact_mean=-17.5), "exact-outside-sandwich"),
+        (dict(log_z=60.0, log_test_mass=65.0), "log-z-below-test-mass"),
     ],
 )
 def test_each_warning_has_its_trigger(change, code):
@@ -40,6 +41,25 @@ def test_each_warning_has_its_trigger(change, code):
     assert code in _codes(warnings)
     message = next(w.message for w in warnings if w.code == code)
     assert len(message) > 60 and ("--steps" in message or "Raise K" in message)
+
+
+def test_log_z_above_the_test_mass_is_not_flagged():
+    assert diagnose(**HEALTHY, raise_mean=-18.08, raise_stderr=0.007, log_z=65.7, log_test_mass=55.0) == []
+    assert diagnose(**HEALTHY, raise_mean=-18.08, raise_stderr=0.007, log_z=65.7, log_test_mass=66.2) == []
+
+
+def test_the_embedded_default_reports_its_test_mass(tmp_path):
+    """Z >= sum of f(v) over the distinct test vectors: for the digits RBM log Z = 65.71 and the test mass is far
+    below it."""
+    from raise_eval import exact, load_checkpoint
+
+    ckpt = load_checkpoint(Path(__file__).resolve().parents[1] / "checkpoints" / "rbm_digits_64-16.pt")
+    test = load_dataset("digits", "test")
+    report = evaluate(ckpt.model, test, init="uniform", steps=20, ais_chains=50, raise_examples=5, raise_chains=2)
+    distinct = torch.unique(test, dim=0)
+    expected = float(torch.logsumexp(exact.log_unnormalized_visible(ckpt.model, distinct), 0))
+    assert report.log_test_mass == pytest.approx(expected, abs=1e-3)
+    assert report.log_test_mass < exact.log_partition(ckpt.model)
 
 
 def test_raise_within_noise_of_ais_is_not_flagged():
