@@ -60,7 +60,7 @@ def diagnose(
                 "low-ess",
                 f"AIS's effective sample size is {ais_ess:.0f} of {ais_chains} chains: log Z rests on a few chains, "
                 "its standard error is unreliable and AIS probably still overestimates the log-likelihood. Raise K "
-                "(--steps), use --init base-rates, or run more chains.",
+                "(--steps), run more chains, or (from a uniform start) try --init base-rates.",
             )
         )
     if not math.isfinite(ais_lower):
