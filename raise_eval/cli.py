@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from pathlib import Path
@@ -80,8 +81,8 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument(
         "--train-data",
         metavar="FILE",
-        help="binary training vectors (.npy/.npz) for the data base "
-        "rates, when --data is a file and the checkpoint stores no train_pixel_means",
+        help="binary training vectors (.npy/.npz) for the data base rates; when given they are used instead of "
+        "the checkpoint's train_pixel_means or the named dataset's training split",
     )
     anneal = ev.add_argument_group("annealing")
     anneal.add_argument(
@@ -332,18 +333,24 @@ def cmd_bdmc(args) -> int:
     return 0
 
 
-def _setup_run(args, positive: tuple[str, ...], outputs: tuple[str, ...]) -> torch.device:
+def _setup_run(
+    args, positive: tuple[str, ...], outputs: tuple[str, ...], at_least_two: tuple[str, ...] = ()
+) -> torch.device:
     """Checks that need no computation, done before any: option values (named as on the command line), the
     device, the output paths; then the thread count."""
     for name in positive:
         value = getattr(args, name)
         values = value if isinstance(value, list) else [value]
-        if any(v < 1 for v in values):
-            _die(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        least = 2 if name in at_least_two else 1
+        if any(v < least for v in values):
+            why = " (a standard error needs two)" if least == 2 else ""
+            _die(f"--{name.replace('_', '-')} must be at least {least}{why}, got {value}")
     try:
         device = torch.device(args.device)
     except RuntimeError:
         _die(f"--device {args.device!r} is not a torch device; use cpu, cuda or cuda:N")
+    if device.type not in ("cpu", "cuda"):
+        _die(f"--device {args.device}: raise-eval runs on cpu or cuda, not {device.type}")
     if device.type == "cuda" and not torch.cuda.is_available():
         _die(f"--device {args.device} was asked for but torch.cuda.is_available() is False")
     for name in outputs:
@@ -352,6 +359,13 @@ def _setup_run(args, positive: tuple[str, ...], outputs: tuple[str, ...]) -> tor
             _check_output(Path(path), f"--{name}")
     if args.threads is not None and args.threads < 1:
         _die(f"--threads must be at least 1, got {args.threads}")
+    cores = os.cpu_count() or 1
+    if args.threads is not None and args.threads > cores:
+        print(
+            f"raise-eval: note: --threads {args.threads} exceeds the {cores} cores of this machine; the threads "
+            "will fight for cores and the run will be slower",
+            file=sys.stderr,
+        )
     torch.set_num_threads(args.threads or default_threads(torch.get_num_threads()))
     return device
 
@@ -360,6 +374,8 @@ def _check_output(path: Path, option: str) -> None:
     folder = path.parent
     if path.is_dir():
         _die(f"{option} {path} is a folder; give a file name")
+    if folder.exists() and not folder.is_dir():
+        _die(f"{option} {path}: {folder} is a file, not a folder (nothing was computed)")
     if not folder.is_dir():
         _die(f"{option} {path}: the folder {folder} does not exist; create it first (nothing was computed)")
     if not os.access(folder, os.W_OK):
@@ -391,11 +407,14 @@ def _train_pixel_means(args, ckpt, data_name: str) -> Optional[torch.Tensor]:
     train = None
     if args.train_data:
         train = check_binary(load_array_file(args.train_data), ckpt.model.n_visible, "training data")
+        args.base_rates_from = f"--train-data {args.train_data}"
     elif ckpt.train_pixel_means is not None and not is_dbn:
+        args.base_rates_from = "the checkpoint's train_pixel_means"
         return ckpt.train_pixel_means
     elif data_name in DATASETS:
         train = load_dataset(data_name, "train", args.data_root)
         train = check_binary(train, ckpt.model.n_visible, f"{data_name} training data")
+        args.base_rates_from = f"the {data_name} training split"
     if train is None:
         _die("--init base-rates needs training data: pass --train-data FILE (or --init uniform)")
     return recognition_means(ckpt.model, train) if is_dbn else train.double().mean(0)
@@ -407,8 +426,13 @@ def cmd_evaluate(args) -> int:
     from raise_eval.models.io.checkpoints import load_checkpoint
 
     device = _setup_run(
-        args, ("steps", "ais_chains", "raise_examples", "raise_chains", "log_f_samples"), outputs=("json",)
+        args,
+        ("steps", "ais_chains", "raise_examples", "raise_chains", "log_f_samples"),
+        outputs=("json",),
+        at_least_two=("ais_chains", "raise_examples"),
     )
+    if Path(args.checkpoint).is_dir():
+        _die(f"{args.checkpoint} is a folder; give the checkpoint file")
     ckpt = load_checkpoint(args.checkpoint, dtype=getattr(torch, args.dtype), device=device)
     if not isinstance(ckpt.model, (LayeredBoltzmannMachine, DBN)):
         _die(
@@ -421,7 +445,9 @@ def cmd_evaluate(args) -> int:
         try:
             cv_alpha = float(args.cv_alpha)
         except ValueError:
-            _die(f"--cv-alpha takes a number or 'optimal', got {args.cv_alpha!r}")
+            cv_alpha = float("nan")
+        if not math.isfinite(cv_alpha):
+            _die(f"--cv-alpha takes a finite number or 'optimal', got {args.cv_alpha!r}")
     test, data_name = _load_data(args, ckpt.metadata)
     means = _train_pixel_means(args, ckpt, data_name)
     try:
@@ -445,6 +471,7 @@ def cmd_evaluate(args) -> int:
                 "checkpoint": str(args.checkpoint),
                 "data": data_name,
                 "split": args.split if data_name in DATASETS else "file",
+                "base_rates_from": getattr(args, "base_rates_from", None),
             },
         )
     except EvaluationInterrupted as stop:

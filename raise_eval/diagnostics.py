@@ -29,7 +29,7 @@ class Warning:
 
 def diagnose(
     *,
-    ais_mean: float,
+    ais_mean: Optional[float],
     ais_stderr: float,
     ais_ess: float,
     ais_chains: int,
@@ -39,11 +39,15 @@ def diagnose(
     exact_mean: Optional[float] = None,
     log_z: Optional[float] = None,
     log_test_mass: Optional[float] = None,
+    init: str = "uniform",
+    log_f_method: str = "exact",
 ) -> list[Warning]:
     """The warnings that apply to one evaluation (average test log-likelihoods in nats; RAISE may be missing when
-    it did not run). `log_z` is AIS's log Z-hat and `log_test_mass` is log sum_v f(v) over the distinct test
-    vectors: Z is at least that sum, so a smaller log Z-hat is impossible."""
+    it did not run; `ais_mean` is None when log f(v) did not finish). `log_z` is AIS's log Z-hat and
+    `log_test_mass` is log sum_v f(v) over the distinct test vectors: Z is at least that sum, so a smaller log Z-hat
+    is impossible. `init` and `log_f_method` tailor the advice."""
     out = []
+    base_rates_hint = "" if init == "base-rates" else ", or try --init base-rates"
     if log_z is not None and log_test_mass is not None and log_z + TEST_MASS_MARGIN < log_test_mass:
         out.append(
             Warning(
@@ -51,7 +55,7 @@ def diagnose(
                 f"AIS's log Z ({log_z:.2f}) is below the log of the summed unnormalized probabilities of the test "
                 f"vectors themselves ({log_test_mass:.2f}): the model would give the test set a probability above "
                 "1, so AIS has missed most of the model's mass and its log-likelihood is far too high. Raise K "
-                "(--steps) a lot, or try --init base-rates; trust RAISE's number more than AIS's here.",
+                f"(--steps) a lot{base_rates_hint}; trust RAISE's number more than AIS's here.",
             )
         )
     if ais_ess < LOW_ESS_FRACTION * ais_chains:
@@ -60,7 +64,7 @@ def diagnose(
                 "low-ess",
                 f"AIS's effective sample size is {ais_ess:.0f} of {ais_chains} chains: log Z rests on a few chains, "
                 "its standard error is unreliable and AIS probably still overestimates the log-likelihood. Raise K "
-                "(--steps), run more chains, or (from a uniform start) try --init base-rates.",
+                f"(--steps) or run more chains{base_rates_hint}.",
             )
         )
     if not math.isfinite(ais_lower):
@@ -72,7 +76,7 @@ def diagnose(
                 "log-likelihood is pinned down. Raise K (--steps) until the interval is finite and narrow.",
             )
         )
-    if raise_mean is None or raise_stderr is None:
+    if ais_mean is None or raise_mean is None or raise_stderr is None:
         return out
     noise = math.hypot(ais_stderr, raise_stderr if math.isfinite(raise_stderr) else 0.0)
     gap = ais_mean - raise_mean
@@ -83,7 +87,17 @@ def diagnose(
                 f"RAISE is {-gap:.2f} nats above AIS, more than {SIGMAS:g} times their combined standard error "
                 f"({noise:.2f}): the annealing model fits the test data better than the model itself, so neither "
                 "number is the model's log-likelihood (RAISE bounds the annealing model's, AIS overestimates the "
-                "model's). Raise K (--steps) until RAISE is at or below AIS.",
+                "model's). Raise K (--steps) until RAISE is at or below AIS."
+                + (
+                    ""
+                    if log_f_method == "exact"
+                    else " Here AIS also rests on the estimated log f(v), a lower bound"
+                    + (
+                        ": the mean-field bound can sit below log f(v) by more than the gap; try --log-f importance."
+                        if log_f_method == "mean-field"
+                        else "."
+                    )
+                ),
             )
         )
     if abs(gap) > GAP_NATS:

@@ -75,7 +75,7 @@ class EvaluationReport:
     @property
     def warnings(self) -> list[Warning]:
         """What a careful reader should distrust in these numbers (see `raise_eval.diagnostics`)."""
-        if self.ais is None or self.ais_mean is None:
+        if self.ais is None:
             return []
         return diagnose(
             ais_mean=self.ais_mean,
@@ -88,6 +88,8 @@ class EvaluationReport:
             exact_mean=self.exact_mean,
             log_z=self.ais.estimate,
             log_test_mass=self.log_test_mass,
+            init=self.settings.get("init", "uniform"),
+            log_f_method="exact" if self.log_f is None else self.log_f.method,
         )
 
     @property
@@ -153,8 +155,10 @@ class EvaluationReport:
         r, a = self.raise_, self.ais
         model = s.get("model", "RBM")
         lines = [
-            f"raise-eval evaluate {s.get('checkpoint', '')}: {model}, {s['dtype']} on {s['device']}",
-            f"data: {s['data']} ({s['split']}, {self.num_test} vectors); start: {s['init']}; "
+            f"raise-eval evaluate{' ' + s['checkpoint'] if s.get('checkpoint') else ''}: {model}, {s['dtype']} on "
+            f"{s['device']}",
+            f"data: {s['data'] + ' (' + s['split'] + ', ' if s.get('data') else '('}{self.num_test} vectors); "
+            f"start: {s['init']}; "
             f"{s['schedule']} schedule, K = {s['steps']}; seed {s['seed']}",
             "",
             f"{'':28}{'estimate':>12}{'± s.e.':>10}{'time':>9}",
@@ -176,7 +180,7 @@ class EvaluationReport:
             lines.append("log f(v), test average")
             lines.append(
                 f"  {'estimate':26}{float(lf.log_unnormalized.mean()):12.4f}{'':10}{_secs(lf.seconds)}"
-                f"   {how} per vector (a stochastic lower bound)"
+                f"   {how} per vector ({'a lower bound' if lf.method == 'mean-field' else 'a stochastic lower bound'})"
             )
         lines.append("average test log-likelihood (nats)")
         if self.ais_mean is not None:
@@ -296,14 +300,17 @@ def evaluate(
         raise ValueError(f"exact must be one of {', '.join(EXACT_MODES)}, got {exact!r}")
     if log_f_method not in LOG_F_METHODS:
         raise ValueError(f"log_f_method must be one of {', '.join(LOG_F_METHODS)}, got {log_f_method!r}")
-    for name, value in (
-        ("ais_chains", ais_chains),
-        ("raise_examples", raise_examples),
-        ("raise_chains", raise_chains),
-        ("log_f_samples", log_f_samples),
+    for name, value, least in (
+        ("ais_chains", ais_chains, 2),
+        ("raise_examples", raise_examples, 2),
+        ("raise_chains", raise_chains, 1),
+        ("log_f_samples", log_f_samples, 1),
     ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        # A standard error needs two chains (AIS) or two test vectors (RAISE).
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}")
+    if not isinstance(cv_alpha, str) and not math.isfinite(cv_alpha):
+        raise ValueError(f"cv_alpha must be a finite number or 'optimal', got {cv_alpha!r}")
     family = _family(model)
     annealed = model.top if family == "DBN" else model
     z_units, f_units = _exact_units(model)
@@ -317,13 +324,24 @@ def evaluate(
     betas = make_schedule(schedule, steps)
     if init == "base-rates":
         if train_pixel_means is None:
-            what = "the recognition means of the top RBM's visible layer" if family == "DBN" else "pixel means"
+            what = (
+                "recognition means of the top RBM's visible layer (raise_eval.evaluate.recognition_means(dbn, "
+                "train_data))"
+                if family == "DBN"
+                else "pixel means"
+            )
             raise ValueError(
                 f"init='base-rates' needs the training-set {what} (train_pixel_means); pass them, or use init='uniform'"
             )
         means = torch.as_tensor(train_pixel_means, dtype=torch.float64).flatten()
         if means.numel() != annealed.n_visible or bool(((means < 0) | (means > 1)).any()):
-            raise ValueError(f"train_pixel_means must be {annealed.n_visible} values in [0, 1]")
+            what = (
+                " (for a DBN: the recognition means of its top RBM's visible layer, "
+                "raise_eval.evaluate.recognition_means(dbn, train_data))"
+                if family == "DBN"
+                else ""
+            )
+            raise ValueError(f"train_pixel_means must be {annealed.n_visible} values in [0, 1]{what}")
         base = data_base_rates(annealed, means.unsqueeze(0))
     else:
         base = uniform_base(annealed)
@@ -346,6 +364,7 @@ def evaluate(
         "device": str(device),
         "dtype": str(model.dtype).replace("torch.", ""),
         "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
         "data": "",
         "split": "",
     }

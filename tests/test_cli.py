@@ -208,7 +208,10 @@ def test_output_path_is_checked_before_any_work(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--ais-chains", "0"], "--ais-chains must be at least 1"),
+        (["--ais-chains", "1"], "--ais-chains must be at least 2 (a standard error needs two)"),
+        (["--raise-examples", "1"], "--raise-examples must be at least 2"),
+        (["--device", "meta"], "raise-eval runs on cpu or cuda, not meta"),
+        (["--cv-alpha", "nan"], "--cv-alpha takes a finite number or 'optimal'"),
         (["--raise-chains", "-1"], "--raise-chains must be at least 1"),
         (["--device", "foo"], "--device 'foo' is not a torch device"),
         (["--threads", "0"], "--threads must be at least 1"),
@@ -235,6 +238,28 @@ def test_bad_checkpoint_files_get_one_line(tmp_path, capsys, name, content, mess
         main(["evaluate", str(path), "--no-progress"])
     err = capsys.readouterr().err
     assert message in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_folder_or_a_pickled_module_is_not_a_checkpoint(tmp_path, capsys):
+    folder = tmp_path / "model.pt"
+    folder.mkdir()
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(folder), "--no-progress"])
+    assert "is a folder; give the checkpoint file" in capsys.readouterr().err
+    pickled = tmp_path / "module.pt"
+    torch.save(torch.nn.Linear(2, 2), pickled)
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(pickled), "--no-progress"])
+    err = capsys.readouterr().err
+    assert "it pickles a torch.nn.modules.linear.Linear object" in err and len(err.strip().splitlines()) == 1
+
+
+def test_base_rate_source_and_torch_version_are_recorded(tmp_path):
+    out = tmp_path / "r.json"
+    assert main(["evaluate", str(DEFAULT), *FAST, "--json", str(out)]) == 0
+    settings = json.loads(out.read_text())["settings"]
+    assert settings["base_rates_from"] == "the checkpoint's train_pixel_means"
+    assert settings["torch"] == torch.__version__
 
 
 def test_text_file_as_npy_data(tmp_path, capsys):

@@ -83,7 +83,7 @@ def test_log_f_options(tmp_path, data_files, capsys):
     assert "7 importance samples" in table and "alpha = 0.5" in table
     with pytest.raises(SystemExit):
         main([*args, "--cv-alpha", "best"])
-    assert "--cv-alpha takes a number or 'optimal'" in capsys.readouterr().err
+    assert "--cv-alpha takes a finite number or 'optimal'" in capsys.readouterr().err
 
 
 def test_help_documents_the_deep_options():

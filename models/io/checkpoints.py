@@ -197,9 +197,13 @@ def _load_raise_eval(path: Path) -> Checkpoint:
     _check_file(path, "pt")
     try:
         payload = torch.load(str(path), map_location="cpu", weights_only=True)
-    except Exception as e:  # unpickling errors name what they found
+    except Exception as e:  # unpickling errors name what they found, at length: keep the first line
+        first = re.sub(r"\x1b\[[0-9;]*m", "", str(e)).strip().splitlines()
+        found = re.search(r"GLOBAL ([\w.]+)", str(e))
+        what = f"it pickles a {found.group(1)} object" if found else (first[0] if first else type(e).__name__)
         raise CheckpointError(
-            f"{path} is not a raise-eval checkpoint readable with torch.load(weights_only=True): {e}"
+            f"{path} is not a raise-eval checkpoint (torch.load(weights_only=True) refused it: {what}); save the "
+            "model with raise_eval.save_checkpoint, which stores tensors only"
         ) from None
     if not isinstance(payload, dict):
         raise CheckpointError(f"{path} holds a {type(payload).__name__}; a raise-eval checkpoint is a dict")
