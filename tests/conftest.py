@@ -67,7 +67,8 @@ def data_root() -> Path | None:
 def shared_data() -> Path:
     root = data_root()
     if root is None:
-        pytest.skip("the shared data root is absent: set RAISE_EVAL_DATA to the folder with MNIST and checkpoints")
+        where = os.environ.get("RAISE_EVAL_DATA") or str(PROJECT_ROOT.parent / "shared" / "data")
+        pytest.skip(f"no data root at {where}: point RAISE_EVAL_DATA at the folder with MNIST and checkpoints")
     return root
 
 
