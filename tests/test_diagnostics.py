@@ -96,3 +96,33 @@ def test_the_embedded_default_is_healthy():
     report = evaluate(ckpt.model, load_dataset("digits", "test"), train_pixel_means=ckpt.train_pixel_means)
     assert report.warnings == []
     assert json.loads(json.dumps(to_jsonable(report)))["warnings"] == []
+
+
+def test_an_interrupted_report_keeps_the_warnings_of_finished_stages():
+    """Stopped after AIS (no log f(v), no RAISE): the AIS warnings still apply and are shown."""
+    from raise_eval import BoltzmannPath, ais, linear_schedule
+    from raise_eval.evaluate import EvaluationReport
+
+    g = torch.Generator().manual_seed(0)
+    rbm = RBM(50 * torch.randn(64, 16, generator=g), torch.zeros(64), torch.zeros(16))
+    result = ais(BoltzmannPath(rbm), linear_schedule(20), 100, generator=g)
+    settings = {"dtype": "float32", "device": "cpu", "init": "uniform", "schedule": "linear", "steps": 20, "seed": 0}
+    report = EvaluationReport(
+        settings=settings,
+        num_test=10,
+        ais=result,
+        raise_=None,
+        ais_mean=None,
+        raise_mean=None,
+        raise_stderr=None,
+        control_variate=None,
+        log_f=None,
+        log_z_exact=None,
+        exact_mean=None,
+        timing={"seconds": 1.0, "ais_seconds": result.seconds},
+        interrupted="the log f(v) estimates",
+    )
+    assert {"low-ess", "interval-not-finite"} <= {w.code for w in report.warnings}
+    table = report.format_table()
+    assert "warning [low-ess]" in table and "interrupted during the log f(v) estimates" in table
+    assert to_jsonable(report)["complete"] is False
