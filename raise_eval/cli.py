@@ -35,6 +35,11 @@ Checkpoints: raise-eval .pt files (RBM, DBM, DBN), .npz files with W, vbias, hbi
 weights_l, biases_l (DBM, DBN), or MATLAB .mat RBMs with vishid, hidbiases, visbiases (see the README).
 """
 
+THREADS_HELP = (
+    "torch threads (default: auto, the cores no other process is using right now; results are bit-identical for "
+    "the same seed, device, dtype and thread count)"
+)
+
 EVALUATE_EPILOG = """\
 examples:
   raise-eval evaluate checkpoints/rbm_digits_64-16.pt
@@ -167,8 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--threads",
         type=int,
         metavar="N",
-        help="torch threads (default: auto, the cores no other process is using right now; results are "
-        "bit-identical for the same seed, device, dtype and thread count)",
+        help=THREADS_HELP,
     )
     _add_bdmc_parser(sub)
     return parser
@@ -252,8 +256,7 @@ def _add_bdmc_parser(sub) -> None:
         "--threads",
         type=int,
         metavar="N",
-        help="torch threads (default: auto, the cores no other process is using right now; results are "
-        "bit-identical for the same seed, device, dtype and thread count)",
+        help=THREADS_HELP,
     )
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine, random_chain_parameters
 from torch import Tensor
 
 
@@ -44,13 +44,11 @@ class DBM(LayeredBoltzmannMachine):
         device=None,
     ) -> DBM:
         """A DBM with Gaussian random parameters (for tests and examples)."""
-
-        def randn(*shape):
-            return torch.randn(*shape, generator=generator, dtype=dtype, device=device)
-
-        sizes = list(layer_sizes)
-        weights = [randn(a, b) * weight_std for a, b in zip(sizes[:-1], sizes[1:])]
-        return cls(weights, [randn(n) * bias_std for n in sizes])
+        return cls(
+            *random_chain_parameters(
+                layer_sizes, weight_std=weight_std, bias_std=bias_std, generator=generator, dtype=dtype, device=device
+            )
+        )
 
     def mean_field(self, v: Tensor, *, max_iterations: int = 100, tolerance: float = 1e-6) -> list[Tensor]:
         """Mean-field marginals [v, mu_1, ..., mu_L] of q(h | v), each shaped (*batch, n_l), in float64.

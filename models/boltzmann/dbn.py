@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine, random_chain_parameters
 from raise_eval.models.boltzmann.rbm import RBM
 from raise_eval.models.sampling import sample_bernoulli_logits
 from torch import Tensor
@@ -61,6 +61,7 @@ class DBN:
                 )
             if not bool(torch.isfinite(r).all()):
                 raise ValueError(f"recognition_biases[{i}] has NaN or infinite entries")
+        self._chain = chain  # the layer structure; the energy of a DBN is not the chain's
         self.weights = chain.weights
         self.biases = chain.biases
         self.recognition_biases = recognition
@@ -78,34 +79,34 @@ class DBN:
         device=None,
     ) -> DBN:
         """A DBN with Gaussian random parameters (for tests and examples)."""
+        weights, biases = random_chain_parameters(
+            layer_sizes, weight_std=weight_std, bias_std=bias_std, generator=generator, dtype=dtype, device=device
+        )
+        recognition = [
+            torch.randn(n, generator=generator, dtype=dtype, device=device) * bias_std for n in list(layer_sizes)[1:-1]
+        ]
+        return cls(weights, biases, recognition)
 
-        def randn(*shape):
-            return torch.randn(*shape, generator=generator, dtype=dtype, device=device)
-
-        sizes = list(layer_sizes)
-        weights = [randn(a, b) * weight_std for a, b in zip(sizes[:-1], sizes[1:])]
-        return cls(weights, [randn(n) * bias_std for n in sizes], [randn(n) * bias_std for n in sizes[1:-1]])
-
-    # ----------------------------------------------------------------- structure
+    # ----------------------------------------------------------------- structure (the chain's)
     @property
     def layer_sizes(self) -> tuple[int, ...]:
-        return tuple(b.shape[0] for b in self.biases)
+        return self._chain.layer_sizes
 
     @property
     def num_layers(self) -> int:
-        return len(self.biases)
+        return self._chain.num_layers
 
     @property
     def n_visible(self) -> int:
-        return self.biases[0].shape[0]
+        return self._chain.n_visible
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.weights[0].dtype
+        return self._chain.dtype
 
     @property
     def device(self) -> torch.device:
-        return self.weights[0].device
+        return self._chain.device
 
     def to(self, device=None, dtype=None) -> DBN:
         def move(ts):

@@ -45,6 +45,25 @@ def _softplus_(x: Tensor) -> Tensor:
     return torch.ops.aten.softplus.out(x, 1.0, 20.0, out=x)
 
 
+def random_chain_parameters(
+    layer_sizes: Sequence[int],
+    *,
+    weight_std: float,
+    bias_std: float,
+    generator: torch.Generator,
+    dtype: torch.dtype = torch.float32,
+    device=None,
+) -> tuple[list[Tensor], list[Tensor]]:
+    """Gaussian random (weights, biases) for a chain with the given layer sizes (for tests and examples)."""
+
+    def randn(*shape):
+        return torch.randn(*shape, generator=generator, dtype=dtype, device=device)
+
+    sizes = list(layer_sizes)
+    weights = [randn(a, b) * weight_std for a, b in zip(sizes[:-1], sizes[1:])]
+    return weights, [randn(n) * bias_std for n in sizes]
+
+
 class LayeredBoltzmannMachine:
     """A Boltzmann machine over binary layers x_0 (visible), ..., x_L connected in a chain.
 
