@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Optional
+from typing import Any, Optional
 
 import torch
 from raise_eval.models.boltzmann.dbm import DBM
@@ -45,7 +45,8 @@ from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 from raise_eval.models.boltzmann.rbm import RBM
 from raise_eval.models.sampling import sample_bernoulli_logits
 from raise_eval.models.training.dbn import layer_deadlines
-from raise_eval.models.training.rbm import RBMTrainingConfig
+from raise_eval.models.training.rbm import RBMTrainingConfig, _check_finite
+from raise_eval.models.training.rbm import train_scaled_rbm as train_doubled_rbm
 from torch import Tensor
 from tqdm.auto import tqdm
 
@@ -98,95 +99,6 @@ class DBMTrainingConfig:
             gibbs_steps=self.pretrain_gibbs_steps,
             init_weight_std=self.init_weight_std,
         )
-
-
-def _check_finite(what: str, tensors) -> None:
-    for t in tensors:
-        if not bool(torch.isfinite(t).all()):
-            raise FloatingPointError(f"{what}: parameters became NaN or infinite; lower the learning rate")
-
-
-def train_doubled_rbm(
-    data: Tensor,
-    config: RBMTrainingConfig,
-    up: float,
-    down: float,
-    *,
-    generator: torch.Generator,
-    progress: bool = False,
-    deadline: Optional[float] = None,
-    callback: Optional[Callable[[int, RBM], None]] = None,
-    desc: str = "pretraining RBM",
-) -> tuple[RBM, dict[str, Any]]:
-    """Train an RBM whose weight matrix W is used as up * W bottom-up and down * W top-down (module docstring).
-
-    With up = down = 1 this is `train_rbm` update for update (the same random draws in the same order). Returns
-    (RBM(W, vbias, hbias) holding the shared W, a report with epochs, time and per-epoch reconstruction errors
-    under the doubled conditionals). Training stops after the first minibatch that ends past `deadline`
-    (time.monotonic()); the learning-rate schedule stays the one planned for `config.epochs`.
-    """
-    if config.method not in ("pcd", "cd"):
-        raise ValueError(f"method must be 'pcd' or 'cd', got {config.method!r}")
-    n, n_visible = data.shape
-    dtype, device = data.dtype, data.device
-    W = (
-        torch.randn(n_visible, config.n_hidden, generator=generator, dtype=dtype, device=device)
-        * config.init_weight_std
-    )
-    mean = data.double().mean(0).clamp(1e-3, 1 - 1e-3)
-    vbias = (torch.log(mean) - torch.log1p(-mean)).to(dtype)
-    hbias = torch.zeros(config.n_hidden, dtype=dtype, device=device)
-    velocity = [torch.zeros_like(p) for p in (W, vbias, hbias)]
-    fantasy = data[torch.randint(0, n, (config.batch_size,), generator=generator, device=device)].clone()
-    batches = max(1, n // config.batch_size)
-    total_updates = config.epochs * batches
-    update, stopped, errors = 0, False, []
-    start = time.monotonic()
-    for epoch in tqdm(range(config.epochs), desc=desc, disable=not progress):
-        order = torch.randperm(n, generator=generator, device=device)
-        momentum = config.initial_momentum if epoch < config.momentum_switch_epoch else config.momentum
-        error_sum = 0.0
-        for b in range(batches):
-            upward = RBM._trusted([W], [vbias, hbias], up)
-            downward = RBM._trusted([W], [vbias, hbias], down)
-            v0 = data[order[b * config.batch_size : (b + 1) * config.batch_size]]
-            h0 = upward.hidden_probs(v0)
-            vk = fantasy if config.method == "pcd" else v0
-            for _ in range(config.gibbs_steps):
-                vk = downward.sample_visible(upward.sample_hidden(vk, generator), generator)
-            if config.method == "pcd":
-                fantasy = vk
-            hk = upward.hidden_probs(vk)
-            lr = config.learning_rate * (1 - (1 - config.final_learning_rate_fraction) * update / total_updates)
-            grads = (
-                (v0.t() @ h0) / len(v0) - (vk.t() @ hk) / len(vk) - config.weight_decay * W,
-                v0.mean(0) - vk.mean(0),
-                h0.mean(0) - hk.mean(0),
-            )
-            error_sum += float((downward.visible_probs(h0) - v0).pow(2).mean())
-            for vel, grad in zip(velocity, grads):
-                vel.mul_(momentum).add_(grad, alpha=lr)
-            W, vbias, hbias = W + velocity[0], vbias + velocity[1], hbias + velocity[2]
-            update += 1
-            if deadline is not None and time.monotonic() > deadline and update < total_updates:
-                stopped = True
-                break
-        _check_finite(desc, (W, vbias, hbias))
-        errors.append(error_sum / (b + 1))
-        if callback is not None:
-            callback(epoch, RBM(W, vbias, hbias))
-        if stopped:
-            break
-    report = {
-        "epochs_completed": update / batches,
-        "epochs_planned": config.epochs,
-        "stopped_by_budget": stopped,
-        "seconds": time.monotonic() - start,
-        "reconstruction_error": errors,
-        "up": up,
-        "down": down,
-    }
-    return RBM(W, vbias, hbias), report
 
 
 def pretrain_dbm(
