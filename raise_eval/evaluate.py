@@ -269,6 +269,7 @@ def evaluate(
     cv_alpha: Union[float, str] = 1.0,
     progress: bool = False,
     settings: Optional[dict[str, Any]] = None,
+    log_f: Optional[LogUnnormalizedEstimate] = None,
 ) -> EvaluationReport:
     """Estimate the average test log-likelihood of an RBM, DBM or DBN with AIS and RAISE (and exactly when
     tractable).
@@ -293,6 +294,9 @@ def evaluate(
         cv_alpha: the control variate's coefficient, a number or 'optimal'.
         progress: tqdm progress bars.
         settings: extra entries for the report's settings (e.g. the checkpoint path).
+        log_f: the log f(v) estimates of these test vectors from an earlier run with the same model, test data,
+            log_f_method, log_f_samples and seed (its `report.log_f`); reused instead of recomputed, which gives
+            the same numbers (the estimates depend on neither the start nor K). Checked for shape and method.
     """
     if init not in INITS:
         raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
@@ -321,6 +325,18 @@ def evaluate(
             "use --exact auto or never"
         )
     test = check_binary(test_data, model.n_visible, "test data").to(device=model.device, dtype=model.dtype)
+    if log_f is not None:
+        expected_method = "exact" if family == "RBM" else log_f_method
+        if log_f.method != expected_method or tuple(log_f.log_unnormalized.shape) != (test.shape[0],):
+            raise ValueError(
+                f"log_f holds {log_f.method} estimates of {tuple(log_f.log_unnormalized.shape)} vectors; this run "
+                f"needs {expected_method} estimates of its {test.shape[0]} test vectors (pass the log_f of a report "
+                "on the same model and test data, or None)"
+            )
+        if log_f.method == "importance" and log_f.num_samples != log_f_samples:
+            raise ValueError(
+                f"log_f used {log_f.num_samples} importance samples but log_f_samples={log_f_samples}; they must agree"
+            )
     betas = make_schedule(schedule, steps)
     if init == "base-rates":
         if train_pixel_means is None:
@@ -409,7 +425,7 @@ def evaluate(
             path, betas, ais_chains, generator=torch.Generator(device=device).manual_seed(seed), progress=progress
         )
         stage = "the log f(v) estimates"
-        done["log_f"] = log_unnormalized_estimate(
+        done["log_f"] = log_f if log_f is not None else log_unnormalized_estimate(
             model,
             test,
             method=log_f_method,

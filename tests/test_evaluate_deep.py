@@ -90,3 +90,18 @@ def test_base_rates_for_a_dbn_need_the_top_layer_means(test_vectors):
         evaluate(model, test_vectors, init="base-rates", steps=2)
     with pytest.raises(ValueError, match="8 values"):
         evaluate(model, test_vectors, init="base-rates", train_pixel_means=test_vectors.mean(0), steps=2)
+
+
+def test_reused_log_f_gives_the_same_report(test_vectors):
+    """log f(v) estimates passed back in (as the table script does across K and starts) change no number; estimates
+    of other vectors or with another sample count are refused before any work."""
+    model = DBM.random([20, 6, 4], weight_std=0.7, generator=torch.Generator().manual_seed(2))
+    kwargs = dict(init="uniform", steps=20, ais_chains=10, raise_examples=5, raise_chains=2, log_f_samples=8, seed=3)
+    first = evaluate(model, test_vectors, **kwargs)
+    again = evaluate(model, test_vectors, **{**kwargs, "steps": 20}, log_f=first.log_f)
+    assert again.ais_mean == first.ais_mean and again.raise_mean == first.raise_mean
+    assert torch.equal(again.log_f.log_unnormalized, first.log_f.log_unnormalized)
+    with pytest.raises(ValueError, match="needs importance estimates of its 299 test vectors"):
+        evaluate(model, test_vectors[:299], **kwargs, log_f=first.log_f)
+    with pytest.raises(ValueError, match="log_f used 8 importance samples but log_f_samples=9"):
+        evaluate(model, test_vectors, **{**kwargs, "log_f_samples": 9}, log_f=first.log_f)

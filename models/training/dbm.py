@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from raise_eval.models.boltzmann.dbm import DBM
@@ -185,12 +185,15 @@ def train_dbm_joint(
     deadline: Optional[float] = None,
     report: Optional[dict[str, Any]] = None,
     monitor_size: int = 200,
+    callback: Optional[Callable[[int, DBM], None]] = None,
 ) -> DBM:
     """Joint training from `model` (step 3 of the module docstring); returns the trained DBM.
 
     Stops after the first minibatch that ends past `deadline` (time.monotonic()). `report`, if a dict, gets per
     epoch the reconstruction error (mean squared error per pixel of sigmoid(b_0 + W_0 mu_1) against v, averaged
     over the epoch's minibatches) and the mean-field bound on log f(v) of the first `monitor_size` vectors.
+    `callback(epoch, dbm)` runs after each joint epoch (counting from 0) on a copy of the DBM, e.g. a
+    `raise_eval.hooks.LikelihoodMonitor`.
     """
     n = data.shape[0]
     dtype, device = data.dtype, data.device
@@ -242,6 +245,8 @@ def train_dbm_joint(
         history["mean_field_bound"].append(bound)
         history["epoch_end_seconds"].append(time.monotonic() - start)
         bar.set_postfix(recon=f"{history['reconstruction_error'][-1]:.4f}", bound=f"{bound:.1f}")
+        if callback is not None:
+            callback(epoch, DBM([w.clone() for w in weights], [b.clone() for b in biases]))
         if stopped:
             break
     if report is not None:
@@ -263,11 +268,13 @@ def train_dbm(
     progress: bool = False,
     max_seconds: Optional[float] = None,
     report: Optional[dict[str, Any]] = None,
+    callback: Optional[Callable[[int, DBM], None]] = None,
 ) -> DBM:
     """Pretrain, compose and jointly train a DBM on binary `data` (N, n_visible); the module docstring has the
     procedure. `max_seconds` is a wall-clock budget for all of it: pretraining may use
     `config.pretrain_budget_fraction` of it, joint training what is left. `report`, if a dict, gets "pretraining"
-    and "joint" entries (epochs, times, training statistics, whether the budget stopped each phase)."""
+    and "joint" entries (epochs, times, training statistics, whether the budget stopped each phase). `callback` runs
+    after each joint epoch (see `train_dbm_joint`)."""
     start = time.monotonic()
     pre_report: dict[str, Any] = {}
     pre_seconds = None if max_seconds is None else max_seconds * config.pretrain_budget_fraction
@@ -278,7 +285,14 @@ def train_dbm(
     if config.epochs > 0:
         deadline = None if max_seconds is None else start + max_seconds
         model = train_dbm_joint(
-            data, model, config, generator=generator, progress=progress, deadline=deadline, report=joint_report
+            data,
+            model,
+            config,
+            generator=generator,
+            progress=progress,
+            deadline=deadline,
+            report=joint_report,
+            callback=callback,
         )
     if report is not None:
         report.update(

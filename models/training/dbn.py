@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from raise_eval.models.boltzmann.dbn import DBN
@@ -80,6 +80,7 @@ def train_dbn(
     max_seconds: Optional[float] = None,
     report: Optional[dict[str, Any]] = None,
     monitor_size: int = 1000,
+    callback: Optional[Callable[[int, DBN], None]] = None,
 ) -> DBN:
     """Train a DBN greedily on binary `data` (N, n_visible) and return it (see the module docstring).
 
@@ -92,6 +93,9 @@ def train_dbn(
         report: if a dict, filled with per-layer epochs, times, reconstruction errors and whether the budget
             stopped training.
         monitor_size: training vectors (the first ones) on which the reconstruction error is logged per epoch.
+        callback: called as callback(epoch, dbn) after each epoch (counting from 0) of the top RBM, with the DBN
+            made of the finished lower layers and the top RBM as it stands (e.g. a
+            `raise_eval.hooks.LikelihoodMonitor`).
     """
     if len(config.hidden) < 2:
         raise ValueError(f"a DBN has at least two hidden layers; got hidden={config.hidden}")
@@ -108,17 +112,19 @@ def train_dbn(
         state: dict[str, Any] = {"epochs": 0, "errors": [], "last": None, "t": time.monotonic(), "stopped": False}
         layer_start = state["t"]
 
-        def callback(epoch: int, rbm: RBM, state=state, monitor=monitor, deadline=deadlines[l]) -> None:
+        def after_epoch(epoch: int, rbm: RBM, state=state, monitor=monitor, deadline=deadlines[l]) -> None:
             now = time.monotonic()
             state["epochs"], state["last"] = epoch + 1, rbm
             state["errors"].append(reconstruction_error(rbm, monitor))
+            if callback is not None and len(rbms) + 1 == len(config.hidden):
+                callback(epoch, dbn_from_rbms(rbms + [rbm]))
             epoch_seconds, state["t"] = now - state["t"], now
             if deadline is not None and epoch + 1 < config.epochs and now + epoch_seconds > deadline:
                 state["stopped"] = True
                 raise _OutOfTime
 
         try:
-            rbm = train_rbm(x, config.rbm_config(n_hidden), generator=generator, progress=progress, callback=callback)
+            rbm = train_rbm(x, config.rbm_config(n_hidden), generator=generator, progress=progress, callback=after_epoch)
         except _OutOfTime:
             rbm = state["last"]
         rbms.append(rbm)

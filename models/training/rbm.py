@@ -46,6 +46,7 @@ def train_rbm(
     generator: torch.Generator,
     progress: bool = False,
     callback: Optional[Callable[[int, RBM], None]] = None,
+    deadline: Optional[float] = None,
 ) -> RBM:
     """Train an RBM on binary `data` (N, n_visible) and return it.
 
@@ -54,9 +55,13 @@ def train_rbm(
         config: hyperparameters.
         generator: the only source of randomness (minibatch order, Gibbs sampling).
         progress: tqdm bar over epochs.
-        callback: called as callback(epoch, model) after each epoch (e.g. to log a validation score).
+        callback: called as callback(epoch, model) after each epoch, epoch counting from 0 (e.g. a
+            `raise_eval.hooks.LikelihoodMonitor`).
+        deadline: stop after the first minibatch that ends past this time.monotonic() value.
     """
-    model, _ = train_scaled_rbm(data, config, 1.0, 1.0, generator=generator, progress=progress, callback=callback)
+    model, _ = train_scaled_rbm(
+        data, config, 1.0, 1.0, generator=generator, progress=progress, callback=callback, deadline=deadline
+    )
     return model
 
 

@@ -1,6 +1,7 @@
-"""Train a DBM on binarized MNIST (Larochelle & Murray's binarization) and save it.
+"""Train a DBM on binarized MNIST (Larochelle & Murray's binarization) or on the 28x28 Omniglot and save it.
 
-Default architecture 784-500-1000, the DBM of Salakhutdinov & Hinton (2009) and of the RAISE paper. Greedy
+Default architectures are the DBMs of the RAISE paper: 784-500-1000 on MNIST (that of Salakhutdinov & Hinton,
+2009), 784-1000-1000 on Omniglot. Greedy
 pretraining with doubled-input RBMs, composition, then joint training with a mean-field positive phase and
 persistent Gibbs chains (models/training/dbm.py documents each step). Defaults: pretraining 20 epochs per RBM
 (CD-1, learning rate 0.05 -> 0.005); joint training 16 epochs, batch 100, 100 persistent chains with 5 Gibbs
@@ -10,8 +11,11 @@ at momentum 0.5 but broke down at the switch to 0.9 (the reconstruction error do
 pretrain for 100 epochs per RBM and train jointly for 300 epochs (learning rate 0.001, momentum 0.9); this much
 shorter schedule gives a usable but weaker model.
 
-    python scripts/train_dbm_mnist.py [--hidden 500 1000] [--pretrain-epochs 20] [--epochs 16]
-                                      [--max-minutes M] [--out PATH]
+    python scripts/train_dbm.py [--dataset omniglot] [--hidden 500 1000] [--pretrain-epochs 20] [--epochs 16]
+                                [--max-minutes M] [--monitor-every 4] [--out PATH]
+
+With --monitor-every N, the training-loop hook estimates the test log-likelihood (AIS and RAISE from the data base
+rates, log f(v) by importance sampling) every N joint epochs.
 
 The checkpoint holds the training configuration, the training statistics (reconstruction error and mean-field
 bound per joint epoch), the wall time and the training set's pixel means. With --max-minutes, training stops
@@ -26,6 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from _common import SHORT_NAMES, add_dataset_argument, add_monitor_arguments, make_monitor
 from raise_eval.models.training.dbm import DBMTrainingConfig, mean_field_fixed, train_dbm
 
 from raise_eval import save_checkpoint
@@ -34,8 +39,14 @@ from raise_eval.datasets import load_dataset
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-root", default="../shared/data", help="folder holding binarized_mnist/*.amat")
-    parser.add_argument("--hidden", type=int, nargs="+", default=[500, 1000], help="hidden layer sizes (>= 2)")
+    add_dataset_argument(parser)
+    parser.add_argument(
+        "--hidden",
+        type=int,
+        nargs="+",
+        default=None,
+        help="hidden layer sizes (>= 2; default 500 1000 on MNIST, 1000 1000 on Omniglot)",
+    )
     parser.add_argument("--pretrain-epochs", type=int, default=20, help="epochs of each pretraining RBM")
     parser.add_argument("--epochs", type=int, default=16, help="joint training epochs")
     parser.add_argument("--pretrain-learning-rate", type=float, default=0.05)
@@ -49,16 +60,23 @@ def main(argv=None) -> None:
     parser.add_argument("--train-size", type=int, default=None, help="use the first N training vectors only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, choices=[1, 2], help="torch CPU threads")
-    parser.add_argument("--out", default="checkpoints/dbm_mnist_500-1000.pt")
+    parser.add_argument("--out", default=None, help="default checkpoints/dbm_{mnist,omniglot}_SIZES.pt")
     parser.add_argument("--no-progress", action="store_true")
+    add_monitor_arguments(parser, default_steps=100)
     args = parser.parse_args(argv)
+    if args.hidden is None:
+        args.hidden = [500, 1000] if args.dataset == "binarized_mnist" else [1000, 1000]
+    if args.out is None:
+        args.out = f"checkpoints/dbm_{SHORT_NAMES[args.dataset]}_{'-'.join(str(n) for n in args.hidden)}.pt"
     torch.set_num_threads(args.threads)
 
     wall_start = time.perf_counter()
-    train = load_dataset("binarized_mnist", "train", args.data_root)
+    train = load_dataset(args.dataset, "train", args.data_root)
     if args.train_size is not None:
         train = train[: args.train_size]
-    print(f"binarized_mnist train: {tuple(train.shape)} ({time.perf_counter() - wall_start:.1f} s to load)", flush=True)
+    print(f"{args.dataset} train: {tuple(train.shape)} ({time.perf_counter() - wall_start:.1f} s to load)", flush=True)
+    test = load_dataset(args.dataset, "test", args.data_root)
+    monitor = make_monitor(args, test, train.mean(0), Path(args.out).with_suffix(""), init="base-rates")
     config = DBMTrainingConfig(
         hidden=list(args.hidden),
         pretrain_epochs=args.pretrain_epochs,
@@ -82,6 +100,7 @@ def main(argv=None) -> None:
         progress=not args.no_progress,
         max_seconds=max_seconds,
         report=report,
+        callback=monitor,
     )
     seconds = time.perf_counter() - start
     for layer in report["pretraining"]["layers"]:
@@ -107,8 +126,8 @@ def main(argv=None) -> None:
     mu = mean_field_fixed(model, sample, config.mean_field_iterations)
     recon = float((model.layer_probs(mu, 0) - sample).pow(2).mean())
     metadata = {
-        "dataset": "binarized_mnist",
-        "trained_by": "scripts/train_dbm_mnist.py",
+        "dataset": args.dataset,
+        "trained_by": "scripts/train_dbm.py",
         "architecture": "-".join(str(n) for n in model.layer_sizes),
         "training": {
             **asdict(config),
@@ -124,6 +143,8 @@ def main(argv=None) -> None:
         "train_reconstruction_error_first_1000": recon,
         "torch_version": str(torch.__version__),
     }
+    if monitor is not None:
+        metadata["monitor_history"] = [r.to_dict() for r in monitor.history]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(args.out, model, metadata=metadata, train_pixel_means=train.mean(0))
     print(

@@ -1,15 +1,20 @@
-"""Train a DBN on binarized MNIST (Larochelle & Murray's binarization), greedily one RBM per layer, and save it.
+"""Train a DBN greedily, one RBM per layer, on binarized MNIST (Larochelle & Murray's binarization) or on the
+28x28 Omniglot, and save it.
 
-Default architecture 784-500-2000, the DBN of the RAISE paper (Burda, Grosse & Salakhutdinov, 2015). Each RBM is
+Default architectures are the DBNs of the RAISE paper (Burda, Grosse & Salakhutdinov, 2015): 784-500-2000 on MNIST,
+784-1000-1000 on Omniglot. Each RBM is
 trained with `raise_eval.models.training.rbm.train_rbm` (PCD-1 by default, `--method cd` for CD-1); the recognition
 probabilities of one RBM's hidden units are the next RBM's data (see models/training/dbn.py for how the RBMs become
 the DBN). Defaults: 20 epochs per layer, batch 100, learning rate 0.01 decaying linearly to 0.001, momentum
 0.5 -> 0.9, weight decay 1e-4, seed 0, two threads: 454 s on the project's 2-core machine. (With CD-1, 30 epochs
 and learning rate 0.05 the top RBM became a poor prior: about -290 nats against about -108 with these settings.)
 
-    python scripts/train_dbn_mnist.py [--hidden 500 2000] [--epochs 20] [--max-minutes M] [--out PATH]
+    python scripts/train_dbn.py [--dataset omniglot] [--hidden 500 2000] [--epochs 20] [--max-minutes M]
+                                [--monitor-every 2] [--out PATH]
 
-The checkpoint holds the training configuration, per-layer statistics, the wall time and the training set's
+With --monitor-every N, the training-loop hook estimates the DBN's test log-likelihood (AIS and RAISE from the
+uniform start) every N epochs of the top RBM, on the finished lower layers and the top RBM as it stands. The
+checkpoint holds the training configuration, per-layer statistics, the wall time and the training set's
 pixel means. With --max-minutes, training stops cleanly when the budget is spent (the split between layers is in
 proportion to their weight counts) and the metadata and the output say so.
 """
@@ -21,6 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
+from _common import SHORT_NAMES, add_dataset_argument, add_monitor_arguments, make_monitor
 from raise_eval.models.training.dbn import DBNTrainingConfig, reconstruction_error, train_dbn
 
 from raise_eval import RBM, save_checkpoint
@@ -29,8 +35,14 @@ from raise_eval.datasets import load_dataset
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data-root", default="../shared/data", help="folder holding binarized_mnist/*.amat")
-    parser.add_argument("--hidden", type=int, nargs="+", default=[500, 2000], help="hidden layer sizes (>= 2)")
+    add_dataset_argument(parser)
+    parser.add_argument(
+        "--hidden",
+        type=int,
+        nargs="+",
+        default=None,
+        help="hidden layer sizes (>= 2; default 500 2000 on MNIST, 1000 1000 on Omniglot)",
+    )
     parser.add_argument("--epochs", type=int, default=20, help="training epochs of each layer's RBM")
     parser.add_argument("--batch-size", type=int, default=100)
     parser.add_argument("--learning-rate", type=float, default=0.01)
@@ -40,16 +52,25 @@ def main(argv=None) -> None:
     parser.add_argument("--train-size", type=int, default=None, help="use the first N training vectors only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, choices=[1, 2], help="torch CPU threads")
-    parser.add_argument("--out", default="checkpoints/dbn_mnist_500-2000.pt")
+    parser.add_argument("--out", default=None, help="default checkpoints/dbn_{mnist,omniglot}_SIZES.pt")
     parser.add_argument("--no-progress", action="store_true")
+    add_monitor_arguments(parser)
     args = parser.parse_args(argv)
+    if args.hidden is None:
+        args.hidden = [500, 2000] if args.dataset == "binarized_mnist" else [1000, 1000]
+    if args.out is None:
+        args.out = f"checkpoints/dbn_{SHORT_NAMES[args.dataset]}_{'-'.join(str(n) for n in args.hidden)}.pt"
     torch.set_num_threads(args.threads)
 
     wall_start = time.perf_counter()
-    train = load_dataset("binarized_mnist", "train", args.data_root)
+    train = load_dataset(args.dataset, "train", args.data_root)
     if args.train_size is not None:
         train = train[: args.train_size]
-    print(f"binarized_mnist train: {tuple(train.shape)} ({time.perf_counter() - wall_start:.1f} s to load)", flush=True)
+    print(f"{args.dataset} train: {tuple(train.shape)} ({time.perf_counter() - wall_start:.1f} s to load)", flush=True)
+    # The DBN's base rates would be the top RBM's recognition means, which change as the lower layers train:
+    # the hook anneals from the uniform start, as the paper does for DBNs.
+    test = load_dataset(args.dataset, "test", args.data_root)
+    monitor = make_monitor(args, test, None, Path(args.out).with_suffix(""), init="uniform")
     config = DBNTrainingConfig(
         hidden=list(args.hidden),
         epochs=args.epochs,
@@ -68,6 +89,7 @@ def main(argv=None) -> None:
         progress=not args.no_progress,
         max_seconds=max_seconds,
         report=report,
+        callback=monitor,
     )
     seconds = time.perf_counter() - start
     for layer in report["layers"]:
@@ -82,8 +104,8 @@ def main(argv=None) -> None:
     # The bottom RBM as trained (its hidden biases are the DBN's recognition biases of layer 1).
     v_error = reconstruction_error(RBM(model.weights[0], model.biases[0], model.recognition_biases[0]), train[:1000])
     metadata = {
-        "dataset": "binarized_mnist",
-        "trained_by": "scripts/train_dbn_mnist.py",
+        "dataset": args.dataset,
+        "trained_by": "scripts/train_dbn.py",
         "architecture": "-".join(str(n) for n in model.layer_sizes),
         "training": {
             **asdict(config),
@@ -98,6 +120,8 @@ def main(argv=None) -> None:
         "train_reconstruction_error": v_error,
         "torch_version": str(torch.__version__),
     }
+    if monitor is not None:
+        metadata["monitor_history"] = [r.to_dict() for r in monitor.history]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(args.out, model, metadata=metadata, train_pixel_means=train.mean(0))
     print(

@@ -1,0 +1,75 @@
+"""What the training scripts share: the dataset choice and the training-loop hook's options.
+
+The scripts run as `python scripts/NAME.py`, which puts this folder on sys.path, so they import this module as
+`_common`.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+# Short names in checkpoint file names.
+SHORT_NAMES = {"binarized_mnist": "mnist", "omniglot": "omniglot"}
+
+
+def add_dataset_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dataset",
+        choices=list(SHORT_NAMES),
+        default="binarized_mnist",
+        help="training data: Larochelle & Murray's binarized MNIST or the 28x28 Omniglot built from the data root "
+        "(raise_eval.datasets documents how)",
+    )
+    parser.add_argument("--data-root", default=None, help="folder holding binarized_mnist/ and omniglot/")
+
+
+def add_monitor_arguments(parser: argparse.ArgumentParser, default_steps: int = 200) -> None:
+    group = parser.add_argument_group(
+        "monitoring",
+        "the training-loop hook raise_eval.hooks.LikelihoodMonitor: every N epochs a cheap AIS + RAISE run (and the "
+        "exact value when tractable) on a fixed random subset of the test set, printed, written to a CSV history "
+        "and drawn as a PNG beside the checkpoint (0 turns it off)",
+    )
+    group.add_argument("--monitor-every", type=int, default=0, help="epochs between sandwich estimates (0: off)")
+    group.add_argument("--monitor-steps", type=int, default=default_steps, help="K of each monitoring run")
+    group.add_argument("--monitor-ais-chains", type=int, default=100)
+    group.add_argument("--monitor-raise-examples", type=int, default=20)
+    group.add_argument("--monitor-raise-chains", type=int, default=5)
+    group.add_argument("--monitor-test-size", type=int, default=1000, help="test vectors the estimates average over")
+
+
+def make_monitor(args, test: torch.Tensor, train_means: Optional[torch.Tensor], stem: Path, init: str):
+    """A LikelihoodMonitor configured from the monitoring options, or None when they turn it off.
+
+    `stem` is the path without extension of the CSV history and the PNG; `init` the annealing start
+    ('base-rates' with `train_means`, or 'uniform').
+    """
+    if args.monitor_every <= 0:
+        return None
+    from raise_eval.hooks import LikelihoodMonitor
+
+    # A fixed random subset of the test set keeps each check cheap and comparable across epochs.
+    order = torch.randperm(len(test), generator=torch.Generator().manual_seed(0))
+    subset = test[order[: args.monitor_test_size]]
+
+    def log_to_console(metrics: dict, step: int) -> None:
+        print(f"  [monitor] epoch {step + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()), flush=True)
+
+    return LikelihoodMonitor(
+        subset,
+        every=args.monitor_every,
+        init=init,
+        train_pixel_means=train_means,
+        steps=args.monitor_steps,
+        ais_chains=args.monitor_ais_chains,
+        raise_examples=args.monitor_raise_examples,
+        raise_chains=args.monitor_raise_chains,
+        seed=0,
+        logger=log_to_console,
+        history_path=f"{stem}_sandwich.csv",
+        plot_path=f"{stem}_sandwich.png",
+    )
