@@ -1,0 +1,482 @@
+"""Reproduce Tables 1 and 2 of the RAISE paper (Burda, Grosse & Salakhutdinov, AISTATS 2015) for this project's
+checkpoints, with the estimates against K (the paper's Figures 3, 4 and 7).
+
+For every model and start (uniform, and the data base rates where the paper has them) and every K in --steps, one
+`raise_eval.evaluate` run: AIS over --ais-chains chains for log Z, RAISE on --raise-examples random test vectors x
+--raise-chains chains, averaged over the whole test set with log f(v) as a control variate (exact for RBMs,
+importance sampling with the mean-field (DBM) or recognition (DBN) proposal otherwise), and the exact value for the
+20-hidden RBMs. Seed 0 everywhere; the log f(v) estimates of a model are computed once and reused for its runs.
+
+Defaults are CPU-scale (K up to 3,000, 500 AIS chains, 100 test vectors x 10 RAISE chains: about half an hour on
+two cores for all ten models). --paper-settings switches to the paper's (K up to 100,000, 5,000 AIS chains,
+100 test vectors x 50 chains), which needs a GPU. Each run's result is kept in OUT/runs/ as it finishes; a rerun
+with the same settings reuses them, so an interrupted job continues where it stopped.
+
+Outputs in --out (default results/raise_tables): results.json (every run), tables.md (our numbers beside the
+paper's, and which of the paper's findings hold), figure3_rbms.png, figure4_mnistCD1-500.png,
+figure7_mnist_deep.png and figure_deep.png (estimates against K).
+
+    python scripts/reproduce_raise_tables.py                 # CPU scale, every model whose checkpoint exists
+    python scripts/reproduce_raise_tables.py --only mnistCD1-20 mnistPCD-20 --steps 100 1000
+    python scripts/reproduce_raise_tables.py --paper-settings --device cuda
+
+Checkpoints come from scripts/train_rbm_paper.py, scripts/train_dbm.py and scripts/train_dbn.py (README: how long
+each takes). --spec FILE replaces the model list with a JSON list of entries like those in MODELS below.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from tqdm.auto import tqdm
+
+from raise_eval import DBN, evaluate, load_checkpoint
+from raise_eval.datasets import load_dataset
+from raise_eval.evaluate import recognition_means
+
+# The paper's numbers (Tables 1 and 2, K = 100,000). "uniform"/"base-rates": (RAISE, AIS); None where the paper
+# has no entry (DBNs have no data-base-rate start in the paper).
+MODELS: list[dict[str, Any]] = [
+    {
+        "name": "mnistCD1-20",
+        "table": 1,
+        "checkpoint": "checkpoints/rbm_mnistCD1-20.pt",
+        "dataset": "binarized_mnist",
+        "paper": {"exact": -164.50, "uniform": [-165.33, -164.51], "base-rates": [-164.11, -164.50]},
+    },
+    {
+        "name": "mnistPCD-20",
+        "table": 1,
+        "checkpoint": "checkpoints/rbm_mnistPCD-20.pt",
+        "dataset": "binarized_mnist",
+        "paper": {"exact": -150.11, "uniform": [-150.58, -150.04], "base-rates": [-150.17, -150.10]},
+    },
+    {
+        "name": "mnistCD1-500",
+        "table": 1,
+        "checkpoint": "checkpoints/rbm_mnistCD1-500.pt",
+        "dataset": "binarized_mnist",
+        "paper": {"uniform": [-150.78, -106.52], "base-rates": [-124.77, -124.09]},
+    },
+    {
+        "name": "mnistPCD-500",
+        "table": 1,
+        "checkpoint": "checkpoints/rbm_mnistPCD-500.pt",
+        "dataset": "binarized_mnist",
+        "paper": {"uniform": [-101.07, -99.99], "base-rates": [-101.26, -101.28]},
+    },
+    {
+        "name": "mnistCD25-500",
+        "table": 1,
+        "checkpoint": "checkpoints/rbm_mnistCD25-500.pt",
+        "dataset": "binarized_mnist",
+        "paper": {"uniform": [-88.51, -86.42], "base-rates": [-86.39, -86.35]},
+    },
+    {
+        "name": "omniPCD-1000",
+        "table": 1,
+        "checkpoint": "checkpoints/rbm_omniPCD-1000.pt",
+        "dataset": "omniglot",
+        "paper": {"uniform": [-100.47, -100.45], "base-rates": [-100.46, -100.46]},
+    },
+    {
+        "name": "MNIST DBM",
+        "table": 2,
+        "checkpoint": "checkpoints/dbm_mnist_500-1000.pt",
+        "dataset": "binarized_mnist",
+        "paper": {"uniform": [-85.69, -85.72], "base-rates": [-85.74, -85.67]},
+    },
+    {
+        "name": "Omniglot DBM",
+        "table": 2,
+        "checkpoint": "checkpoints/dbm_omniglot_1000-1000.pt",
+        "dataset": "omniglot",
+        "paper": {"uniform": [-104.48, -110.86], "base-rates": [-102.64, -103.27]},
+    },
+    {
+        "name": "MNIST DBN",
+        "table": 2,
+        "checkpoint": "checkpoints/dbn_mnist_500-2000.pt",
+        "dataset": "binarized_mnist",
+        "paper": {"uniform": [-84.67, -84.49], "base-rates": None},
+    },
+    {
+        "name": "Omniglot DBN",
+        "table": 2,
+        "checkpoint": "checkpoints/dbn_omniglot_1000-1000.pt",
+        "dataset": "omniglot",
+        "paper": {"uniform": [-100.78, -100.45], "base-rates": None},
+    },
+]
+INITS = ("uniform", "base-rates")
+CPU_SETTINGS = {"steps": [100, 300, 1000, 3000], "ais_chains": 500, "raise_examples": 100, "raise_chains": 10}
+PAPER_SETTINGS = {"steps": [100, 1000, 10000, 100000], "ais_chains": 5000, "raise_examples": 100, "raise_chains": 50}
+
+
+def run_key(entry: dict, init: str, steps: int, settings: dict) -> str:
+    """A file name for one run's result, changing with everything that changes the numbers."""
+    what = json.dumps([entry["name"], entry["checkpoint"], entry["dataset"], init, steps, settings], sort_keys=True)
+    slug = "".join(c if c.isalnum() or c in "-_" else "_" for c in entry["name"])
+    return f"{slug}_{init}_K{steps}_{hashlib.sha1(what.encode()).hexdigest()[:10]}.json"
+
+
+def cost(model, steps: int, settings: dict) -> float:
+    """Relative cost of one run: annealing steps x chains x weights per Gibbs sweep."""
+    weights = sum(int(w.numel()) for w in model.weights)
+    chains = settings["ais_chains"] + settings["raise_examples"] * settings["raise_chains"]
+    return float(steps) * chains * weights
+
+
+def summarize(report, seconds: float) -> dict:
+    doc = report.to_dict()
+    ll = doc["log_likelihood"]
+    return {
+        "ais": ll["ais"]["mean"],
+        "ais_stderr": doc["log_z"]["ais"]["stderr"],
+        "raise": ll["raise"]["mean"],
+        "raise_stderr": ll["raise"]["stderr"],
+        "raise_subset_mean": ll["raise"]["subset_mean"],
+        "raise_subset_stderr": ll["raise"]["subset_stderr"],
+        "gap": ll["gap"],
+        "exact": ll["exact"],
+        "log_z_ais": doc["log_z"]["ais"]["estimate"],
+        "log_z_exact": doc["log_z"]["exact"],
+        "ais_ess": doc["log_z"]["ais"]["ess"],
+        "warnings": [w["code"] for w in doc["warnings"]],
+        "seconds": seconds,
+        "settings": doc["settings"],
+    }
+
+
+def plan(entries: list[dict], inits: list[str], steps: list[int]) -> list[tuple[dict, str, int]]:
+    runs = []
+    for entry in entries:
+        for init in inits:
+            if entry["paper"].get(init, "missing") is None:
+                continue  # the paper has no such start for this model (DBNs: no data base rates)
+            runs += [(entry, init, k) for k in steps]
+    return runs
+
+
+def load_entry(entry: dict, inits: list[str], data_root: Optional[str], device: str, test_size: Optional[int]):
+    """(model, test vectors, training means for the base-rate start or None) of one model."""
+    ckpt = load_checkpoint(entry["checkpoint"], device=device)
+    order = entry.get("pixel_order", "row-major")
+    test = load_dataset(entry["dataset"], "test", data_root, pixel_order=order)
+    if test_size is not None and test_size < len(test):
+        test = test[torch.randperm(len(test), generator=torch.Generator().manual_seed(0))[:test_size]]
+    means = ckpt.train_pixel_means
+    wants_base_rates = "base-rates" in inits and entry["paper"].get("base-rates", "missing") is not None
+    if wants_base_rates and isinstance(ckpt.model, DBN):
+        # A DBN anneals its top RBM, whose visible layer's base rates are the recognition means of the data.
+        train = load_dataset(entry["dataset"], "train", data_root, pixel_order=order)
+        means = recognition_means(ckpt.model, train.to(device))
+    return ckpt.model, test.to(device), means
+
+
+def run_all(args, entries: list[dict], settings: dict) -> list[dict]:
+    out = Path(args.out)
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    available = [e for e in entries if Path(e["checkpoint"]).exists()]
+    for e in entries:
+        if e not in available:
+            tqdm.write(f"skipping {e['name']}: {e['checkpoint']} does not exist (README: how to train it)")
+    runs = plan(available, args.inits, settings["steps"])
+    run_settings = {k: v for k, v in settings.items() if k != "steps"}
+    results: list[dict] = []
+    loaded: dict[str, Any] = {}
+    sizes = {}
+    for e in available:  # cost estimates need only the weight shapes
+        sizes[e["name"]] = load_checkpoint(e["checkpoint"]).model
+    total = sum(cost(sizes[e["name"]], k, settings) for e, _, k in runs)
+    bar = tqdm(total=total, desc="reproducing Tables 1 and 2", unit="", disable=args.no_progress, smoothing=0)
+    bar.unit_scale = True
+    start = time.perf_counter()
+    for entry, init, steps in runs:
+        path = out / "runs" / run_key(entry, init, steps, run_settings)
+        bar.set_postfix_str(f"{entry['name']}, {init}, K={steps}")
+        if path.exists():
+            result = json.loads(path.read_text())
+        else:
+            if entry["name"] not in loaded:
+                loaded.clear()  # one model in memory at a time
+                loaded[entry["name"]] = {
+                    "data": load_entry(entry, args.inits, args.data_root, args.device, args.test_size)
+                }
+            model, test, means = loaded[entry["name"]]["data"]
+            t0 = time.perf_counter()
+            report = evaluate(
+                model,
+                test,
+                init=init,
+                train_pixel_means=means,
+                steps=steps,
+                ais_chains=settings["ais_chains"],
+                raise_examples=settings["raise_examples"],
+                raise_chains=settings["raise_chains"],
+                log_f_samples=settings.get("log_f_samples", 500),
+                seed=args.seed,
+                log_f=loaded[entry["name"]].get("log_f"),
+                settings={"checkpoint": entry["checkpoint"], "data": entry["dataset"], "split": "test"},
+            )
+            loaded[entry["name"]]["log_f"] = report.log_f
+            result = {"name": entry["name"], "table": entry["table"], "init": init, "steps": steps}
+            result.update(summarize(report, time.perf_counter() - t0))
+            path.write_text(json.dumps(result, indent=1))
+        results.append(result)
+        bar.update(cost(sizes[entry["name"]], steps, settings))
+    bar.close()
+    tqdm.write(f"all runs done in {time.perf_counter() - start:.0f} s")
+    return results
+
+
+def _fmt(x: Optional[float], se: Optional[float] = None) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "—"
+    return f"{x:.2f}" if se is None else f"{x:.2f} ± {se:.2f}"
+
+
+def _paper(value: Optional[float]) -> str:
+    return "" if value is None else f" ({value:.2f})"
+
+
+def final_results(results: list[dict], steps: int) -> dict[tuple[str, str], dict]:
+    return {(r["name"], r["init"]): r for r in results if r["steps"] == steps}
+
+
+def findings(entries: list[dict], results: list[dict], k_max: int) -> list[str]:
+    """Which of the paper's findings hold here, each as a sentence with the numbers behind it."""
+    final = final_results(results, k_max)
+    lines = []
+    below = [(n, i, r) for (n, i), r in final.items() if r["raise"] is not None and r["ais"] is not None]
+    at_or_below = [f"{n} ({i})" for n, i, r in below if r["raise"] <= r["ais"] + 2 * r["raise_stderr"]]
+    above = [
+        f"{n} ({i}): RAISE {r['raise']:.2f} > AIS {r['ais']:.2f}"
+        for n, i, r in below
+        if r["raise"] > r["ais"] + 2 * r["raise_stderr"]
+    ]
+    lines.append(
+        f"- RAISE at or below AIS (within 2 s.e.) at K = {k_max}: {len(at_or_below)} of {len(below)} runs"
+        + (f"; above: {'; '.join(above)}" if above else ".")
+    )
+    cd1 = (final.get(("mnistCD1-500", "uniform")), final.get(("mnistCD1-500", "base-rates")))
+    if all(cd1):
+        closes = abs(cd1[1]["gap"]) < abs(cd1[0]["gap"])
+        lines.append(
+            f"- Data base rates {'close' if closes else 'do not close'} the gap for mnistCD1-500: gap "
+            f"{cd1[0]['gap']:.2f} nats from the uniform start, {cd1[1]['gap']:.2f} from the base rates "
+            "(paper: 44.26 and 0.68)."
+        )
+    for (n, i), r in sorted(final.items()):
+        if r["exact"] is None:
+            continue
+        lo, hi = min(r["raise"], r["ais"]), max(r["raise"], r["ais"])
+        slack = 2 * math.hypot(r["raise_stderr"], r["ais_stderr"])
+        inside = lo - slack <= r["exact"] <= hi + slack
+        lines.append(
+            f"- {n} ({i}): exact {r['exact']:.2f} is {'inside' if inside else 'outside'} the sandwich "
+            f"[RAISE {r['raise']:.2f}, AIS {r['ais']:.2f}] (2 s.e. slack {slack:.2f})."
+        )
+    small = sorted(
+        (r for r in results if r["name"] == "mnistCD1-20" and r["init"] == "base-rates"), key=lambda r: r["steps"]
+    )
+    if small:
+        sign = ", ".join(f"K={r['steps']}: RAISE - AIS = {r['raise'] - r['ais']:+.2f}" for r in small)
+        inverted = any(r["raise"] > r["ais"] for r in small[:2])
+        lines.append(
+            f"- mnistCD1-20 from the base rates: RAISE {'is' if inverted else 'is not'} above AIS at small K "
+            f"({sign}); the paper saw RAISE above AIS at small K, declining as K grew."
+        )
+    return lines
+
+
+def markdown(entries: list[dict], results: list[dict], settings: dict, args, seconds: float) -> str:
+    k_max = max(settings["steps"])
+    final = final_results(results, k_max)
+    out = [
+        "# RAISE paper, Tables 1 and 2, reproduced",
+        "",
+        f"Our estimates at K = {k_max} with {settings['ais_chains']} AIS chains and {settings['raise_examples']} "
+        f"test vectors x {settings['raise_chains']} RAISE chains (control variate log f(v), seed {args.seed}); "
+        "in parentheses the paper's numbers (K = 100,000, 5,000 AIS chains, 100 x 50 RAISE chains). Average test "
+        "log-probabilities in nats, ± one standard error; gap = AIS - RAISE. Our models are this project's "
+        "CPU-trained checkpoints, not the paper's, so only the pattern is comparable, not the values.",
+        "",
+        f"Wall time of the runs: {seconds:.0f} s. Command: `{args.command}`.",
+        "",
+        "## Table 1: RBMs",
+        "",
+        "| model | exact | RAISE (uniform) | AIS (uniform) | gap | RAISE (base rates) | AIS (base rates) | gap |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def cells(e, init):
+        r, p = final.get((e["name"], init)), e["paper"].get(init)
+        if r is None:
+            return ["—", "—", "—"] if p is None else [f"—{_paper(p[0])}", f"—{_paper(p[1])}", "—"]
+        p = p or [None, None]
+        pgap = None if p[0] is None else p[1] - p[0]
+        return [
+            _fmt(r["raise"], r["raise_stderr"]) + _paper(p[0]),
+            _fmt(r["ais"], r["ais_stderr"]) + _paper(p[1]),
+            _fmt(r["gap"]) + _paper(pgap),
+        ]
+
+    for e in (e for e in entries if e["table"] == 1):
+        r = final.get((e["name"], "uniform")) or final.get((e["name"], "base-rates"))
+        exact = "—" if r is None or r["exact"] is None else _fmt(r["exact"])
+        exact += _paper(e["paper"].get("exact"))
+        out.append(f"| {e['name']} | {exact} | " + " | ".join(cells(e, "uniform") + cells(e, "base-rates")) + " |")
+    out += [
+        "",
+        "## Table 2: deep models",
+        "",
+        "| model | RAISE (uniform) | AIS (uniform) | gap | RAISE (base rates) | AIS (base rates) | gap |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for e in (e for e in entries if e["table"] == 2):
+        out.append(f"| {e['name']} | " + " | ".join(cells(e, "uniform") + cells(e, "base-rates")) + " |")
+    out += ["", "## The paper's findings, here", ""] + findings(entries, results, k_max)
+    warned = [f"{r['name']} ({r['init']}): {', '.join(r['warnings'])}" for r in final.values() if r["warnings"]]
+    if warned:
+        out += ["", f"Warnings raised by the runs at K = {k_max}: " + "; ".join(warned) + "."]
+    out += [
+        "",
+        "## Estimates against K",
+        "",
+        "![RBMs](figure3_rbms.png)",
+        "",
+        "![mnistCD1-500](figure4_mnistCD1-500.png)",
+        "",
+        "![MNIST DBM and DBN](figure7_mnist_deep.png)",
+        "",
+        "![deep models](figure_deep.png)",
+        "",
+    ]
+    return "\n".join(out)
+
+
+def plot(results: list[dict], names: list[str], path: Path, title: str) -> bool:
+    """Panels of AIS and RAISE (± 1 s.e.) against K for each model and start, exact as a dashed line."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = [n for n in names if any(r["name"] == n for r in results)]
+    if not names:
+        return False
+    cols = min(3, len(names))
+    rows = math.ceil(len(names) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.6 * rows), squeeze=False)
+    styles = {
+        ("uniform", "ais"): ("C0", "-"),
+        ("uniform", "raise"): ("C0", "--"),
+        ("base-rates", "ais"): ("C3", "-"),
+        ("base-rates", "raise"): ("C3", "--"),
+    }
+    for ax, name in zip(axes.flat, names):
+        for init in INITS:
+            rs = sorted((r for r in results if r["name"] == name and r["init"] == init), key=lambda r: r["steps"])
+            if not rs:
+                continue
+            ks = [r["steps"] for r in rs]
+            for what, se in (("ais", "ais_stderr"), ("raise", "raise_stderr")):
+                color, line = styles[(init, what)]
+                y = [r[what] for r in rs]
+                s = [r[se] for r in rs]
+                ax.plot(ks, y, line, color=color, marker="o", ms=3, label=f"{what.upper()} ({init})")
+                ax.fill_between(
+                    ks, [a - b for a, b in zip(y, s)], [a + b for a, b in zip(y, s)], color=color, alpha=0.15
+                )
+        exact = next((r["exact"] for r in results if r["name"] == name and r["exact"] is not None), None)
+        if exact is not None:
+            ax.axhline(exact, color="k", ls=":", lw=1, label="exact")
+        ax.set_xscale("log")
+        ax.set_title(name)
+        ax.set_xlabel("K (intermediate distributions)")
+        ax.set_ylabel("avg. test log-prob. (nats)")
+        # Keep the informative range: very low small-K RAISE values would squash the rest.
+        finals = [r[w] for r in results if r["name"] == name for w in ("ais", "raise")]
+        lo, hi = min(finals), max(finals)
+        ax.set_ylim(max(lo, hi - 60) - 2, hi + 2)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(names) :]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7, loc="lower right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--paper-settings", action="store_true", help="the paper's K, chains and test vectors (GPU)")
+    parser.add_argument("--steps", type=int, nargs="+", default=None, help="values of K (default: 100 300 1000 3000)")
+    parser.add_argument("--ais-chains", type=int, default=None, help="AIS chains (default 500; paper 5000)")
+    parser.add_argument("--raise-examples", type=int, default=None, help="RAISE test vectors (default 100)")
+    parser.add_argument("--raise-chains", type=int, default=None, help="RAISE chains per vector (default 10; paper 50)")
+    parser.add_argument("--log-f-samples", type=int, default=500, help="importance samples of log f(v) (DBM, DBN)")
+    parser.add_argument("--only", nargs="+", default=None, help="model names to run (default: all)")
+    parser.add_argument("--inits", nargs="+", choices=INITS, default=list(INITS), help="annealing starts")
+    parser.add_argument("--test-size", type=int, default=None, help="a fixed random subset of the test set")
+    parser.add_argument("--spec", default=None, help="JSON file with the model list (default: the paper's models)")
+    parser.add_argument("--data-root", default=None, help="folder holding binarized_mnist/ and omniglot/")
+    parser.add_argument("--device", default="cpu", help="cpu or cuda")
+    parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", default="results/raise_tables", help="output folder")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    args.command = " ".join(["python", "scripts/reproduce_raise_tables.py", *(sys.argv[1:] if argv is None else argv)])
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    settings = dict(PAPER_SETTINGS if args.paper_settings else CPU_SETTINGS)
+    for key in ("steps", "ais_chains", "raise_examples", "raise_chains"):
+        if getattr(args, key) is not None:
+            settings[key] = getattr(args, key)
+    settings["log_f_samples"] = args.log_f_samples
+    settings["test_size"] = args.test_size
+    entries = MODELS if args.spec is None else json.loads(Path(args.spec).read_text())
+    if args.only:
+        unknown = sorted(set(args.only) - {e["name"] for e in entries})
+        if unknown:
+            parser.error(f"unknown model(s) {unknown}; choose from {[e['name'] for e in entries]}")
+        entries = [e for e in entries if e["name"] in args.only]
+    start = time.perf_counter()
+    results = run_all(args, entries, settings)
+    seconds = sum(r["seconds"] for r in results)
+    out = Path(args.out)
+    (out / "results.json").write_text(json.dumps({"settings": settings, "runs": results}, indent=1))
+    (out / "tables.md").write_text(markdown(entries, results, settings, args, seconds))
+    table1 = [e["name"] for e in entries if e["table"] == 1]
+    table2 = [e["name"] for e in entries if e["table"] == 2]
+    plot(results, table1, out / "figure3_rbms.png", "RBMs: AIS and RAISE against K (cf. the paper's Figures 3, 5, 6)")
+    plot(
+        results,
+        [n for n in table1 if n == "mnistCD1-500"],
+        out / "figure4_mnistCD1-500.png",
+        "mnistCD1-500 (cf. the paper's Figure 4)",
+    )
+    plot(
+        results,
+        [n for n in table2 if n.startswith("MNIST")],
+        out / "figure7_mnist_deep.png",
+        "MNIST DBM and DBN (cf. the paper's Figure 7)",
+    )
+    plot(results, table2, out / "figure_deep.png", "Deep models: AIS and RAISE against K")
+    print(f"wrote {out / 'tables.md'}, {out / 'results.json'} and the figures ({time.perf_counter() - start:.0f} s)")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,135 @@
+"""Train the RBMs of the RAISE paper's Table 1 (Burda, Grosse & Salakhutdinov, 2015) and save them to checkpoints/.
+
+Models are named as in the paper: dataset, training algorithm, hidden units.
+
+    model          data                         algorithm  hidden  epochs  batch  learning rate
+    mnistCD1-20    binarized_mnist (50,000)     CD-1       20      30      100    0.05
+    mnistPCD-20    binarized_mnist              PCD-1      20      30      100    0.01
+    mnistCD1-500   binarized_mnist              CD-1       500     20      100    0.05
+    mnistPCD-500   binarized_mnist              PCD-1      500     20      100    0.01
+    mnistCD25-500  binarized_mnist              CD-25      500     4       100    0.05
+    omniPCD-1000   omniglot 28x28 (24,345)      PCD-1      1000    20      100    0.01
+
+All: learning rate decaying linearly to a tenth of itself, momentum 0.5 -> 0.9 after 5 epochs, weight decay 1e-4,
+visible biases initialized to the training pixel log-odds, seed 0 (see models/training/rbm.py). The paper's RBMs
+(those of Grosse et al., 2013) were trained for far longer; these are CPU-minute versions with the same
+architectures and algorithms. Epoch counts keep each run within a few minutes on two CPU cores (CD-25 costs 13
+times a CD-1 epoch).
+
+Every checkpoint holds the training configuration, the training pixel means, the wall time, and, when monitoring
+is on, the sandwich history of the training-loop hook (`raise_eval.hooks.LikelihoodMonitor`): every
+`--monitor-every` epochs a cheap AIS + RAISE run (and the exact value for the 20-hidden RBMs) on a fixed random
+subset of the test set, logged to the console, a CSV history and a PNG of the sandwich over epochs.
+
+    python scripts/train_rbm_paper.py mnistCD1-20 [--monitor-every 5] [--epochs N] [--out-dir checkpoints]
+    python scripts/train_rbm_paper.py all
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from _common import add_monitor_arguments, make_monitor
+from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
+
+from raise_eval import save_checkpoint
+from raise_eval.datasets import load_dataset
+
+
+@dataclass(frozen=True)
+class PaperRBM:
+    dataset: str
+    config: RBMTrainingConfig
+
+
+MODELS = {
+    "mnistCD1-20": PaperRBM("binarized_mnist", RBMTrainingConfig(20, epochs=30, learning_rate=0.05, method="cd")),
+    "mnistPCD-20": PaperRBM("binarized_mnist", RBMTrainingConfig(20, epochs=30, learning_rate=0.01, method="pcd")),
+    "mnistCD1-500": PaperRBM("binarized_mnist", RBMTrainingConfig(500, epochs=20, learning_rate=0.05, method="cd")),
+    "mnistPCD-500": PaperRBM("binarized_mnist", RBMTrainingConfig(500, epochs=20, learning_rate=0.01, method="pcd")),
+    "mnistCD25-500": PaperRBM(
+        "binarized_mnist", RBMTrainingConfig(500, epochs=4, learning_rate=0.05, method="cd", gibbs_steps=25)
+    ),
+    "omniPCD-1000": PaperRBM("omniglot", RBMTrainingConfig(1000, epochs=20, learning_rate=0.01, method="pcd")),
+}
+
+
+def checkpoint_name(name: str) -> str:
+    return f"rbm_{name}.pt"
+
+
+def train_one(name: str, args) -> None:
+    spec = MODELS[name]
+    config = spec.config if args.epochs is None else RBMTrainingConfig(**{**asdict(spec.config), "epochs": args.epochs})
+    load_start = time.perf_counter()
+    train = load_dataset(spec.dataset, "train", args.data_root)
+    test = load_dataset(spec.dataset, "test", args.data_root)
+    print(
+        f"{name}: {spec.dataset} train {tuple(train.shape)}, test {tuple(test.shape)} "
+        f"({time.perf_counter() - load_start:.1f} s to load)",
+        flush=True,
+    )
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out = out_dir / checkpoint_name(name)
+
+    monitor = make_monitor(args, test, train.mean(0), out_dir / f"rbm_{name}", init="base-rates")
+
+    max_seconds = None if args.max_minutes is None else 60.0 * args.max_minutes
+    deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    start = time.perf_counter()
+    model = train_rbm(
+        train,
+        config,
+        generator=torch.Generator().manual_seed(args.seed),
+        progress=not args.no_progress,
+        callback=monitor,
+        deadline=deadline,
+    )
+    seconds = time.perf_counter() - start
+    metadata = {
+        "name": name,
+        "dataset": spec.dataset,
+        "trained_by": "scripts/train_rbm_paper.py",
+        "architecture": f"{model.n_visible}-{model.n_hidden}",
+        "training": {
+            **asdict(config),
+            "seed": args.seed,
+            "threads": torch.get_num_threads(),
+            "max_minutes": args.max_minutes,
+            "train_size": len(train),
+        },
+        "training_seconds": seconds,
+        "torch_version": str(torch.__version__),
+    }
+    if monitor is not None:
+        metadata["monitor_history"] = [r.to_dict() for r in monitor.history]
+    save_checkpoint(out, model, metadata=metadata, train_pixel_means=train.mean(0))
+    print(f"{name}: trained in {seconds:.0f} s; wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)", flush=True)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("models", nargs="+", choices=[*MODELS, "all"], help="which RBMs to train ('all': every one)")
+    parser.add_argument("--data-root", default=None, help="folder holding binarized_mnist/ and omniglot/")
+    parser.add_argument("--epochs", type=int, default=None, help="override the table's epoch count")
+    parser.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget per model")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
+    parser.add_argument("--out-dir", default="checkpoints")
+    parser.add_argument("--no-progress", action="store_true")
+    add_monitor_arguments(parser)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    names = list(MODELS) if "all" in args.models else args.models
+    for name in names:
+        train_one(name, args)
+
+
+if __name__ == "__main__":
+    main()
