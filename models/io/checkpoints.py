@@ -17,8 +17,8 @@ For a DBM (layers x_0 = v, x_1, ..., x_L, L >= 2 hidden layers) "model_type" is 
 weights_l and biases_l for l < L-1 its directed layers p(x_l | x_{l+1})) plus "recognition_biases_1" ..
 "recognition_biases_{L-1}", the biases of q(x_l | x_{l-1}) for layers 1 .. L-1.
 
-For a VAE, "model_type": "vae", "config": {"data_dim", "latent_dim", "hidden", "activation"} and "state" the
-module's state_dict.
+For a VAE, "model_type": "vae", "config": {"data_dim", "latent_dim", "hidden", "activation"}, "state" the
+module's state_dict and optionally "train_pixel_means" (data_dim,).
 
 Importers (`load_checkpoint` picks one from the file name):
 - .npz (numpy.savez) interchange format:
@@ -101,6 +101,11 @@ def save_checkpoint(
                 "config": asdict(model.config),
                 "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
                 "metadata": dict(metadata or {}),
+                **(
+                    {}
+                    if train_pixel_means is None
+                    else {"train_pixel_means": _vae_pixel_means(train_pixel_means, model)}
+                ),
             },
             str(path),
         )
@@ -159,6 +164,13 @@ def _pixel_means_to_save(train_pixel_means, model) -> Tensor:
             f"train_pixel_means has {means.numel()} entries; the model has {model.n_visible} visible units"
         )
     return means.to(model.dtype)
+
+
+def _vae_pixel_means(train_pixel_means, model) -> Tensor:
+    means = torch.as_tensor(train_pixel_means).detach().cpu().flatten().float()
+    if means.numel() != model.config.data_dim:
+        raise ValueError(f"train_pixel_means has {means.numel()} entries; the VAE has {model.config.data_dim} inputs")
+    return means
 
 
 def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None, device=None) -> Checkpoint:
@@ -262,7 +274,14 @@ def _load_vae(path: Path, payload: dict) -> Checkpoint:
         if not bool(torch.isfinite(t).all()):
             raise CheckpointError(f"{path}: parameter {name} has NaN or infinite entries")
     model.requires_grad_(False).eval()
-    return Checkpoint(model, dict(payload.get("metadata") or {}), None, str(path), "raise-eval")
+    means = payload.get("train_pixel_means")
+    if means is not None:
+        means = torch.as_tensor(means).float().flatten()
+        if means.numel() != model.config.data_dim:
+            raise CheckpointError(
+                f"{path}: train_pixel_means has {means.numel()} entries but the VAE has {model.config.data_dim} inputs"
+            )
+    return Checkpoint(model, dict(payload.get("metadata") or {}), means, str(path), "raise-eval")
 
 
 def _load_npz(path: Path) -> Checkpoint:

@@ -142,6 +142,13 @@ def test_vae_round_trip_and_config_errors(tmp_path):
     for (k, a), (_, b) in zip(vae.state_dict().items(), ckpt.model.state_dict().items()):
         assert torch.equal(a, b), k
     assert ckpt.metadata == {"dataset": "toy"} and not any(p.requires_grad for p in ckpt.model.parameters())
+    assert ckpt.train_pixel_means is None
+    means = torch.linspace(0.1, 0.9, 12)
+    save_checkpoint(path, vae, train_pixel_means=means)
+    assert torch.equal(load_checkpoint(path).train_pixel_means, means)
+    with pytest.raises(ValueError, match="train_pixel_means has 11 entries; the VAE has 12 inputs"):
+        save_checkpoint(path, vae, train_pixel_means=means[:11])
+    save_checkpoint(path, vae)
     payload = torch.load(path, weights_only=True)
     payload["config"]["hidden"] = [7]
     torch.save(payload, path)
