@@ -20,8 +20,10 @@ setup(
     # torch>=2.0 admits the CPU wheel 2.13.0 that .ci/run installs first, so pip installs nothing more.
     install_requires=["torch>=2.0", "numpy>=1.22", "tqdm>=4.60"],
     extras_require={
-        "test": ["pytest>=7", "matplotlib>=3.5"],  # matplotlib: the plot paths are tested
+        # matplotlib: the plot paths are tested; lightning: SandwichCallback runs in a real Trainer.
+        "test": ["pytest>=7", "matplotlib>=3.5", "lightning>=2.0"],
         "plot": ["matplotlib>=3.5"],
+        "lightning": ["lightning>=2.0"],  # raise_eval.lightning.SandwichCallback
         "vision": ["torchvision"],
     },
     entry_points={"console_scripts": ["raise-eval=raise_eval.cli:main"]},

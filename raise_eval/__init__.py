@@ -24,6 +24,7 @@ from raise_eval.estimators import (
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
 from raise_eval.evaluate import EvaluationReport, evaluate
+from raise_eval.hooks import LikelihoodMonitor, SandwichRecord
 from raise_eval.models import (
     DBM,
     DBN,
@@ -52,8 +53,10 @@ __all__ = [
     "EvaluationReport",
     "GaussianPosterior",
     "LayeredBoltzmannMachine",
+    "LikelihoodMonitor",
     "LinearGaussianModel",
     "LogUnnormalizedEstimate",
+    "SandwichRecord",
     "SigmoidBeliefNet",
     "VAEConfig",
     "control_variate_mean",

@@ -73,3 +73,17 @@ def make_monitor(args, test: torch.Tensor, train_means: Optional[torch.Tensor], 
         history_path=f"{stem}_sandwich.csv",
         plot_path=f"{stem}_sandwich.png",
     )
+
+
+def monitor_callback(monitor, epochs: int):
+    """The training loop's epoch callback: the monitor on its schedule, and always after the last epoch."""
+    if monitor is None:
+        return None
+
+    def callback(epoch: int, model) -> None:
+        if epoch + 1 == epochs:
+            monitor.final(epoch, model)
+        else:
+            monitor(epoch, model)
+
+    return callback

@@ -26,7 +26,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from _common import SHORT_NAMES, add_dataset_argument, add_monitor_arguments, make_monitor
+from _common import SHORT_NAMES, add_dataset_argument, add_monitor_arguments, make_monitor, monitor_callback
 from raise_eval.models.training.dbn import DBNTrainingConfig, reconstruction_error, train_dbn
 
 from raise_eval import RBM, save_checkpoint
@@ -89,7 +89,7 @@ def main(argv=None) -> None:
         progress=not args.no_progress,
         max_seconds=max_seconds,
         report=report,
-        callback=monitor,
+        callback=monitor_callback(monitor, config.epochs),
     )
     seconds = time.perf_counter() - start
     for layer in report["layers"]:

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from _common import add_monitor_arguments, make_monitor
+from _common import add_monitor_arguments, make_monitor, monitor_callback
 from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
 
 from raise_eval import save_checkpoint
@@ -88,7 +88,7 @@ def train_one(name: str, args) -> None:
         config,
         generator=torch.Generator().manual_seed(args.seed),
         progress=not args.no_progress,
-        callback=monitor,
+        callback=monitor_callback(monitor, config.epochs),
         deadline=deadline,
     )
     seconds = time.perf_counter() - start
