@@ -11,7 +11,16 @@ from typing import Optional
 
 import torch
 
-from raise_eval.datasets import DATASETS, DataError, check_binary, load_array_file, load_dataset
+from raise_eval.datasets import (
+    DATASET_SPECS,
+    DATASETS,
+    PIXEL_ORDERS,
+    DataError,
+    check_binary,
+    check_dataset_request,
+    load_array_file,
+    load_dataset,
+)
 from raise_eval.estimators.unnormalized import METHODS as LOG_F_METHODS
 from raise_eval.evaluate import EXACT_MODES, INITS, EvaluationInterrupted, evaluate, recognition_means
 from raise_eval.results import dump_json
@@ -49,6 +58,19 @@ examples:
 """
 
 
+def _splits_help() -> str:
+    """The splits of the named datasets, e.g. "train, valid (binarized_mnist) or test": a split that not every
+    dataset has names the ones that do."""
+    rank = {"train": 0, "valid": 1, "test": 2}  # the usual order; any other split goes last
+    splits = dict.fromkeys(s for spec in DATASET_SPECS.values() for s in spec.splits)
+    splits = sorted(splits, key=lambda s: rank.get(s, len(rank)))
+    words = []
+    for split in splits:
+        owners = [name for name, spec in DATASET_SPECS.items() if split in spec.splits]
+        words.append(split if len(owners) == len(DATASET_SPECS) else f"{split} ({', '.join(owners)})")
+    return ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raise-eval",
@@ -70,18 +92,27 @@ def build_parser() -> argparse.ArgumentParser:
     data.add_argument(
         "--data",
         metavar="NAME|FILE",
-        help=f"test data: a named dataset ({', '.join(DATASETS)}) or a .npy/.npz file of binary vectors shaped "
-        "(N, n_visible). Default: the dataset recorded in the checkpoint's metadata",
+        help=f"test data: a named dataset ({', '.join(DATASET_SPECS)}) or a .npy/.npz file of binary vectors "
+        "shaped (N, n_visible). Default: the dataset recorded in the checkpoint's metadata",
     )
     data.add_argument(
         "--split",
         default="test",
-        help="split of a named dataset: train, valid (binarized_mnist) or test (default: test)",
+        help=f"split of a named dataset: {_splits_help()} (default: test)",
+    )
+    data.add_argument(
+        "--pixel-order",
+        choices=PIXEL_ORDERS,
+        default="row-major",
+        help="how a named dataset's images are flattened: row-major, or fortran (column-major, each image "
+        "transposed), the order of Burda's 28x28 Omniglot and so of the Grosse & Salakhutdinov Omniglot RBMs "
+        "(rbm_omniglot_*.npz): use fortran with those and --data omniglot. Files are used as stored "
+        "(default: row-major)",
     )
     data.add_argument(
         "--data-root",
         metavar="DIR",
-        help="folder with MNIST/raw and binarized_mnist (default: $RAISE_EVAL_DATA, else ../shared/data)",
+        help="folder with MNIST/raw, binarized_mnist and omniglot (default: $RAISE_EVAL_DATA, else ../shared/data)",
     )
     data.add_argument(
         "--train-data",
@@ -390,13 +421,35 @@ def _die(message: str) -> None:
     raise SystemExit(2)
 
 
+def _is_file(data: str) -> bool:
+    return Path(data).suffix in (".npy", ".npz")
+
+
+def _check_data_options(data: Optional[str], args) -> None:
+    """The data options, checked before any work (for --data NAME; the checkpoint's dataset when it names it)."""
+    if data is None:
+        return
+    if _is_file(data):
+        if args.pixel_order != "row-major":
+            _die(
+                f"--pixel-order {args.pixel_order} reorders the images of named datasets; the vectors of "
+                f"{data} are used as stored (reorder them before saving)"
+            )
+        return
+    try:
+        check_dataset_request(data, args.split, args.pixel_order)
+    except DataError as e:
+        _die(f"--data {data}: {e}")
+
+
 def _load_data(args, metadata: dict) -> tuple[torch.Tensor, str]:
     data = args.data or metadata.get("dataset")
     if data is None:
         _die("this checkpoint does not say which data it was trained on: pass --data NAME or --data FILE")
-    if Path(data).suffix in (".npy", ".npz"):
+    _check_data_options(data, args)
+    if _is_file(data):
         return load_array_file(data), data
-    return load_dataset(data, args.split, args.data_root), data
+    return load_dataset(data, args.split, args.data_root, args.pixel_order), data
 
 
 def _train_pixel_means(args, ckpt, data_name: str) -> Optional[torch.Tensor]:
@@ -415,7 +468,7 @@ def _train_pixel_means(args, ckpt, data_name: str) -> Optional[torch.Tensor]:
         args.base_rates_from = "the checkpoint's train_pixel_means"
         return ckpt.train_pixel_means
     elif data_name in DATASETS:
-        train = load_dataset(data_name, "train", args.data_root)
+        train = load_dataset(data_name, "train", args.data_root, args.pixel_order)
         train = check_binary(train, ckpt.model.n_visible, f"{data_name} training data")
         args.base_rates_from = f"the {data_name} training split"
     if train is None:
@@ -434,6 +487,7 @@ def cmd_evaluate(args) -> int:
         outputs=("json",),
         at_least_two=("ais_chains", "raise_examples"),
     )
+    _check_data_options(args.data, args)
     if Path(args.checkpoint).is_dir():
         _die(f"{args.checkpoint} is a folder; give the checkpoint file")
     ckpt = load_checkpoint(args.checkpoint, dtype=getattr(torch, args.dtype), device=device)
@@ -474,6 +528,7 @@ def cmd_evaluate(args) -> int:
                 "checkpoint": str(args.checkpoint),
                 "data": data_name,
                 "split": args.split if data_name in DATASETS else "file",
+                "pixel_order": args.pixel_order if data_name in DATASETS else "as stored",
                 "base_rates_from": getattr(args, "base_rates_from", None),
             },
         )
