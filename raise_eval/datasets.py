@@ -162,6 +162,16 @@ def pool_and_threshold(grey: np.ndarray, factor: int = 2, threshold: float = 0.5
 
 def read_amat(path: Union[str, Path]) -> Tensor:
     """Read a Larochelle .amat file (rows of space-separated 0/1) as float32 (N, D)."""
+    raw = np.fromfile(path, dtype=np.uint8)
+    # Fast path for the usual layout, every row "d d ... d\n" of one-character digits: the digits sit at the even
+    # byte offsets of equal-length rows (20x faster than loadtxt on the 78 MB training file).
+    newlines = np.flatnonzero(raw == ord("\n"))
+    if len(newlines) and newlines[-1] == len(raw) - 1 and (len(raw) % (newlines[0] + 1)) == 0:
+        rows = raw.reshape(-1, newlines[0] + 1)
+        digits = rows[:, 0:-1:2]
+        if (rows[:, -1] == ord("\n")).all() and (rows[:, 1:-1:2] == ord(" ")).all() and (digits <= ord("9")).all():
+            if (digits >= ord("0")).all():
+                return torch.from_numpy((digits - ord("0")).astype(np.float32))
     rows = np.loadtxt(path, dtype=np.float32)
     return torch.from_numpy(np.atleast_2d(rows))
 

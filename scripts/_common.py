@@ -39,6 +39,12 @@ def add_monitor_arguments(parser: argparse.ArgumentParser, default_steps: int = 
     group.add_argument("--monitor-ais-chains", type=int, default=100)
     group.add_argument("--monitor-raise-examples", type=int, default=20)
     group.add_argument("--monitor-raise-chains", type=int, default=5)
+    group.add_argument(
+        "--monitor-exact",
+        choices=["auto", "never"],
+        default="auto",
+        help="exact values by enumeration when tractable (auto: up to 2^25 states, seconds per check) or never",
+    )
     group.add_argument("--monitor-test-size", type=int, default=1000, help="test vectors the estimates average over")
 
 
@@ -69,21 +75,29 @@ def make_monitor(args, test: torch.Tensor, train_means: Optional[torch.Tensor], 
         raise_examples=args.monitor_raise_examples,
         raise_chains=args.monitor_raise_chains,
         seed=0,
+        exact=args.monitor_exact,
         logger=log_to_console,
         history_path=f"{stem}_sandwich.csv",
         plot_path=f"{stem}_sandwich.png",
     )
 
 
-def monitor_callback(monitor, epochs: int):
-    """The training loop's epoch callback: the monitor on its schedule, and always after the last epoch."""
-    if monitor is None:
-        return None
+class MonitorCallback:
+    """The training loop's epoch callback: the monitor on its schedule, and `finish` after training, which evaluates
+    the final model unless its epoch was just recorded (also when a time budget stopped training early)."""
 
-    def callback(epoch: int, model) -> None:
-        if epoch + 1 == epochs:
-            monitor.final(epoch, model)
-        else:
-            monitor(epoch, model)
+    def __init__(self, monitor) -> None:
+        self.monitor = monitor
+        self.last_epoch = -1
 
-    return callback
+    def __call__(self, epoch: int, model) -> None:
+        self.last_epoch = epoch
+        self.monitor(epoch, model)
+
+    def finish(self, model) -> None:
+        if self.last_epoch >= 0:
+            self.monitor.final(self.last_epoch, model)
+
+
+def monitor_callback(monitor) -> Optional[MonitorCallback]:
+    return None if monitor is None else MonitorCallback(monitor)

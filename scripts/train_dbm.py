@@ -92,6 +92,7 @@ def main(argv=None) -> None:
     )
     report: dict = {}
     max_seconds = None if args.max_minutes is None else 60.0 * args.max_minutes
+    callback = monitor_callback(monitor)
     start = time.perf_counter()
     model = train_dbm(
         train,
@@ -100,9 +101,11 @@ def main(argv=None) -> None:
         progress=not args.no_progress,
         max_seconds=max_seconds,
         report=report,
-        callback=monitor_callback(monitor, config.epochs),
+        callback=callback,
     )
     seconds = time.perf_counter() - start
+    if callback is not None:
+        callback.finish(model)  # the saved model's numbers, even when a budget cut training short
     for layer in report["pretraining"]["layers"]:
         cut = " (stopped by the wall-clock budget)" if layer["stopped_by_budget"] else ""
         print(

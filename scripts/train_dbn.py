@@ -67,8 +67,7 @@ def main(argv=None) -> None:
     if args.train_size is not None:
         train = train[: args.train_size]
     print(f"{args.dataset} train: {tuple(train.shape)} ({time.perf_counter() - wall_start:.1f} s to load)", flush=True)
-    # The DBN's base rates would be the top RBM's recognition means, which change as the lower layers train:
-    # the hook anneals from the uniform start, as the paper does for DBNs.
+    # The hook anneals from the uniform start, as the paper does for DBNs (it has no base-rate start for them).
     test = load_dataset(args.dataset, "test", args.data_root)
     monitor = make_monitor(args, test, None, Path(args.out).with_suffix(""), init="uniform")
     config = DBNTrainingConfig(
@@ -81,6 +80,7 @@ def main(argv=None) -> None:
     )
     report: dict = {}
     max_seconds = None if args.max_minutes is None else 60.0 * args.max_minutes
+    callback = monitor_callback(monitor)
     start = time.perf_counter()
     model = train_dbn(
         train,
@@ -89,9 +89,11 @@ def main(argv=None) -> None:
         progress=not args.no_progress,
         max_seconds=max_seconds,
         report=report,
-        callback=monitor_callback(monitor, config.epochs),
+        callback=callback,
     )
     seconds = time.perf_counter() - start
+    if callback is not None:
+        callback.finish(model)  # the saved model's numbers, even when a budget cut training short
     for layer in report["layers"]:
         cut = " (stopped by the wall-clock budget)" if layer["stopped_by_budget"] else ""
         print(

@@ -68,6 +68,8 @@ def train_one(name: str, args) -> None:
     config = spec.config if args.epochs is None else RBMTrainingConfig(**{**asdict(spec.config), "epochs": args.epochs})
     load_start = time.perf_counter()
     train = load_dataset(spec.dataset, "train", args.data_root)
+    if args.train_size is not None:
+        train = train[: args.train_size]
     test = load_dataset(spec.dataset, "test", args.data_root)
     print(
         f"{name}: {spec.dataset} train {tuple(train.shape)}, test {tuple(test.shape)} "
@@ -82,16 +84,19 @@ def train_one(name: str, args) -> None:
 
     max_seconds = None if args.max_minutes is None else 60.0 * args.max_minutes
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    callback = monitor_callback(monitor)
     start = time.perf_counter()
     model = train_rbm(
         train,
         config,
         generator=torch.Generator().manual_seed(args.seed),
         progress=not args.no_progress,
-        callback=monitor_callback(monitor, config.epochs),
+        callback=callback,
         deadline=deadline,
     )
     seconds = time.perf_counter() - start
+    if callback is not None:
+        callback.finish(model)  # the saved model's numbers, even when a budget cut training short
     metadata = {
         "name": name,
         "dataset": spec.dataset,
@@ -118,6 +123,7 @@ def main(argv=None) -> None:
     parser.add_argument("models", nargs="+", choices=[*MODELS, "all"], help="which RBMs to train ('all': every one)")
     parser.add_argument("--data-root", default=None, help="folder holding binarized_mnist/ and omniglot/")
     parser.add_argument("--epochs", type=int, default=None, help="override the table's epoch count")
+    parser.add_argument("--train-size", type=int, default=None, help="use the first N training vectors only")
     parser.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget per model")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")

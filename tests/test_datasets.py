@@ -266,3 +266,17 @@ def test_omniglot_rbm_prefers_fortran_order(omniglot_test):
     cols = to_pixel_order(rows, (28, 28), "fortran")
     gain = log_f(cols) - log_f(rows)
     assert gain.mean().item() > 3.0 and (gain > 0).double().mean().item() > 0.7
+
+
+def test_read_amat_fast_path_equals_loadtxt(tmp_path):
+    from raise_eval.datasets import read_amat
+
+    g = np.random.RandomState(0)
+    rows = (g.random_sample((5, 7)) < 0.5).astype(int)
+    regular = tmp_path / "regular.amat"
+    regular.write_text("".join(" ".join(str(x) for x in r) + "\n" for r in rows))
+    assert torch.equal(read_amat(regular), torch.from_numpy(rows.astype(np.float32)))
+    # Anything else (here a value that is not one digit, and no final newline) goes through numpy's loadtxt.
+    irregular = tmp_path / "irregular.amat"
+    irregular.write_text("0 1 1\n1 0 0.5")
+    assert torch.equal(read_amat(irregular), torch.tensor([[0.0, 1, 1], [1, 0, 0.5]]))

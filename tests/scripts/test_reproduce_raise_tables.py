@@ -21,8 +21,9 @@ def load_script(name: str):
     path = PROJECT_ROOT / "scripts" / f"{name}.py"
     sys.path.insert(0, str(path.parent))  # the scripts import their shared helpers as `_common`
     try:
-        spec = importlib.util.spec_from_file_location(name, path)
+        spec = importlib.util.spec_from_file_location(f"scripts_{name}", path)
         module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module  # dataclasses look their module up there
         spec.loader.exec_module(module)
     finally:
         sys.path.remove(str(path.parent))

@@ -1,0 +1,65 @@
+"""The training scripts at toy scale on the shared data: a checkpoint with its training configuration and pixel
+means, and the training-loop hook's sandwich over epochs (history, PNG, metadata), also when a budget stops early."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from raise_eval import load_checkpoint
+from tests.scripts.test_reproduce_raise_tables import load_script
+
+pytest.importorskip("matplotlib")
+
+MONITOR = ["--monitor-every", "2", "--monitor-test-size", "40", "--monitor-steps", "5", "--monitor-ais-chains", "4"]
+MONITOR += ["--monitor-raise-examples", "3", "--monitor-raise-chains", "2", "--no-progress", "--threads", "1"]
+
+
+def test_paper_rbm_script_with_the_hook(shared_data, tmp_path, capsys):
+    script = load_script("train_rbm_paper")
+    script.main(
+        ["mnistCD1-20", "--epochs", "3", "--train-size", "300", "--data-root", str(shared_data)]
+        + ["--out-dir", str(tmp_path), *MONITOR]
+    )
+    ckpt = load_checkpoint(tmp_path / "rbm_mnistCD1-20.pt")
+    meta = ckpt.metadata
+    assert meta["name"] == "mnistCD1-20" and meta["dataset"] == "binarized_mnist"
+    assert meta["training"]["method"] == "cd" and meta["training"]["epochs"] == 3
+    assert meta["training"]["train_size"] == 300 and meta["training_seconds"] > 0
+    assert ckpt.train_pixel_means is not None and ckpt.train_pixel_means.shape == (784,)
+    # every=2 from epoch 0: epochs 0 and 2, the last one being the final model's evaluation.
+    history = meta["monitor_history"]
+    assert [r["epoch"] for r in history] == [0, 2]
+    assert all(r["exact"] is not None for r in history)  # 20 hidden units: enumerated
+    rows = list(csv.DictReader(open(tmp_path / "rbm_mnistCD1-20_sandwich.csv")))
+    assert [int(r["epoch"]) for r in rows] == [0, 2]
+    assert float(rows[-1]["raise"]) == pytest.approx(history[-1]["raise"])
+    assert (tmp_path / "rbm_mnistCD1-20_sandwich.png").read_bytes()[:4] == b"\x89PNG"
+    out = capsys.readouterr().out
+    assert "[monitor] epoch 1: test_ll/ais" in out and "test_ll/exact" in out
+
+
+def test_a_budget_cut_still_evaluates_the_saved_model(shared_data, tmp_path):
+    script = load_script("train_rbm_paper")
+    # A budget of zero stops training after the first minibatch: epoch 0 is the last and is evaluated.
+    script.main(
+        ["mnistPCD-20", "--epochs", "5", "--train-size", "300", "--max-minutes", "0", "--data-root", str(shared_data)]
+        + ["--out-dir", str(tmp_path), *MONITOR[:1], "3", *MONITOR[2:], "--monitor-exact", "never"]
+    )
+    history = load_checkpoint(tmp_path / "rbm_mnistPCD-20.pt").metadata["monitor_history"]
+    assert [r["epoch"] for r in history] == [0]
+
+
+def test_dbn_script_monitors_the_top_rbm_epochs(shared_data, tmp_path):
+    script = load_script("train_dbn")
+    out = tmp_path / "dbn.pt"
+    script.main(
+        ["--hidden", "8", "6", "--epochs", "2", "--train-size", "200", "--data-root", str(shared_data)]
+        + ["--out", str(out), *MONITOR[:1], "1", *MONITOR[2:]]
+    )
+    ckpt = load_checkpoint(out)
+    assert ckpt.metadata["dataset"] == "binarized_mnist" and ckpt.train_pixel_means.shape == (784,)
+    assert [r["epoch"] for r in ckpt.metadata["monitor_history"]] == [0, 1]
+    assert torch.isfinite(torch.tensor([r["raise"] for r in ckpt.metadata["monitor_history"]])).all()
