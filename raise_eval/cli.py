@@ -11,6 +11,7 @@ from typing import Optional
 
 import torch
 
+from raise_eval.adaptive import DEFAULT_PILOT_CHAINS, DEFAULT_PILOT_GRID
 from raise_eval.datasets import (
     DATASET_SPECS,
     DATASETS,
@@ -21,10 +22,19 @@ from raise_eval.datasets import (
     load_array_file,
     load_dataset,
 )
+from raise_eval.distributed import init_from_env, launched_by_torchrun, rank_and_world
 from raise_eval.estimators.unnormalized import METHODS as LOG_F_METHODS
-from raise_eval.evaluate import EXACT_MODES, INITS, EvaluationInterrupted, evaluate, recognition_means
+from raise_eval.evaluate import (
+    EVALUATE_SCHEDULES,
+    EXACT_MODES,
+    INITS,
+    EvaluationInterrupted,
+    evaluate,
+    recognition_means,
+)
 from raise_eval.results import dump_json
 from raise_eval.schedules import SCHEDULES
+from raise_eval.sharding import parse_size
 from raise_eval.threads import default_threads
 
 EVALUATE_DESCRIPTION = """\
@@ -131,11 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     anneal.add_argument(
         "--schedule",
-        choices=SCHEDULES,
+        choices=EVALUATE_SCHEDULES,
         default="linear",
         help="spacing of the inverse temperatures "
         "(default: linear; sigmoid is the BDMC paper's, salakhutdinov the piecewise-linear one of "
-        "Salakhutdinov & Murray)",
+        "Salakhutdinov & Murray). adaptive chooses them in a short pilot run with its own chains and seed "
+        "(seed + 4) so that neighbouring distributions are equally far apart (constant conditional ESS); AIS and "
+        "RAISE then run, unbiased, on that fixed schedule, which the JSON records",
     )
     anneal.add_argument(
         "--steps",
@@ -144,6 +156,18 @@ def build_parser() -> argparse.ArgumentParser:
         default=1000,
         metavar="K",
         help="number of intermediate distributions K (default: 1000); accuracy grows with K",
+    )
+    anneal.add_argument(
+        "--pilot-chains",
+        type=int,
+        metavar="M",
+        help=f"--schedule adaptive: chains of the pilot run (default: the AIS chains, at most {DEFAULT_PILOT_CHAINS})",
+    )
+    anneal.add_argument(
+        "--pilot-grid",
+        type=int,
+        metavar="G",
+        help=f"--schedule adaptive: grid cells the pilot measures, whatever K is (default: {DEFAULT_PILOT_GRID})",
     )
     anneal.add_argument("--ais-chains", type=int, default=1000, metavar="M", help="AIS chains (default: 1000)")
     anneal.add_argument(
@@ -204,6 +228,30 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="N",
         help=THREADS_HELP,
+    )
+    scale = ev.add_argument_group("large runs")
+    scale.add_argument(
+        "--max-memory",
+        metavar="SIZE",
+        help="bound on what the states of one batch occupy, e.g. 512MB, 8GB, 1.5GiB; the work runs in as many "
+        "batches (shards) as needed and a run whose shard cannot fit is refused before any work (default: half "
+        "the memory free now, on the GPU for --device cuda); it does not change the numbers",
+    )
+    scale.add_argument(
+        "--shard-size",
+        type=int,
+        metavar="CHAINS",
+        help="chains per shard: AIS chains, and RAISE chains of whole test vectors (--shard-size // --raise-chains "
+        "vectors, at least one); each shard has its own random stream, so this (unlike --max-memory or the number "
+        "of processes) changes the numbers (default: as many as keep chains x units within 2^23, e.g. 6,533 for a "
+        "784-500 RBM: the default runs are one shard per stage)",
+    )
+    scale.add_argument(
+        "--resume-file",
+        metavar="FILE",
+        help="save every finished shard to FILE (atomically) and continue from it when the same command is run "
+        "again (after Ctrl-C or a crash): the final numbers equal an uninterrupted run's. A file from other "
+        "settings is refused. One process only",
     )
     _add_bdmc_parser(sub)
     return parser
@@ -421,6 +469,19 @@ def _die(message: str) -> None:
     raise SystemExit(2)
 
 
+def _check_pilot_options(args) -> None:
+    """--pilot-chains and --pilot-grid belong to --schedule adaptive; checked before any work."""
+    for name, least in (("pilot_chains", 2), ("pilot_grid", 1)):
+        value = getattr(args, name)
+        if value is None:
+            continue
+        option = f"--{name.replace('_', '-')}"
+        if args.schedule != "adaptive":
+            _die(f"{option} sets the pilot of --schedule adaptive; this run uses --schedule {args.schedule}")
+        if value < least:
+            _die(f"{option} must be at least {least}, got {value}")
+
+
 def _is_file(data: str) -> bool:
     return Path(data).suffix in (".npy", ".npz")
 
@@ -488,6 +549,15 @@ def cmd_evaluate(args) -> int:
         at_least_two=("ais_chains", "raise_examples"),
     )
     _check_data_options(args.data, args)
+    _check_pilot_options(args)
+    max_memory = _check_scale_options(args)
+    rank = 0
+    if launched_by_torchrun():
+        # One process per rank (torchrun): the ranks share out the shards; only rank 0 prints and writes files.
+        if args.resume_file:
+            _die("--resume-file works in one process; leave it out under torchrun (or resume in one process)")
+        device = init_from_env(device)
+        rank = rank_and_world()[0]
     if Path(args.checkpoint).is_dir():
         _die(f"{args.checkpoint} is a folder; give the checkpoint file")
     ckpt = load_checkpoint(args.checkpoint, dtype=getattr(torch, args.dtype), device=device)
@@ -523,7 +593,12 @@ def cmd_evaluate(args) -> int:
             log_f_method=args.log_f,
             log_f_samples=args.log_f_samples,
             cv_alpha=cv_alpha,
-            progress=not args.no_progress,
+            pilot_chains=args.pilot_chains,
+            pilot_grid=args.pilot_grid,
+            max_memory=max_memory,
+            shard_size=args.shard_size,
+            resume_file=args.resume_file,
+            progress=not args.no_progress and rank == 0,
             settings={
                 "checkpoint": str(args.checkpoint),
                 "data": data_name,
@@ -533,8 +608,12 @@ def cmd_evaluate(args) -> int:
             },
         )
     except EvaluationInterrupted as stop:
+        if rank != 0:
+            return 130
         # Ctrl-C: no traceback; show and keep what finished.
         print("\n" + stop.report.format_table())
+        if args.resume_file:
+            print(f"finished shards are kept in {args.resume_file}: run the same command to continue")
         if args.json:
             dump_json(stop.report, args.json)
             print(f"wrote {args.json} (marked incomplete)")
@@ -542,11 +621,28 @@ def cmd_evaluate(args) -> int:
         return 130
     if ckpt.metadata.get("ignored_variables"):
         report.notes.append(f"ignored variables of the checkpoint: {', '.join(ckpt.metadata['ignored_variables'])}")
+    if rank != 0:
+        return 0  # every rank holds the same report; rank 0 shows it
     print(report.format_table())
     if args.json:
         dump_json(report, args.json)
         print(f"wrote {args.json}")
     return 0
+
+
+def _check_scale_options(args) -> Optional[int]:
+    """--max-memory (bytes, None for the default), --shard-size and --resume-file's folder, before any work."""
+    max_memory = None
+    if args.max_memory is not None:
+        try:
+            max_memory = parse_size(args.max_memory)
+        except ValueError as e:
+            _die(f"--max-memory: {e}")
+    if args.shard_size is not None and args.shard_size < 1:
+        _die(f"--shard-size must be at least 1, got {args.shard_size}")
+    if args.resume_file:
+        _check_output(Path(args.resume_file), "--resume-file")
+    return max_memory
 
 
 def main(argv=None) -> int:

@@ -27,21 +27,37 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
+from raise_eval import distributed
 from raise_eval import exact as exact_mod
+from raise_eval.adaptive import DEFAULT_PILOT_CHAINS, DEFAULT_PILOT_GRID, adaptive_pilot
 from raise_eval.datasets import check_binary
 from raise_eval.diagnostics import Warning, diagnose
-from raise_eval.estimators.ais import AISResult, ais
+from raise_eval.estimators.ais import AISResult
 from raise_eval.estimators.control_variates import ControlVariateEstimate
-from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
+from raise_eval.estimators.raise_ import RAISEResult
+from raise_eval.estimators.unnormalized import _CHUNK_ELEMENTS as LOG_F_CHUNK_ELEMENTS
 from raise_eval.estimators.unnormalized import METHODS as LOG_F_METHODS
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
-from raise_eval.schedules import make_schedule
+from raise_eval.resume import ResumeFile, model_digest, tensor_digest
+from raise_eval.schedules import SCHEDULES, make_schedule, validate_schedule
+from raise_eval.sharding import (
+    bytes_per_chain,
+    default_max_memory,
+    default_shard_size,
+    format_size,
+    log_f_bytes,
+    raise_vectors_per_shard,
+    sharded_ais,
+    sharded_raise,
+)
 
 INITS = ("base-rates", "uniform")
 EXACT_MODES = ("auto", "always", "never")
 ALWAYS_EXACT_LIMIT = 30  # 'always' enumerates up to 2^30 states (minutes); beyond that it refuses
+EVALUATE_SCHEDULES = (*SCHEDULES, "adaptive")  # 'adaptive' needs the model (a pilot run), so only evaluate has it
+DEFAULT_STEPS = 1000
 
 
 @dataclass
@@ -159,7 +175,7 @@ class EvaluationReport:
             f"{s['device']}",
             f"data: {s['data'] + ' (' + s['split'] + ', ' if s.get('data') else '('}{self.num_test} vectors); "
             f"start: {s['init']}; "
-            f"{s['schedule']} schedule, K = {s['steps']}; seed {s['seed']}",
+            f"{_schedule_words(s, self.timing)}, K = {s['steps']}; seed {s['seed']}",
             "",
             f"{'':28}{'estimate':>12}{'± s.e.':>10}{'time':>9}",
             "log Z",
@@ -217,6 +233,15 @@ class EvaluationInterrupted(KeyboardInterrupt):
         self.report = report
 
 
+def _schedule_words(s: dict[str, Any], timing: dict[str, Optional[float]]) -> str:
+    """'linear schedule', or for the adaptive one its pilot: 'adaptive schedule (pilot: 200 chains, 0.4 s)'."""
+    if s["schedule"] != "adaptive":
+        return f"{s['schedule']} schedule"
+    pilot_time = timing.get("pilot_seconds")
+    took = "" if pilot_time is None else f", {pilot_time:.1f} s"
+    return f"adaptive schedule (pilot: {s.get('pilot_chains')} chains{took})"
+
+
 def _secs(x: Optional[float]) -> str:
     return f"{x:8.1f}s" if x is not None else f"{'':9}"
 
@@ -256,8 +281,8 @@ def evaluate(
     *,
     init: str = "base-rates",
     train_pixel_means: Optional[Tensor] = None,
-    schedule: str = "linear",
-    steps: int = 1000,
+    schedule: Union[str, Tensor] = "linear",
+    steps: Optional[int] = None,
     ais_chains: int = 1000,
     raise_examples: int = 100,
     raise_chains: int = 20,
@@ -270,6 +295,11 @@ def evaluate(
     progress: bool = False,
     settings: Optional[dict[str, Any]] = None,
     log_f: Optional[LogUnnormalizedEstimate] = None,
+    pilot_chains: Optional[int] = None,
+    pilot_grid: Optional[int] = None,
+    max_memory: Optional[int] = None,
+    shard_size: Optional[int] = None,
+    resume_file: Optional[str] = None,
 ) -> EvaluationReport:
     """Estimate the average test log-likelihood of an RBM, DBM or DBN with AIS and RAISE (and exactly when
     tractable).
@@ -281,12 +311,19 @@ def evaluate(
         init: 'base-rates' (needs `train_pixel_means`) or 'uniform': the initial distribution of both estimators.
         train_pixel_means: means over the training set of the annealed machine's visible layer: pixel means for
             an RBM or DBM, for a DBN the recognition means of its top RBM's visible layer (`recognition_means`).
-        schedule, steps: annealing schedule name and K.
+        schedule, steps: annealing schedule and K (default 1000). `schedule` is a name ('linear', 'sigmoid',
+            'salakhutdinov' or 'adaptive') or explicit betas 0 = beta_0 <= ... <= beta_K = 1 shaped (K + 1,) (then
+            `steps` may be left out). 'adaptive' chooses the betas in a pilot run with its own chains and
+            generator (`raise_eval.adaptive`), so AIS and RAISE then run on a fixed schedule with their usual
+            random numbers: the same numbers as passing the chosen betas explicitly. The chosen betas (for
+            'adaptive' and explicit schedules) are in `settings["schedule_betas"]`, the pilot's time in
+            `timing["pilot_seconds"]`.
         ais_chains: AIS chains M.
         raise_examples: test vectors n for RAISE (a random subset, without replacement; all when n >= N).
         raise_chains: RAISE chains per vector C.
         seed: AIS uses a generator seeded with `seed`, RAISE one seeded with `seed + 1`, the log f(v) estimates
-            one seeded with `seed + 2`.
+            one seeded with `seed + 2`, the choice of RAISE's test subset one seeded with `seed + 3` and the
+            adaptive schedule's pilot one seeded with `seed + 4`.
         exact: 'auto' (when enumeration needs at most `max_exact_units` units), 'always' (up to 30 units;
             refused beyond) or 'never'.
         log_f_method: 'importance' or 'mean-field' (DBMs): how log f(v) is estimated for DBMs and DBNs.
@@ -297,6 +334,21 @@ def evaluate(
         log_f: the log f(v) estimates of these test vectors from an earlier run with the same model, test data,
             log_f_method, log_f_samples and seed (its `report.log_f`); reused instead of recomputed, which gives
             the same numbers (the estimates depend on neither the start nor K). Checked for shape and method.
+        pilot_chains, pilot_grid: the adaptive pilot's chains (default: min(ais_chains, 200)) and grid cells
+            (default: 200); it costs pilot_chains x pilot_grid transitions of one chain, whatever K is. Only with
+            schedule='adaptive'.
+        max_memory: bytes the states of one batch (one shard) may occupy (default: half the memory free now,
+            `sharding.default_max_memory`); a run whose shard cannot fit is refused before any work (ValueError).
+        shard_size: AIS chains per shard and RAISE chains per shard (whole test vectors: max(1, shard_size //
+            raise_chains) vectors); default `sharding.default_shard_size(model)`, which keeps the default runs one
+            shard per stage. Shard i has its own generator (`sharding.shard_seed`; shard 0 keeps the seeds above), so
+            the numbers depend on the shard size but not on max_memory, the number of processes or resuming.
+        resume_file: keep every finished shard (and the log f(v) estimates) in this file and reuse what it holds
+            (`raise_eval.resume`); refused (ValueError) when it was written with other settings.
+
+    Inside an initialized torch.distributed process group (e.g. under torchrun) the AIS and RAISE shards are shared
+    out over the ranks (shard i on rank i % world size) and the log f(v) estimates are made on rank 0; every rank
+    returns the same full report, bit-identical to a one-process run. resume_file is refused there.
     """
     if init not in INITS:
         raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
@@ -337,7 +389,32 @@ def evaluate(
             raise ValueError(
                 f"log_f used {log_f.num_samples} importance samples but log_f_samples={log_f_samples}; they must agree"
             )
-    betas = make_schedule(schedule, steps)
+    betas, schedule_name, steps = _schedule_request(schedule, steps)
+    if schedule_name != "adaptive" and (pilot_chains is not None or pilot_grid is not None):
+        raise ValueError("pilot_chains and pilot_grid are for the adaptive schedule's pilot (schedule='adaptive')")
+    if schedule_name == "adaptive":
+        pilot_chains = min(ais_chains, DEFAULT_PILOT_CHAINS) if pilot_chains is None else pilot_chains
+        pilot_grid = DEFAULT_PILOT_GRID if pilot_grid is None else pilot_grid
+        for name, value, least in (("pilot_chains", pilot_chains, 2), ("pilot_grid", pilot_grid, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}")
+    shard_size, max_memory = _check_memory(
+        model,
+        annealed,
+        shard_size=shard_size,
+        max_memory=max_memory,
+        ais_chains=ais_chains,
+        raise_pairs=(min(raise_examples, test.shape[0]), raise_chains),
+        n_test=test.shape[0],
+        log_f_samples=log_f_samples if family != "RBM" and log_f_method == "importance" and log_f is None else 0,
+        pilot_chains=pilot_chains if schedule_name == "adaptive" else 0,
+    )
+    rank, world = distributed.rank_and_world()
+    if resume_file is not None and world > 1:
+        raise ValueError(
+            "--resume-file works in one process; under torchrun (several processes) leave it out, or resume the run "
+            "in one process"
+        )
     if init == "base-rates":
         if train_pixel_means is None:
             what = (
@@ -368,7 +445,7 @@ def evaluate(
     all_settings = {
         "model": f"{family} {'-'.join(str(n) for n in model.layer_sizes)}",
         "init": init,
-        "schedule": schedule,
+        "schedule": schedule_name,
         "steps": steps,
         "ais_chains": ais_chains,
         "raise_examples": min(raise_examples, n_test),
@@ -384,7 +461,15 @@ def evaluate(
         "data": "",
         "split": "",
     }
+    all_settings.update(shard_size=shard_size, max_memory=max_memory, processes=world)
+    if schedule_name == "adaptive":
+        all_settings.update(pilot_chains=pilot_chains, pilot_grid=pilot_grid, pilot_seed=seed + 4)
+    if schedule_name == "explicit":
+        all_settings["schedule_betas"] = betas.tolist()  # a named schedule is its name and K; these are not
     all_settings.update(settings or {})
+    store = None
+    if resume_file is not None:
+        store = ResumeFile(resume_file, _resume_settings(all_settings, model, test, path, betas))
     done: dict[str, Any] = {}
     notes: list[str] = []
     _, first = _unique_rows(test)
@@ -413,6 +498,7 @@ def evaluate(
                 "raise_seconds": None if raise_result is None else raise_result.seconds,
                 "log_f_seconds": None if log_f is None else log_f.seconds,
                 "exact_seconds": done.get("exact_seconds"),
+                "pilot_seconds": done.get("pilot_seconds"),
             },
             notes=notes,
             interrupted=interrupted,
@@ -421,19 +507,43 @@ def evaluate(
 
     stage = "AIS"
     try:
-        done["ais"] = ais(
-            path, betas, ais_chains, generator=torch.Generator(device=device).manual_seed(seed), progress=progress
+        if betas is None:
+            stage = "the adaptive schedule's pilot"
+            # Its own generator (seed + 4) and its own copy of the path: the main runs' random streams are the ones
+            # they would have with these betas passed explicitly, and their weights stay unbiased.
+            betas, pilot = adaptive_pilot(
+                path,
+                steps,
+                generator=torch.Generator(device=device).manual_seed(seed + 4),
+                num_chains=pilot_chains,
+                grid_size=pilot_grid,
+            )
+            all_settings["schedule_betas"] = betas.tolist()
+            all_settings["pilot_thermodynamic_length"] = pilot.length
+            done["pilot_seconds"] = pilot.seconds
+            stage = "AIS"
+        done["ais"] = sharded_ais(
+            path, betas, ais_chains, seed=seed, shard_size=shard_size, progress=progress, store=store
         )
         stage = "the log f(v) estimates"
-        done["log_f"] = log_f if log_f is not None else log_unnormalized_estimate(
-            model,
-            test,
-            method=log_f_method,
-            num_samples=log_f_samples,
-            generator=torch.Generator(device=device).manual_seed(seed + 2),
-            progress=progress,
-        )
-        log_f_all = done["log_f"].log_unnormalized
+        # One stream (seed + 2) through chunks fixed by the settings, as always: not sharded, made on rank 0 (other
+        # ranks go on to RAISE and receive the estimates afterwards).
+        log_f_est = log_f
+        if log_f_est is None and store is not None and store.get("log_f") is not None:
+            log_f_est = _log_f_to(LogUnnormalizedEstimate(**store.get("log_f")), device)
+        if log_f_est is None and rank == 0:
+            log_f_est = log_unnormalized_estimate(
+                model,
+                test,
+                method=log_f_method,
+                num_samples=log_f_samples,
+                generator=torch.Generator(device=device).manual_seed(seed + 2),
+                progress=progress,
+            )
+            if store is not None:
+                store.put("log_f", dict(vars(log_f_est)))
+        if log_f_est is not None:
+            done["log_f"] = log_f_est
         stage = "RAISE"
         # The subset has its own stream (seed + 3), independent of the chains' (seed + 1).
         if raise_examples >= n_test:
@@ -441,15 +551,20 @@ def evaluate(
         else:
             subset = torch.randperm(n_test, generator=torch.Generator().manual_seed(seed + 3))[:raise_examples]
             subset = subset.sort().values
-        done["raise"] = raise_log_likelihood(
+        done["raise"] = sharded_raise(
             path,
             test[subset.to(device)],
             betas,
             raise_chains,
-            generator=torch.Generator(device=device).manual_seed(seed + 1),
+            seed=seed,
+            shard_size=shard_size,
             unroll=model if family == "DBN" else None,
             progress=progress,
+            store=store,
         )
+        if world > 1:
+            done["log_f"] = _log_f_to(distributed.broadcast_from_rank0(log_f_est), device)
+        log_f_all = done["log_f"].log_unnormalized
         done["cv"] = done["raise"].control_variate_mean(
             log_f_all, log_f_all[subset.to(log_f_all.device)], alpha=cv_alpha
         )
@@ -470,6 +585,103 @@ def evaluate(
     except KeyboardInterrupt:
         raise EvaluationInterrupted(report(interrupted=stage)) from None
     return report()
+
+
+def _log_f_to(est: LogUnnormalizedEstimate, device) -> LogUnnormalizedEstimate:
+    return LogUnnormalizedEstimate(
+        est.log_unnormalized.to(device), est.stderr.to(device), est.method, est.num_samples, est.seconds
+    )
+
+
+RESUME_KEYS = (
+    "model", "init", "schedule", "steps", "ais_chains", "raise_examples", "raise_chains", "log_f_method",
+    "log_f_samples", "seed", "device", "dtype", "shard_size", "pilot_chains", "pilot_grid",
+)  # fmt: skip
+
+
+def _resume_settings(all_settings: dict, model, test: Tensor, path: BoltzmannPath, betas) -> dict[str, Any]:
+    """What a resume file must agree on: the settings that determine the numbers, with digests of the model's
+    parameters, the test data, the start distribution and an explicit schedule."""
+    out = {k: all_settings.get(k) for k in RESUME_KEYS}
+    out["parameters"] = model_digest(model)
+    out["test_data"] = tensor_digest([test])
+    out["start_biases"] = tensor_digest(path.base_biases)
+    out["schedule_betas"] = tensor_digest([betas]) if all_settings.get("schedule") == "explicit" else None
+    return out
+
+
+def _check_memory(
+    model,
+    annealed,
+    *,
+    shard_size: Optional[int],
+    max_memory: Optional[int],
+    ais_chains: int,
+    raise_pairs: tuple[int, int],
+    n_test: int,
+    log_f_samples: int,
+    pilot_chains: int,
+) -> tuple[int, int]:
+    """(shard size, memory bound) after checking, before any work, that the largest batch fits the bound: one AIS
+    shard, one RAISE shard, one chunk of the log f(v) estimates, the adaptive pilot. Shards run one per batch, so
+    that the bound never changes the numbers."""
+    if shard_size is None:
+        shard_size = default_shard_size(model)
+    elif isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise ValueError(f"shard_size (--shard-size) must be a positive integer, got {shard_size!r}")
+    if max_memory is None:
+        max_memory = default_max_memory(model.device)
+    elif isinstance(max_memory, bool) or not isinstance(max_memory, int) or max_memory < 1:
+        raise ValueError(f"max_memory (--max-memory) must be a positive number of bytes, got {max_memory!r}")
+    dtype, name = model.dtype, f"{_family(model)} {'-'.join(str(n) for n in model.layer_sizes)}"
+    ais_units = sum(annealed.layer_sizes)
+    n_raise, c = raise_pairs
+    vectors = min(raise_vectors_per_shard(shard_size, c), n_raise)
+    fix = f"raise --max-memory or lower --shard-size (now {shard_size} chains)"
+    chains = min(shard_size, ais_chains)
+    batches = [
+        (chains * bytes_per_chain(ais_units, dtype), f"one AIS shard of {chains} chains", fix),
+        (
+            vectors * c * bytes_per_chain(sum(model.layer_sizes), dtype),
+            f"one RAISE shard of {vectors} vectors x {c} chains",
+            fix if vectors > 1 else "raise --max-memory or lower --raise-chains",
+        ),
+        (
+            pilot_chains * bytes_per_chain(ais_units, dtype),
+            f"the adaptive pilot's {pilot_chains} chains",
+            "raise --max-memory or lower --pilot-chains",
+        ),
+    ]
+    if log_f_samples:
+        batches.append(
+            (
+                log_f_bytes(model, n_test, log_f_samples, LOG_F_CHUNK_ELEMENTS),
+                "one chunk of the log f(v) importance estimates",
+                "raise --max-memory" + (" or use --log-f mean-field" if _family(model) == "DBM" else ""),
+            )
+        )
+    for need, what, how in batches:
+        if need > max_memory:
+            raise ValueError(
+                f"{what} of the {name} needs about {format_size(need)} ({need} bytes), over the memory bound of "
+                f"{format_size(max_memory)} (--max-memory): {how}; nothing was computed"
+            )
+    return shard_size, max_memory
+
+
+def _schedule_request(schedule: Union[str, Tensor], steps: Optional[int]) -> tuple[Optional[Tensor], str, int]:
+    """(betas, name, K) for evaluate's `schedule` and `steps`; betas is None for 'adaptive' (chosen by the pilot)."""
+    if isinstance(schedule, str):
+        if schedule not in EVALUATE_SCHEDULES:
+            raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(EVALUATE_SCHEDULES)}")
+        steps = DEFAULT_STEPS if steps is None else steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"the number of annealing steps K must be a positive integer, got {steps!r}")
+        return (None if schedule == "adaptive" else make_schedule(schedule, steps)), schedule, steps
+    betas = validate_schedule(schedule)
+    if steps is not None and steps != betas.numel() - 1:
+        raise ValueError(f"steps={steps} but the explicit schedule has K = {betas.numel() - 1} steps; leave steps out")
+    return betas, "explicit", betas.numel() - 1
 
 
 def _unique_rows(x: Tensor) -> tuple[Tensor, Tensor]:

@@ -6,6 +6,9 @@
 - salakhutdinov: the piecewise-linear schedule of Salakhutdinov & Murray (2008): 500 steps of 1e-3 on [0, 0.5],
   4,000 of 1e-4 on [0.5, 0.9] and 10,000 of 1e-5 on [0.9, 1]. For other K the same proportions of the steps go
   to each piece (K = 14,500 gives exactly that grid).
+
+The adaptive schedule of `raise-eval evaluate --schedule adaptive` depends on the model: it is chosen in a pilot
+run by `raise_eval.adaptive.adaptive_schedule(path, K, generator=...)`, not by `make_schedule`.
 """
 
 from __future__ import annotations
@@ -60,6 +63,11 @@ def make_schedule(name: str, num_steps: int) -> Tensor:
         return sigmoid_schedule(num_steps)
     if name == "salakhutdinov":
         return salakhutdinov_schedule(num_steps)
+    if name == "adaptive":
+        raise ValueError(
+            "the adaptive schedule needs a pilot run on the model: use "
+            "raise_eval.adaptive.adaptive_schedule(path, K, generator=...) or evaluate(..., schedule='adaptive')"
+        )
     raise ValueError(f"unknown schedule {name!r}; choose one of {', '.join(SCHEDULES)}")
 
 

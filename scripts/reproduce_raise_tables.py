@@ -258,7 +258,7 @@ def run_all(args, entries: list[dict], settings: dict) -> list[dict]:
         total=sum(costs[e["name"]][k] for e, _, k in runs),
         initial=done_cost,
         desc=f"reproducing Tables 1 and 2 ({len(runs)} runs, {sum(c is not None for c in cached)} done before)",
-        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}, {postfix}",
+        bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}<{remaining}{postfix}",
         disable=args.no_progress,
         smoothing=0,
     )

@@ -1,0 +1,273 @@
+"""Paper-scale runs in bounded memory: AIS chains and RAISE test vectors split into fixed shards.
+
+A shard is a fixed piece of a stage's work with its own random stream:
+
+- AIS: chains [i s, (i + 1) s) for a shard size of s chains;
+- RAISE: the test subset's vectors [i n, (i + 1) n), n = max(1, s // C) whole vectors, all C chains of a vector
+  in one shard.
+
+The shard size s is a setting (`shard_size`; default `default_shard_size(model)`, a function of the layer sizes
+only, large enough that today's default runs are one shard per stage). Shard i of a stage draws from a generator
+seeded with `shard_seed(seed, stage, i)`: shard 0 keeps the stage's historical seed (seed for AIS, seed + 1 for
+RAISE), so a one-shard stage gives the numbers it always gave; shard i > 0 gets the first 63 bits of
+sha256("raise-eval/<stage>/<seed>/<i>"). Neither the memory bound nor the number of processes enters the streams
+or the shard boundaries, so the results are bit-identical however the shards are run: one at a time within
+`--max-memory`, across torch.distributed ranks (shard i on rank i % world_size), or resumed from a file.
+
+Results are assembled from the per-shard log-weights in shard order, so their summaries do not depend on how the
+shards were run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import time
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+from tqdm.auto import tqdm
+
+from raise_eval import distributed
+from raise_eval.estimators.ais import AISResult, ais
+from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
+from raise_eval.stats import mean_and_stderr, summarize_log_weights
+
+SHARD_UNITS = 2**23  # units (chains x layer sizes) per default shard: about 270 MB of float32 states and buffers
+STAGE_OFFSETS = {"ais": 0, "raise": 1}  # shard 0's seed is seed + offset, as before sharding existed
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+}
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a size such as '512MB', '8GB', '1.5GiB' or '1000000' (decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB,
+    case-insensitive)."""
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _SIZE_UNITS:
+        raise ValueError(f"{text!r} is not a size; write e.g. 512MB, 8GB or 1.5GiB")
+    value = float(m.group(1)) * _SIZE_UNITS[unit]
+    if not math.isfinite(value) or value < 1:
+        raise ValueError(f"{text!r} is not a positive size")
+    return int(value)
+
+
+def format_size(n: float) -> str:
+    """1234567 -> '1.2 MB' (decimal units, as `parse_size` reads them)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def default_max_memory(device: torch.device) -> int:
+    """Half of the memory free now: MemAvailable of /proc/meminfo on the CPU, torch.cuda.mem_get_info on CUDA."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0]) // 2
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 // 2
+    except (OSError, ValueError, IndexError):
+        pass
+    return 2 * 10**9  # no /proc/meminfo (not Linux): a bound most machines can take
+
+
+def default_shard_size(model) -> int:
+    """Chains per shard: as many as keep chains x (sum of the model's layer sizes) within SHARD_UNITS. E.g. 52,428
+    for a 64-16 RBM, 6,533 for a 784-500 RBM, 2,554 for a 784-500-2000 DBN."""
+    return max(1, SHARD_UNITS // sum(model.layer_sizes))
+
+
+def shard_seed(seed: int, stage: str, index: int) -> int:
+    """The seed of shard `index` of `stage` ('ais' or 'raise'): seed + offset for shard 0 (the stage's seed before
+    sharding), else the first 63 bits of sha256("raise-eval/<stage>/<seed>/<index>")."""
+    if index == 0:
+        return seed + STAGE_OFFSETS[stage]
+    digest = hashlib.sha256(f"raise-eval/{stage}/{seed}/{index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def shard_generator(seed: int, stage: str, index: int, device: torch.device) -> torch.Generator:
+    """A generator on `device` seeded with `shard_seed(seed, stage, index)`."""
+    return torch.Generator(device=device).manual_seed(shard_seed(seed, stage, index))
+
+
+def shard_bounds(total: int, per_shard: int) -> list[tuple[int, int]]:
+    """[(begin, end)] of consecutive shards of `per_shard` items covering range(total)."""
+    return [(b, min(b + per_shard, total)) for b in range(0, total, per_shard)]
+
+
+def raise_vectors_per_shard(shard_size: int, raise_chains: int) -> int:
+    """Whole test vectors per RAISE shard: as many as fit `shard_size` chains, at least one."""
+    return max(1, shard_size // raise_chains)
+
+
+def bytes_per_chain(units: int, dtype: torch.dtype) -> int:
+    """Peak bytes one annealing chain occupies: its states, the cached odd-layer inputs, the kernel's and the
+    weight update's buffers and the float64 log-weights. Calibrated on the CPU (peak RSS of ais and
+    raise_log_likelihood on 784-500 RBMs, a 784-500-1000 DBM and a 784-500-2000 DBN: 16 to 26 bytes per unit in
+    float32, 38 in float64), with a margin."""
+    size = torch.empty((), dtype=dtype).element_size()
+    return units * (5 * size + 12) + 64
+
+
+def log_f_bytes(model, num_vectors: int, num_samples: int, chunk_elements: int) -> int:
+    """Peak bytes of one chunk of the importance-sampled log f(v) estimates of `num_vectors` test vectors
+    (`estimators.unnormalized`, whose chunks are fixed by the settings): about 20 bytes per (vector x sample x
+    unit) measured on a DBM and a DBN, float32 or float64, with a margin."""
+    vectors = min(num_vectors, max(1, chunk_elements // (num_samples * max(model.layer_sizes))))
+    return 32 * vectors * num_samples * sum(model.layer_sizes)
+
+
+# --------------------------------------------------------------------------- running the shards
+
+
+def _local_shards(num_shards: int, done: dict[int, Any]) -> list[int]:
+    rank, world = distributed.rank_and_world()
+    return [i for i in range(num_shards) if i % world == rank and i not in done]
+
+
+def _run(
+    stage: str,
+    num_shards: int,
+    run_shard: Callable[[int], dict],
+    progress: bool,
+    store=None,
+) -> dict[int, dict]:
+    """Run this rank's shards not already in `store`, saving each to `store` as it finishes; gather all."""
+    done = dict(store.shards(stage)) if store is not None else {}
+    todo = _local_shards(num_shards, done)
+    bar = tqdm(total=len(todo), desc=f"{stage} shards", disable=not progress or num_shards == 1, leave=False)
+    try:
+        for i in todo:
+            done[i] = run_shard(i)
+            if store is not None:
+                store.save_shard(stage, i, done[i])
+            bar.update(1)
+    finally:
+        bar.close()
+    return distributed.gather_shards(done)  # every rank's shards, on every rank (log-weights only: cheap)
+
+
+def sharded_ais(
+    path,
+    betas: Tensor,
+    num_chains: int,
+    *,
+    seed: int,
+    shard_size: int,
+    progress: bool = False,
+    store=None,
+) -> AISResult:
+    """`ais` with the chains split into shards of `shard_size` (see the module docstring), run one at a time.
+
+    Returns the AISResult of all `num_chains` chains: log_weights (num_chains,) in shard order, summaries over
+    them. final_state is the chains' final state when there is one shard run here, else None. seconds is this
+    stage's wall time.
+    """
+    start = time.perf_counter()
+    device = path.model.device
+    bounds = shard_bounds(num_chains, shard_size)
+    last: dict[str, Any] = {}
+
+    def run_shard(i: int) -> dict:
+        begin, end = bounds[i]
+        result = ais(path, betas, end - begin, generator=shard_generator(seed, "ais", i, device), progress=progress)
+        last["state"] = result.final_state if len(bounds) == 1 else None
+        return {"log_weights": result.log_weights}
+
+    results = _run("ais", len(bounds), run_shard, progress, store)
+    log_w = torch.cat([results[i]["log_weights"].to(device) for i in range(len(bounds))])
+    summary = summarize_log_weights(log_w, dim=-1)
+    return AISResult(
+        log_weights=log_w,
+        log_normalizer=summary.estimate,
+        stderr=summary.stderr,
+        lower=summary.lower,
+        upper=summary.upper,
+        ess=summary.ess,
+        num_steps=betas.numel() - 1,
+        num_chains=num_chains,
+        seconds=time.perf_counter() - start,
+        final_state=last.get("state"),
+    )
+
+
+def sharded_raise(
+    path,
+    data: Tensor,
+    betas: Tensor,
+    num_chains: int,
+    *,
+    seed: int,
+    shard_size: int,
+    unroll: Any = None,
+    progress: bool = False,
+    store=None,
+) -> RAISEResult:
+    """`raise_log_likelihood` with the rows of `data` (N, n_visible) split into shards of whole vectors (see the
+    module docstring), run one at a time.
+
+    Returns the RAISEResult of all N vectors in their order: log_weights (N, C), log_likelihood (N,),
+    log_unnormalized (N,) or None, mean and stderr over the N estimates. seconds is this stage's wall time.
+    """
+    start = time.perf_counter()
+    device = path.model.device
+    bounds = shard_bounds(data.shape[0], raise_vectors_per_shard(shard_size, num_chains))
+
+    def run_shard(i: int) -> dict:
+        begin, end = bounds[i]
+        r = raise_log_likelihood(
+            path,
+            data[begin:end],
+            betas,
+            num_chains,
+            generator=shard_generator(seed, "raise", i, device),
+            unroll=unroll,
+            progress=progress,
+        )
+        return {
+            "log_weights": r.log_weights,
+            "log_likelihood": r.log_likelihood,
+            "log_unnormalized": r.log_unnormalized,
+            "start": r.start,
+        }
+
+    results = _run("raise", len(bounds), run_shard, progress, store)
+    parts = [results[i] for i in range(len(bounds))]
+    per_example = torch.cat([p["log_likelihood"].to(device) for p in parts])
+    log_f: Optional[Tensor] = None
+    if parts[0]["log_unnormalized"] is not None:
+        log_f = torch.cat([p["log_unnormalized"].to(device) for p in parts])
+    mean, se = mean_and_stderr(per_example)
+    return RAISEResult(
+        log_weights=torch.cat([p["log_weights"].to(device) for p in parts]),
+        log_likelihood=per_example,
+        log_unnormalized=log_f,
+        mean=mean,
+        stderr=se,
+        num_steps=betas.numel() - 1,
+        num_chains=num_chains,
+        seconds=time.perf_counter() - start,
+        start=parts[0]["start"],
+    )

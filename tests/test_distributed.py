@@ -1,0 +1,57 @@
+"""Several processes through torch.distributed (gloo on the CPU): the same numbers as one process."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from raise_eval.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT = ROOT / "checkpoints" / "rbm_digits_64-16.pt"
+# 4 AIS shards and 3 RAISE shards (3 vectors x 4 chains each, the last one smaller): both ranks get work.
+ARGS = [str(DEFAULT), "--steps", "30", "--ais-chains", "40", "--raise-examples", "8", "--raise-chains", "4"]
+ARGS += ["--shard-size", "12", "--threads", "1", "--no-progress"]
+RUN_DEPENDENT = ("processes", "max_memory", "threads")  # settings that do not enter the numbers
+
+
+def _numbers(path: Path) -> dict:
+    doc = json.loads(path.read_text())
+    doc.pop("timing")
+    for key in RUN_DEPENDENT:
+        doc["settings"].pop(key)
+    return doc
+
+
+def test_two_gloo_processes_equal_one(tmp_path):
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    subprocess.run(
+        [sys.executable, "-m", "raise_eval.cli", "evaluate", *ARGS, "--json", str(one)],
+        cwd=ROOT,
+        check=True,
+        timeout=300,
+    )
+    # --standalone: a c10d rendezvous on localhost with a free port, so parallel test runs do not collide.
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    proc = subprocess.run(
+        [*torchrun, "-m", "raise_eval.cli", "evaluate", *ARGS, "--json", str(two)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("raise-eval evaluate") == 1  # only rank 0 prints
+    doc = json.loads(two.read_text())
+    assert doc["settings"]["processes"] == 2 and doc["settings"]["shard_size"] == 12
+    assert _numbers(two) == _numbers(one)
+
+
+def test_resume_file_is_refused_under_torchrun(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", str(DEFAULT), "--resume-file", str(tmp_path / "r.pt")])
+    assert stop.value.code == 2
+    assert "--resume-file works in one process" in capsys.readouterr().err
