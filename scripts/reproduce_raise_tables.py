@@ -43,6 +43,9 @@ from raise_eval import DBN, evaluate, load_checkpoint
 from raise_eval.datasets import load_dataset
 from raise_eval.evaluate import recognition_means
 
+# At CPU scale the deep models' steps cost 2 to 5 times an RBM's and their log f(v) needs importance sampling for
+# every test vector: smaller K, a fixed random fifth of the test set, 100 importance samples.
+DEEP_CPU = {"max_steps": 300, "test_size": 2000, "log_f_samples": 100}
 # The paper's numbers (Tables 1 and 2, K = 100,000). "uniform"/"base-rates": (RAISE, AIS); None where the paper
 # has no entry (DBNs have no data-base-rate start in the paper).
 MODELS: list[dict[str, Any]] = [
@@ -83,7 +86,7 @@ MODELS: list[dict[str, Any]] = [
     },
     {
         "name": "omniPCD-1000",
-        "cpu_max_steps": 1000,
+        "cpu": {"max_steps": 1000},
         "table": 1,
         "checkpoint": "checkpoints/rbm_omniPCD-1000.pt",
         "dataset": "omniglot",
@@ -91,7 +94,7 @@ MODELS: list[dict[str, Any]] = [
     },
     {
         "name": "MNIST DBM",
-        "cpu_max_steps": 1000,
+        "cpu": DEEP_CPU,
         "table": 2,
         "checkpoint": "checkpoints/dbm_mnist_500-1000.pt",
         "dataset": "binarized_mnist",
@@ -99,7 +102,7 @@ MODELS: list[dict[str, Any]] = [
     },
     {
         "name": "Omniglot DBM",
-        "cpu_max_steps": 1000,
+        "cpu": DEEP_CPU,
         "table": 2,
         "checkpoint": "checkpoints/dbm_omniglot_1000-1000.pt",
         "dataset": "omniglot",
@@ -107,7 +110,7 @@ MODELS: list[dict[str, Any]] = [
     },
     {
         "name": "MNIST DBN",
-        "cpu_max_steps": 1000,
+        "cpu": DEEP_CPU,
         "table": 2,
         "checkpoint": "checkpoints/dbn_mnist_500-2000.pt",
         "dataset": "binarized_mnist",
@@ -115,7 +118,7 @@ MODELS: list[dict[str, Any]] = [
     },
     {
         "name": "Omniglot DBN",
-        "cpu_max_steps": 1000,
+        "cpu": DEEP_CPU,
         "table": 2,
         "checkpoint": "checkpoints/dbn_omniglot_1000-1000.pt",
         "dataset": "omniglot",
@@ -202,11 +205,23 @@ def summarize(report, seconds: float) -> dict:
     }
 
 
-def plan(entries: list[dict], inits: list[str], steps: list[int], cap: bool) -> list[tuple[dict, str, int]]:
-    """(entry, start, K) of every run. With `cap`, an entry's "cpu_max_steps" bounds its K (the costly models)."""
+def entry_settings(entry: dict, settings: dict, paper_settings: bool) -> dict:
+    """The settings of one model's runs. At CPU scale the entry's "cpu" dict may lower K ("max_steps") and set a
+    fixed random subset of the test set ("test_size") and the importance samples of log f(v) ("log_f_samples"),
+    unless the command line set those two; otherwise all of the test set and 500 samples."""
+    cpu = {} if paper_settings else entry.get("cpu", {})
+    out = dict(settings)
+    out["steps"] = [k for k in settings["steps"] if k <= cpu.get("max_steps", k)]
+    for key, default in (("test_size", None), ("log_f_samples", 500)):
+        out[key] = settings[key] if settings.get(key) is not None else cpu.get(key, default)
+    return out
+
+
+def plan(entries: list[dict], inits: list[str], settings_of: dict) -> list[tuple[dict, str, int]]:
+    """(entry, start, K) of every run."""
     runs = []
     for entry in entries:
-        ks = [k for k in steps if not cap or k <= entry.get("cpu_max_steps", k)]
+        ks = settings_of[entry["name"]]["steps"]
         for init in inits:
             if entry["paper"].get(init, "missing") is None:
                 continue  # the paper has no such start for this model (DBNs: no data base rates)
@@ -238,9 +253,14 @@ def run_all(args, entries: list[dict], settings: dict) -> list[dict]:
     for e in entries:
         if e not in available:
             tqdm.write(f"skipping {e['name']}: {e['checkpoint']} does not exist (README: how to train it)")
-    runs = plan(available, args.inits, settings["steps"], cap=not args.paper_settings)
-    run_settings = {k: v for k, v in settings.items() if k != "steps"}
-    run_settings.update(seed=args.seed, device=args.device)
+    settings_of = {e["name"]: entry_settings(e, settings, args.paper_settings) for e in available}
+    runs = plan(available, args.inits, settings_of)
+
+    def run_settings(entry: dict) -> dict:
+        out = {k: v for k, v in settings_of[entry["name"]].items() if k != "steps"}
+        out.update(seed=args.seed, device=args.device)
+        return out
+
     results: list[dict] = []
     loaded: dict[str, Any] = {}
     digests = {e["name"]: file_digest(e["checkpoint"]) for e in available}
@@ -249,7 +269,7 @@ def run_all(args, entries: list[dict], settings: dict) -> list[dict]:
         model = load_checkpoint(e["checkpoint"]).model
         costs[e["name"]] = {k: cost(model, k, settings) for k in settings["steps"]}
         del model
-    paths = [out / "runs" / run_key(e, i, k, run_settings, digests[e["name"]]) for e, i, k in runs]
+    paths = [out / "runs" / run_key(e, i, k, run_settings(e), digests[e["name"]]) for e, i, k in runs]
     cached = [read_cached(p) for p in paths]
     done_cost = sum(costs[e["name"]][k] for (e, _, k), c in zip(runs, cached) if c is not None)
     # Progress in units of work (steps x chains x weights), shown as a percentage with the time left; runs
@@ -269,7 +289,9 @@ def run_all(args, entries: list[dict], settings: dict) -> list[dict]:
             if entry["name"] not in loaded:
                 loaded.clear()  # one model in memory at a time
                 loaded[entry["name"]] = {
-                    "data": load_entry(entry, args.inits, args.data_root, args.device, args.test_size)
+                    "data": load_entry(
+                        entry, args.inits, args.data_root, args.device, settings_of[entry["name"]]["test_size"]
+                    )
                 }
             model, test, means = loaded[entry["name"]]["data"]
             t0 = time.perf_counter()
@@ -282,7 +304,7 @@ def run_all(args, entries: list[dict], settings: dict) -> list[dict]:
                 ais_chains=settings["ais_chains"],
                 raise_examples=settings["raise_examples"],
                 raise_chains=settings["raise_chains"],
-                log_f_samples=settings.get("log_f_samples", 500),
+                log_f_samples=settings_of[entry["name"]]["log_f_samples"],
                 seed=args.seed,
                 log_f=loaded[entry["name"]].get("log_f"),
                 settings={"checkpoint": entry["checkpoint"], "data": entry["dataset"], "split": "test"},
@@ -419,9 +441,9 @@ def findings(entries: list[dict], results: list[dict]) -> list[str]:
 
 def markdown(entries: list[dict], results: list[dict], settings: dict, args, seconds: float) -> str:
     final = final_results(results)
-    capped = sorted({e["cpu_max_steps"] for e in entries if "cpu_max_steps" in e and not args.paper_settings})
     k_max = max(settings["steps"])
-    k_text = f"K = {k_max}" + (f" (K = {capped[0]} for the costliest models: column K)" if capped else "")
+    k_text = f"the largest K of each model (column K; up to {k_max})"
+    reduced = [e for e in entries if not args.paper_settings and e.get("cpu", {}).get("test_size")]
     out = [
         "# RAISE paper, Tables 1 and 2, reproduced",
         "",
@@ -429,7 +451,14 @@ def markdown(entries: list[dict], results: list[dict], settings: dict, args, sec
         f"test vectors x {settings['raise_chains']} RAISE chains (control variate log f(v), seed {args.seed}); "
         "in parentheses the paper's numbers (K = 100,000, 5,000 AIS chains, 100 x 50 RAISE chains). Average test "
         "log-probabilities in nats, ± one standard error; gap = AIS - RAISE. Our models are this project's "
-        "CPU-trained checkpoints, not the paper's, so only the pattern is comparable, not the values.",
+        "CPU-trained checkpoints, not the paper's, so only the pattern is comparable, not the values."
+        + (
+            f" For {', '.join(e['name'] for e in reduced)} the average runs over a fixed random subset of "
+            f"{reduced[0]['cpu']['test_size']} test vectors, with {reduced[0]['cpu'].get('log_f_samples', 500)} "
+            "importance samples of log f(v) per vector, to fit a CPU's time."
+            if reduced
+            else ""
+        ),
         "",
         f"Compute time: {seconds:.0f} s, summed over the runs (including runs finished by earlier invocations of the "
         f"same command). Command: `{args.command}`.",
@@ -554,7 +583,12 @@ def main(argv=None) -> None:
     parser.add_argument("--ais-chains", type=int, default=None, help="AIS chains (default 500; paper 5000)")
     parser.add_argument("--raise-examples", type=int, default=None, help="RAISE test vectors (default 100)")
     parser.add_argument("--raise-chains", type=int, default=None, help="RAISE chains per vector (default 10; paper 50)")
-    parser.add_argument("--log-f-samples", type=int, default=500, help="importance samples of log f(v) (DBM, DBN)")
+    parser.add_argument(
+        "--log-f-samples",
+        type=int,
+        default=None,
+        help="importance samples of log f(v) (DBM, DBN; default 500, 100 for the deep models at CPU scale)",
+    )
     parser.add_argument("--only", nargs="+", default=None, help="model names to run (default: all)")
     parser.add_argument("--inits", nargs="+", choices=INITS, default=list(INITS), help="annealing starts")
     parser.add_argument("--test-size", type=int, default=None, help="a fixed random subset of the test set")
