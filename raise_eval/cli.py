@@ -233,9 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument(
         "--max-memory",
         metavar="SIZE",
-        help="bound on what the states of one batch occupy, e.g. 512MB, 8GB, 1.5GiB; the work runs in as many "
-        "batches (shards) as needed and a run whose shard cannot fit is refused before any work (default: half "
-        "the memory free now, on the GPU for --device cuda); it does not change the numbers",
+        help="bound on what the states of one batch occupy, e.g. 512MB, 8GB, 1.5GiB (default: half the memory free "
+        "now, on the GPU for --device cuda). The work is cut into fixed shards (--shard-size) that run one batch at "
+        "a time, so a large run takes many batches within the bound; a run whose single shard cannot fit is "
+        "refused before any work. It never changes the numbers",
     )
     scale.add_argument(
         "--shard-size",

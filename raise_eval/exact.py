@@ -200,7 +200,9 @@ def _dbn_push_down(dbn: DBN, log_top: Tensor, v, max_units: int) -> Tensor:
         logits = dbn.generative_logits(above, l)  # (2^n_{l+1}, n_l)
         if l == 0 and v is not None:
             x = v.to(dtype=torch.float64, device=dbn.device)
-            log_p = (x.unsqueeze(-2) * logits - F.softplus(logits)).sum(-1)  # (*batch, 2^n_1)
+            # log p(v | x_1) = v . logits - sum softplus(logits): a product, not a (*batch, 2^n_1, n_visible)
+            # broadcast, which for 784 visible units and 2^16 configurations would need terabytes.
+            log_p = x @ logits.t() - F.softplus(logits).sum(-1)  # (*batch, 2^n_1)
             return torch.logsumexp(log_p + log_dist, dim=-1)
         _check_units(dbn.layer_sizes[l], max_units, "a DBN's directed layers")
         below = binary_configurations(dbn.layer_sizes[l], device=dbn.device)

@@ -63,7 +63,9 @@ def make_monitor(args, test: torch.Tensor, train_means: Optional[torch.Tensor], 
     subset = test[order[: args.monitor_test_size]]
 
     def log_to_console(metrics: dict, step: int) -> None:
-        print(f"  [monitor] epoch {step + 1}: " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()), flush=True)
+        print(
+            f"  [monitor] epoch {step} (from 0): " + ", ".join(f"{k} {v:.2f}" for k, v in metrics.items()), flush=True
+        )
 
     return LikelihoodMonitor(
         subset,

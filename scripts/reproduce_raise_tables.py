@@ -439,7 +439,9 @@ def findings(entries: list[dict], results: list[dict]) -> list[str]:
     return lines
 
 
-def markdown(entries: list[dict], results: list[dict], settings: dict, args, seconds: float) -> str:
+def markdown(
+    entries: list[dict], results: list[dict], settings: dict, args, seconds: float, figures: list[tuple[str, str]]
+) -> str:
     final = final_results(results)
     k_max = max(settings["steps"])
     k_text = f"the largest K of each model (column K; up to {k_max})"
@@ -504,19 +506,10 @@ def markdown(entries: list[dict], results: list[dict], settings: dict, args, sec
     warned = [f"{r['name']} ({r['init']}): {', '.join(r['warnings'])}" for r in final.values() if r["warnings"]]
     if warned:
         out += ["", "Warnings raised by the runs at the largest K: " + "; ".join(warned) + "."]
-    out += [
-        "",
-        "## Estimates against K",
-        "",
-        "![RBMs](figure3_rbms.png)",
-        "",
-        "![mnistCD1-500](figure4_mnistCD1-500.png)",
-        "",
-        "![MNIST DBM and DBN](figure7_mnist_deep.png)",
-        "",
-        "![deep models](figure_deep.png)",
-        "",
-    ]
+    if figures:
+        out += ["", "## Estimates against K", ""]
+        for name, caption in figures:
+            out += [f"![{caption}]({name})", ""]
     return "\n".join(out)
 
 
@@ -560,11 +553,21 @@ def plot(results: list[dict], names: list[str], path: Path, title: str) -> bool:
         ax.set_title(name)
         ax.set_xlabel("K (intermediate distributions)")
         ax.set_ylabel("avg. test log-prob. (nats)")
-        # Keep the informative range: very low small-K RAISE values would squash the rest.
         finals = [r[w] for r in results if r["name"] == name for w in ("ais", "raise") if _finite(r[w])]
         if finals:
             lo, hi = min(finals), max(finals)
-            ax.set_ylim(max(lo, hi - 60) - 2, hi + 2)
+            floor = max(lo, hi - 60) - 2  # keep the informative range: very low small-K values squash the rest
+            ax.set_ylim(floor, hi + 2)
+            below = [v for v in finals if v < floor]
+            if below:
+                ax.text(
+                    0.02,
+                    0.02,
+                    f"{len(below)} point(s) below, lowest {min(below):.0f}",
+                    transform=ax.transAxes,
+                    fontsize=7,
+                    color="0.3",
+                )
         ax.grid(alpha=0.3)
     for ax in list(axes.flat)[len(names) :]:
         ax.axis("off")
@@ -623,29 +626,34 @@ def main(argv=None) -> None:
             parser.error(f"unknown model(s) {unknown}; choose from {[e['name'] for e in entries]}")
         entries = [e for e in entries if e["name"] in args.only]
     start = time.perf_counter()
-    results = run_all(args, entries, settings)
+    try:
+        results = run_all(args, entries, settings)
+    except KeyboardInterrupt:
+        # Every finished run is already in OUT/runs (written atomically); the same command continues from there.
+        print(
+            f"\ninterrupted: the finished runs are kept in {Path(args.out) / 'runs'}; run the same command again to "
+            "continue",
+            file=sys.stderr,
+        )
+        raise SystemExit(130) from None
     seconds = sum(r["seconds"] for r in results)
     out = Path(args.out)
     settings.update(seed=args.seed, device=args.device)
     write_atomic(out / "results.json", json.dumps({"settings": settings, "runs": results}, indent=1))
-    write_atomic(out / "tables.md", markdown(entries, results, settings, args, seconds))
     table1 = [e["name"] for e in entries if e["table"] == 1]
     table2 = [e["name"] for e in entries if e["table"] == 2]
-    plot(results, table1, out / "figure3_rbms.png", "RBMs: AIS and RAISE against K (cf. the paper's Figures 3, 5, 6)")
-    plot(
-        results,
-        [n for n in table1 if n == "mnistCD1-500"],
-        out / "figure4_mnistCD1-500.png",
-        "mnistCD1-500 (cf. the paper's Figure 4)",
+    wanted = [
+        ("figure3_rbms.png", table1, "RBMs: AIS and RAISE against K (cf. the paper's Figures 3, 5, 6)"),
+        ("figure4_mnistCD1-500.png", [n for n in table1 if n == "mnistCD1-500"], "mnistCD1-500 (cf. Figure 4)"),
+        ("figure7_mnist_deep.png", [n for n in table2 if n.startswith("MNIST")], "MNIST DBM and DBN (cf. Figure 7)"),
+        ("figure_deep.png", table2, "Deep models: AIS and RAISE against K"),
+    ]
+    figures = [(name, title) for name, names, title in wanted if plot(results, names, out / name, title)]
+    write_atomic(out / "tables.md", markdown(entries, results, settings, args, seconds, figures))
+    print(
+        f"wrote {out / 'tables.md'}, {out / 'results.json'} and {len(figures)} figures "
+        f"({time.perf_counter() - start:.0f} s)"
     )
-    plot(
-        results,
-        [n for n in table2 if n.startswith("MNIST")],
-        out / "figure7_mnist_deep.png",
-        "MNIST DBM and DBN (cf. the paper's Figure 7)",
-    )
-    plot(results, table2, out / "figure_deep.png", "Deep models: AIS and RAISE against K")
-    print(f"wrote {out / 'tables.md'}, {out / 'results.json'} and the figures ({time.perf_counter() - start:.0f} s)")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ pretraining with doubled-input RBMs, composition, then joint training with a mea
 persistent Gibbs chains (models/training/dbm.py documents each step). Defaults: pretraining 20 epochs per RBM
 (CD-1, learning rate 0.05 -> 0.005); joint training 16 epochs, batch 100, 100 persistent chains with 5 Gibbs
 sweeps per update, 10 mean-field sweeps, learning rate 0.002 -> 0.0002, momentum 0.5 -> 0.9 (after 5 epochs),
-weight decay 2e-4; seed 0, one thread (about 15 minutes on one shared core). A learning rate of 0.01 trained well
+weight decay 2e-4; seed 0, one thread (750 s on one shared core for MNIST). A learning rate of 0.01 trained well
 at momentum 0.5 but broke down at the switch to 0.9 (the reconstruction error doubled). Salakhutdinov & Hinton
 pretrain for 100 epochs per RBM and train jointly for 300 epochs (learning rate 0.001, momentum 0.9); this much
 shorter schedule gives a usable but weaker model.

@@ -82,3 +82,21 @@ def test_small_mnist_checkpoint_log_partition_matches_the_stored_value(shared_da
     z = np.load(shared_data / "checkpoints" / "rbm_mnist_small_grosse_salakhutdinov_2015.npz")
     model = RBM(*(torch.from_numpy(z[k]).double() for k in ("W", "vbias", "hbias")))
     assert exact.log_partition(model) == pytest.approx(float(z["logZ_exact"]), abs=1e-8)
+
+
+def test_dbn_log_f_of_wide_visible_layers_stays_small():
+    """log f(v) of a 784-visible DBN sums its 2^16 layer-1 configurations with a product, not a (batch, 2^16, 784)
+    broadcast (which needed terabytes); the product agrees with the broadcast formula on a small DBN."""
+    from raise_eval.models import DBN
+
+    g = torch.Generator().manual_seed(0)
+    small = DBN.random([9, 5, 3], weight_std=1.0, generator=g, dtype=torch.float64)
+    v = exact.binary_configurations(9)[::7]
+    logits = small.generative_logits(exact.binary_configurations(5), 0)  # (2^5, 9)
+    log_p = (v.unsqueeze(-2) * logits - torch.nn.functional.softplus(logits)).sum(-1)  # the broadcast form
+    log_top = small.top.log_unnormalized_prob(exact.binary_configurations(5))
+    expected = torch.logsumexp(log_p + log_top, dim=-1)
+    assert torch.allclose(exact.log_unnormalized_visible(small, v), expected, atol=1e-10)
+    wide = DBN.random([784, 16, 8], weight_std=0.05, generator=g)
+    out = exact.log_unnormalized_visible(wide, (torch.rand(4, 784, generator=g) < 0.2).float())
+    assert out.shape == (4,) and torch.isfinite(out).all()

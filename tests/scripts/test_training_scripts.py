@@ -38,7 +38,7 @@ def test_paper_rbm_script_with_the_hook(shared_data, tmp_path, capsys):
     assert float(rows[-1]["raise"]) == pytest.approx(history[-1]["raise"])
     assert (tmp_path / "rbm_mnistCD1-20_sandwich.png").read_bytes()[:4] == b"\x89PNG"
     out = capsys.readouterr().out
-    assert "[monitor] epoch 1: test_ll/ais" in out and "test_ll/exact" in out
+    assert "[monitor] epoch 2 (from 0): test_ll/ais" in out and "test_ll/exact" in out
 
 
 def test_a_budget_cut_still_evaluates_the_saved_model(shared_data, tmp_path):
