@@ -553,10 +553,15 @@ def plot(results: list[dict], names: list[str], path: Path, title: str) -> bool:
         ax.set_title(name)
         ax.set_xlabel("K (intermediate distributions)")
         ax.set_ylabel("avg. test log-prob. (nats)")
-        finals = [r[w] for r in results if r["name"] == name for w in ("ais", "raise") if _finite(r[w])]
+        mine = [r for r in results if r["name"] == name]
+        finals = [r[w] for r in mine for w in ("ais", "raise") if _finite(r[w])]
         if finals:
             lo, hi = min(finals), max(finals)
-            floor = max(lo, hi - 60) - 2  # keep the informative range: very low small-K values squash the rest
+            # Keep the informative range: very low small-K values would squash the rest, but every line's value at
+            # the largest K stays in view.
+            k_top = max(r["steps"] for r in mine)
+            last = [r[w] for r in mine if r["steps"] == k_top for w in ("ais", "raise") if _finite(r[w])]
+            floor = min(max(lo, hi - 60), min(last, default=hi)) - 2
             ax.set_ylim(floor, hi + 2)
             below = [v for v in finals if v < floor]
             if below:
