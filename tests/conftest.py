@@ -13,6 +13,10 @@ from raise_eval import exact
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
+# The tests' models are tiny: one thread is as fast as two, and it cannot stall when another process holds the
+# other core (torch's threads spin-wait for each other). Subprocess tests choose their own thread counts.
+torch.set_num_threads(1)
+
 
 def count_local_modes(model: LayeredBoltzmannMachine) -> int:
     """Visible configurations whose exact probability beats every single-bit flip."""
