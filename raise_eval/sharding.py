@@ -33,7 +33,6 @@ from tqdm.auto import tqdm
 from raise_eval import distributed
 from raise_eval.estimators.ais import AISResult, ais
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
-from raise_eval.stats import mean_and_stderr, summarize_log_weights
 
 SHARD_UNITS = 2**23  # units (chains x layer sizes) per default shard: about 270 MB of float32 states and buffers
 STAGE_OFFSETS = {"ais": 0, "raise": 1}  # shard 0's seed is seed + offset, as before sharding existed
@@ -198,19 +197,7 @@ def sharded_ais(
 
     results = _run("ais", len(bounds), run_shard, progress, store)
     log_w = torch.cat([results[i]["log_weights"].to(device) for i in range(len(bounds))])
-    summary = summarize_log_weights(log_w, dim=-1)
-    return AISResult(
-        log_weights=log_w,
-        log_normalizer=summary.estimate,
-        stderr=summary.stderr,
-        lower=summary.lower,
-        upper=summary.upper,
-        ess=summary.ess,
-        num_steps=betas.numel() - 1,
-        num_chains=num_chains,
-        seconds=time.perf_counter() - start,
-        final_state=last.get("state"),
-    )
+    return AISResult.from_log_weights(log_w, betas.numel() - 1, start, final_state=last.get("state"))
 
 
 def sharded_raise(
@@ -246,28 +233,13 @@ def sharded_raise(
             unroll=unroll,
             progress=progress,
         )
-        return {
-            "log_weights": r.log_weights,
-            "log_likelihood": r.log_likelihood,
-            "log_unnormalized": r.log_unnormalized,
-            "start": r.start,
-        }
+        return {"log_weights": r.log_weights, "log_unnormalized": r.log_unnormalized, "start": r.start}
 
     results = _run("raise", len(bounds), run_shard, progress, store)
     parts = [results[i] for i in range(len(bounds))]
-    per_example = torch.cat([p["log_likelihood"].to(device) for p in parts])
     log_f: Optional[Tensor] = None
     if parts[0]["log_unnormalized"] is not None:
         log_f = torch.cat([p["log_unnormalized"].to(device) for p in parts])
-    mean, se = mean_and_stderr(per_example)
-    return RAISEResult(
-        log_weights=torch.cat([p["log_weights"].to(device) for p in parts]),
-        log_likelihood=per_example,
-        log_unnormalized=log_f,
-        mean=mean,
-        stderr=se,
-        num_steps=betas.numel() - 1,
-        num_chains=num_chains,
-        seconds=time.perf_counter() - start,
-        start=parts[0]["start"],
-    )
+    # Per-example estimates depend on their own row only, so recomputing them from the joined weights is exact.
+    log_w = torch.cat([p["log_weights"].to(device) for p in parts])
+    return RAISEResult.from_log_weights(log_w, log_f, betas.numel() - 1, start, parts[0]["start"])

@@ -7,10 +7,13 @@ The scripts run as `python scripts/NAME.py`, which puts this folder on sys.path,
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
+
+from raise_eval.datasets import load_dataset
 
 # Short names in checkpoint file names.
 SHORT_NAMES = {"binarized_mnist": "mnist", "omniglot": "omniglot"}
@@ -101,5 +104,26 @@ class MonitorCallback:
             self.monitor.final(self.last_epoch, model)
 
 
-def monitor_callback(monitor) -> Optional[MonitorCallback]:
-    return None if monitor is None else MonitorCallback(monitor)
+def load_splits(dataset: str, data_root, train_size: Optional[int]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(train, test) of a named dataset, the training set cut to its first `train_size` vectors; prints the sizes."""
+    start = time.perf_counter()
+    train = load_dataset(dataset, "train", data_root)
+    if train_size is not None:
+        train = train[:train_size]
+    test = load_dataset(dataset, "test", data_root)
+    seconds = time.perf_counter() - start
+    print(f"{dataset}: train {tuple(train.shape)}, test {tuple(test.shape)} ({seconds:.1f} s to load)", flush=True)
+    return train, test
+
+
+def train_monitored(monitor, train: Callable[[Optional[MonitorCallback]], object]) -> tuple[object, float]:
+    """Run `train(callback)` with the monitor's epoch callback (None without a monitor), then evaluate the returned
+    model unless its epoch was just recorded (also when a budget cut training short). Returns (model, seconds of
+    training, the final evaluation excluded)."""
+    callback = None if monitor is None else MonitorCallback(monitor)
+    start = time.perf_counter()
+    model = train(callback)
+    seconds = time.perf_counter() - start
+    if callback is not None:
+        callback.finish(model)
+    return model, seconds

@@ -30,11 +30,10 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from _common import SHORT_NAMES, add_dataset_argument, add_monitor_arguments, make_monitor, monitor_callback
+from _common import SHORT_NAMES, add_dataset_argument, add_monitor_arguments, load_splits, make_monitor, train_monitored
 from raise_eval.models.training.dbm import DBMTrainingConfig, mean_field_fixed, train_dbm
 
 from raise_eval import save_checkpoint
-from raise_eval.datasets import load_dataset
 
 
 def main(argv=None) -> None:
@@ -71,11 +70,7 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
 
     wall_start = time.perf_counter()
-    train = load_dataset(args.dataset, "train", args.data_root)
-    if args.train_size is not None:
-        train = train[: args.train_size]
-    print(f"{args.dataset} train: {tuple(train.shape)} ({time.perf_counter() - wall_start:.1f} s to load)", flush=True)
-    test = load_dataset(args.dataset, "test", args.data_root)
+    train, test = load_splits(args.dataset, args.data_root, args.train_size)
     monitor = make_monitor(args, test, train.mean(0), Path(args.out).with_suffix(""), init="base-rates")
     config = DBMTrainingConfig(
         hidden=list(args.hidden),
@@ -92,20 +87,18 @@ def main(argv=None) -> None:
     )
     report: dict = {}
     max_seconds = None if args.max_minutes is None else 60.0 * args.max_minutes
-    callback = monitor_callback(monitor)
-    start = time.perf_counter()
-    model = train_dbm(
-        train,
-        config,
-        generator=torch.Generator().manual_seed(args.seed),
-        progress=not args.no_progress,
-        max_seconds=max_seconds,
-        report=report,
-        callback=callback,
+    model, seconds = train_monitored(
+        monitor,
+        lambda callback: train_dbm(
+            train,
+            config,
+            generator=torch.Generator().manual_seed(args.seed),
+            progress=not args.no_progress,
+            max_seconds=max_seconds,
+            report=report,
+            callback=callback,
+        ),
     )
-    seconds = time.perf_counter() - start
-    if callback is not None:
-        callback.finish(model)  # the saved model's numbers, even when a budget cut training short
     for layer in report["pretraining"]["layers"]:
         cut = " (stopped by the wall-clock budget)" if layer["stopped_by_budget"] else ""
         print(

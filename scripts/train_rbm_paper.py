@@ -34,11 +34,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from _common import add_monitor_arguments, make_monitor, monitor_callback
+from _common import add_monitor_arguments, load_splits, make_monitor, train_monitored
 from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
 
 from raise_eval import save_checkpoint
-from raise_eval.datasets import load_dataset
 
 
 @dataclass(frozen=True)
@@ -66,16 +65,7 @@ def checkpoint_name(name: str) -> str:
 def train_one(name: str, args) -> None:
     spec = MODELS[name]
     config = spec.config if args.epochs is None else RBMTrainingConfig(**{**asdict(spec.config), "epochs": args.epochs})
-    load_start = time.perf_counter()
-    train = load_dataset(spec.dataset, "train", args.data_root)
-    if args.train_size is not None:
-        train = train[: args.train_size]
-    test = load_dataset(spec.dataset, "test", args.data_root)
-    print(
-        f"{name}: {spec.dataset} train {tuple(train.shape)}, test {tuple(test.shape)} "
-        f"({time.perf_counter() - load_start:.1f} s to load)",
-        flush=True,
-    )
+    train, test = load_splits(spec.dataset, args.data_root, args.train_size)
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / checkpoint_name(name)
@@ -84,19 +74,17 @@ def train_one(name: str, args) -> None:
 
     max_seconds = None if args.max_minutes is None else 60.0 * args.max_minutes
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
-    callback = monitor_callback(monitor)
-    start = time.perf_counter()
-    model = train_rbm(
-        train,
-        config,
-        generator=torch.Generator().manual_seed(args.seed),
-        progress=not args.no_progress,
-        callback=callback,
-        deadline=deadline,
+    model, seconds = train_monitored(
+        monitor,
+        lambda callback: train_rbm(
+            train,
+            config,
+            generator=torch.Generator().manual_seed(args.seed),
+            progress=not args.no_progress,
+            callback=callback,
+            deadline=deadline,
+        ),
     )
-    seconds = time.perf_counter() - start
-    if callback is not None:
-        callback.finish(model)  # the saved model's numbers, even when a budget cut training short
     metadata = {
         "name": name,
         "dataset": spec.dataset,

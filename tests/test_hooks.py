@@ -19,15 +19,6 @@ from raise_eval.evaluate import evaluate
 SETTINGS = dict(init="uniform", steps=30, ais_chains=40, raise_examples=8, raise_chains=3, seed=7, exact="auto")
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny matrices: threads only add synchronization (and stall badly on a busy machine).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def prototype_data(n: int, seed: int) -> torch.Tensor:
     """Binary vectors (n, 12): three fixed prototypes with 10% of the bits flipped."""
     protos = (torch.rand(3, 12, generator=torch.Generator().manual_seed(0)) < 0.5).float()

@@ -26,15 +26,6 @@ SETTINGS = dict(init="uniform", steps=30, ais_chains=40, raise_examples=8, raise
 QUIET = pytest.mark.filterwarnings("ignore::UserWarning")  # Lightning's advice on dataloader workers and the like
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    # Tiny matrices: threads only add synchronization (and stall badly on a busy machine).
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def binary(n: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     rates = torch.linspace(0.1, 0.9, 10)

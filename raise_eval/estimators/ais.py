@@ -43,6 +43,24 @@ class AISResult:
     seconds: float
     final_state: Any = None
 
+    @classmethod
+    def from_log_weights(cls, log_weights: Tensor, num_steps: int, start: float, final_state: Any = None) -> AISResult:
+        """The result whose chains have these log-weights (*batch, num_chains), timed from `start`
+        (time.perf_counter()); the summaries are computed here."""
+        summary = summarize_log_weights(log_weights, dim=-1)
+        return cls(
+            log_weights=log_weights,
+            log_normalizer=summary.estimate,
+            stderr=summary.stderr,
+            lower=summary.lower,
+            upper=summary.upper,
+            ess=summary.ess,
+            num_steps=num_steps,
+            num_chains=log_weights.shape[-1],
+            seconds=time.perf_counter() - start,  # summarize_log_weights has synchronized the device
+            final_state=final_state,
+        )
+
     @property
     def estimate(self) -> float:
         """log Z-hat as a float (scalar targets only)."""
@@ -88,19 +106,7 @@ def ais(
     state = path.sample_initial(num_chains, generator)
     state, log_w = anneal(path, state, betas, generator=generator, kernel=kernel, progress=progress, desc="AIS")
     log_w = log_w + path.log_partition_initial
-    summary = summarize_log_weights(log_w, dim=-1)
-    return AISResult(
-        log_weights=log_w,
-        log_normalizer=summary.estimate,
-        stderr=summary.stderr,
-        lower=summary.lower,
-        upper=summary.upper,
-        ess=summary.ess,
-        num_steps=betas.numel() - 1,
-        num_chains=num_chains,
-        seconds=time.perf_counter() - start,  # summarize_log_weights has synchronized the device
-        final_state=state,
-    )
+    return AISResult.from_log_weights(log_w, betas.numel() - 1, start, final_state=state)
 
 
 @dataclass

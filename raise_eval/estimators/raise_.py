@@ -62,6 +62,26 @@ class RAISEResult:
     seconds: float
     start: str = "exact posterior"
 
+    @classmethod
+    def from_log_weights(
+        cls, log_weights: Tensor, log_unnormalized: Optional[Tensor], num_steps: int, start: float, kind: str
+    ) -> RAISEResult:
+        """The result whose chains have these log-weights (N, num_chains), timed from `start` (time.perf_counter());
+        the per-example estimates and their summary are computed here."""
+        per_example = log_mean_exp(log_weights, dim=1)
+        mean, se = mean_and_stderr(per_example)
+        return cls(
+            log_weights=log_weights,
+            log_likelihood=per_example,
+            log_unnormalized=log_unnormalized,
+            mean=mean,
+            stderr=se,
+            num_steps=num_steps,
+            num_chains=log_weights.shape[1],
+            seconds=time.perf_counter() - start,
+            start=kind,
+        )
+
     def control_variate_mean(
         self,
         all_log_unnormalized: Tensor,
@@ -156,20 +176,7 @@ def raise_log_likelihood(
         kind = "heating"
         state, log_w0 = _heat(path, v_chains, betas, generator, heating_kernel, progress)
     _, log_w = anneal(path, state, betas.flip(0), generator=generator, kernel=kernel, progress=progress, desc="RAISE")
-    log_w = log_w + log_w0
-    per_example = log_mean_exp(log_w, dim=1)
-    mean, se = mean_and_stderr(per_example)
-    return RAISEResult(
-        log_weights=log_w,
-        log_likelihood=per_example,
-        log_unnormalized=log_f,
-        mean=mean,
-        stderr=se,
-        num_steps=betas.numel() - 1,
-        num_chains=num_chains,
-        seconds=time.perf_counter() - start,
-        start=kind,
-    )
+    return RAISEResult.from_log_weights(log_w + log_w0, log_f, betas.numel() - 1, start, kind)
 
 
 def _even_hidden_layers(model) -> list[int]:
