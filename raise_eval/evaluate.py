@@ -275,6 +275,38 @@ def recognition_means(model: DBN, train_data: Tensor) -> Tensor:
     return x.double().mean(0)
 
 
+def check_settings(
+    *,
+    init: str,
+    exact: str,
+    log_f_method: str,
+    ais_chains: int,
+    raise_examples: int,
+    raise_chains: int,
+    log_f_samples: int,
+    cv_alpha: Union[float, str],
+) -> None:
+    """Raise ValueError, saying what is wrong, for settings `evaluate` cannot run (before any work; the training
+    hook calls it when it is made, so that a typo fails before training)."""
+    if init not in INITS:
+        raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
+    if exact not in EXACT_MODES:
+        raise ValueError(f"exact must be one of {', '.join(EXACT_MODES)}, got {exact!r}")
+    if log_f_method not in LOG_F_METHODS:
+        raise ValueError(f"log_f_method must be one of {', '.join(LOG_F_METHODS)}, got {log_f_method!r}")
+    for name, value, least in (
+        ("ais_chains", ais_chains, 2),
+        ("raise_examples", raise_examples, 2),
+        ("raise_chains", raise_chains, 1),
+        ("log_f_samples", log_f_samples, 1),
+    ):
+        # A standard error needs two chains (AIS) or two test vectors (RAISE).
+        if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}")
+    if not isinstance(cv_alpha, str) and not math.isfinite(cv_alpha):
+        raise ValueError(f"cv_alpha must be a finite number or 'optimal', got {cv_alpha!r}")
+
+
 def evaluate(
     model,
     test_data: Tensor,
@@ -350,23 +382,16 @@ def evaluate(
     out over the ranks (shard i on rank i % world size) and the log f(v) estimates are made on rank 0; every rank
     returns the same full report, bit-identical to a one-process run. resume_file is refused there.
     """
-    if init not in INITS:
-        raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
-    if exact not in EXACT_MODES:
-        raise ValueError(f"exact must be one of {', '.join(EXACT_MODES)}, got {exact!r}")
-    if log_f_method not in LOG_F_METHODS:
-        raise ValueError(f"log_f_method must be one of {', '.join(LOG_F_METHODS)}, got {log_f_method!r}")
-    for name, value, least in (
-        ("ais_chains", ais_chains, 2),
-        ("raise_examples", raise_examples, 2),
-        ("raise_chains", raise_chains, 1),
-        ("log_f_samples", log_f_samples, 1),
-    ):
-        # A standard error needs two chains (AIS) or two test vectors (RAISE).
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}")
-    if not isinstance(cv_alpha, str) and not math.isfinite(cv_alpha):
-        raise ValueError(f"cv_alpha must be a finite number or 'optimal', got {cv_alpha!r}")
+    check_settings(
+        init=init,
+        exact=exact,
+        log_f_method=log_f_method,
+        ais_chains=ais_chains,
+        raise_examples=raise_examples,
+        raise_chains=raise_chains,
+        log_f_samples=log_f_samples,
+        cv_alpha=cv_alpha,
+    )
     family = _family(model)
     annealed = model.top if family == "DBN" else model
     z_units, f_units = _exact_units(model)

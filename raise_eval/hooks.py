@@ -16,7 +16,6 @@ hook): epoch e is the state after e + 1 passes over the data. With `every=k` the
 from __future__ import annotations
 
 import csv
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,8 +27,7 @@ from torch import Tensor
 from raise_eval import exact as exact_mod
 from raise_eval.datasets import check_binary
 from raise_eval.diagnostics import GAP_NATS
-from raise_eval.estimators.unnormalized import METHODS as LOG_F_METHODS
-from raise_eval.evaluate import EXACT_MODES, INITS, EvaluationReport, evaluate
+from raise_eval.evaluate import EvaluationReport, check_settings, evaluate
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 from raise_eval.results import dump_json, to_jsonable
@@ -162,26 +160,21 @@ class LikelihoodMonitor:
             raise ValueError(f"every must be a positive integer (evaluate when epoch % every == 0), got {every!r}")
         # Check everything evaluate would check now, so that a typo fails before training rather than after
         # its first epoch.
-        if init not in INITS:
-            raise ValueError(f"init must be one of {', '.join(INITS)}, got {init!r}")
         if init == "base-rates" and train_pixel_means is None:
             raise ValueError("init='base-rates' needs train_pixel_means (the training set's pixel means)")
-        if exact not in EXACT_MODES:
-            raise ValueError(f"exact must be one of {', '.join(EXACT_MODES)}, got {exact!r}")
-        if log_f_method not in LOG_F_METHODS:
-            raise ValueError(f"log_f_method must be one of {', '.join(LOG_F_METHODS)}, got {log_f_method!r}")
-        for name, value, least in (
-            ("steps", steps, 1),
-            ("ais_chains", ais_chains, 2),
-            ("raise_examples", raise_examples, 2),
-            ("raise_chains", raise_chains, 1),
-            ("log_f_samples", log_f_samples, 1),
-        ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
-                raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}")
+        check_settings(
+            init=init,
+            exact=exact,
+            log_f_method=log_f_method,
+            ais_chains=ais_chains,
+            raise_examples=raise_examples,
+            raise_chains=raise_chains,
+            log_f_samples=log_f_samples,
+            cv_alpha=cv_alpha,
+        )
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise ValueError(f"steps must be an integer of at least 1, got {steps!r}")
         make_schedule(schedule, steps)  # raises on an unknown schedule
-        if not isinstance(cv_alpha, str) and not math.isfinite(cv_alpha):
-            raise ValueError(f"cv_alpha must be a finite number or 'optimal', got {cv_alpha!r}")
         if logger is not None and not callable(logger):
             raise TypeError(f"logger must be a callable logger(metrics, step), got {type(logger).__name__}")
         self.test_data = check_binary(torch.as_tensor(test_data), None, "test data")
