@@ -211,7 +211,7 @@ class EvaluationReport:
                 f"{r.num_chains} chains{start}, control variate log f(v), {alpha}",
                 f"  {'  without control variate':26}{cv.subset_mean:12.4f}{cv.subset_stderr:10.4f}"
                 f"{'':9}   plain mean over the same {cv.num_subset} examples",
-                f"  {'gap (AIS - RAISE)':26}{self.gap:12.4f}",
+                f"  {'gap (AIS - RAISE)':26}{round(self.gap, 4) + 0.0:12.4f}",
             ]
         else:
             lines.append(f"  {'RAISE (conservative)':26}{'(not run)':>12}")

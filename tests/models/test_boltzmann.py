@@ -150,3 +150,90 @@ def test_path_bounds_the_logit_change_of_a_step(tiny_chain):
         z0 = path.at(b0).layer_logits(state.layers, 1, state.odd_inputs[1])
         z1 = path.at(b1).layer_logits(state.layers, 1, state.odd_inputs[1])
         assert (z1 - z0).abs().max().item() <= abs(b1 - b0) * path._logit_speed[1] + 1e-12
+
+
+def _float32_chain(sizes, seed):
+    from raise_eval.models.boltzmann.layered import random_chain_parameters
+
+    g = torch.Generator().manual_seed(seed)
+    weights, biases = random_chain_parameters(sizes, weight_std=0.1, bias_std=0.5, generator=g)
+    layers = [(torch.rand(600, n, generator=g) < 0.5).float() for n in sizes]
+    return LayeredBoltzmannMachine(weights, biases, weight_scale=0.7), layers
+
+
+@pytest.mark.parametrize("sizes", [(300, 200), (120, 200, 90)])
+def test_onednn_products_are_float32_accurate_deterministic_and_row_by_row(sizes, monkeypatch):
+    """Large float32 CPU products go through oneDNN (a middle layer's two products summed by the op's binary
+    post-op): within float32 rounding of the float64 products (relative to the sum of |terms|, as for torch.mm),
+    the same bits on every call, a row's result independent of the other rows, and written into `out` when given."""
+    from raise_eval.models.boltzmann import layered
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    model, layers = _float32_chain(sizes, seed=12)
+    m64 = model.to(dtype=torch.float64)
+    abs64 = LayeredBoltzmannMachine([w.abs() for w in m64.weights], [b.abs() for b in m64.biases], 0.7)
+    layers64 = [x.double() for x in layers]
+    calls = []
+    original = layered._use_onednn
+    monkeypatch.setattr(layered, "_use_onednn", lambda x, w: calls.append(original(x, w)) or calls[-1])
+    for l in range(model.num_layers):
+        for get, get64, get_abs in (
+            (model.unscaled_input, m64.unscaled_input, abs64.unscaled_input),
+            (model.layer_logits, m64.layer_logits, abs64.layer_logits),
+        ):
+            calls.clear()
+            y = get(layers, l)
+            assert calls and all(calls)  # every product for this layer went through oneDNN
+            error = (y.double() - get64(layers64, l)).abs() / get_abs(layers64, l).clamp_min(1.0)
+            assert error.max().item() < 64 * 2**-24
+            assert torch.equal(get(layers, l), y)
+            assert torch.equal(get([x[:250] for x in layers], l), y[:250])
+            out = torch.empty_like(y)
+            get(layers, l, out=out)
+            assert torch.equal(out, y)
+    monkeypatch.setattr(layered, "ONEDNN_MIN_MACS", None)  # switched off: torch.mm, equal up to rounding
+    calls.clear()
+    mkl = model.unscaled_input(layers, 1)
+    assert calls and not any(calls)
+    torch.testing.assert_close(mkl, m64.unscaled_input(layers64, 1).float(), rtol=1e-5, atol=1e-5)
+
+
+def test_products_that_onednn_does_not_take():
+    """float64, small products and products that need a gradient stay with torch.mm."""
+    from raise_eval.models.boltzmann.layered import ONEDNN_MIN_MACS, _use_onednn
+
+    x, w = torch.ones(1000, 784), torch.ones(784, 500)
+    assert _use_onednn(x, w) == torch.backends.mkldnn.is_available()
+    assert not _use_onednn(x.double(), w.double())
+    assert 10 * 8 * 6 < ONEDNN_MIN_MACS <= 1000 * 784 * 500
+    assert not _use_onednn(torch.ones(10, 8), torch.ones(8, 6))
+    assert not _use_onednn(x, w.clone().requires_grad_())
+    with torch.no_grad():
+        assert _use_onednn(x, w.clone().requires_grad_()) == torch.backends.mkldnn.is_available()
+    enabled = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = False
+    try:
+        assert not _use_onednn(x, w)
+    finally:
+        torch.backends.mkldnn.enabled = enabled
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_small_step_log_ratio_has_the_bits_of_the_direct_formula(tiny_chain, dtype):
+    """The small-step term is -log1p(expm1(-d) sigmoid(z')) summed over the units (d = z' - z), computed without
+    negating d and each term (it negates the sum, exactly): bit for bit the direct formula."""
+    model = tiny_chain.to(dtype=dtype)
+    g = torch.Generator().manual_seed(13)
+    base = [torch.randn(n, generator=g, dtype=dtype) for n in model.layer_sizes]
+    layers = [x.to(dtype) for x in _random_layers(model, 4000, seed=14)]
+    kept = [layers[0], None, layers[2]]
+    u = model.unscaled_input(kept, 1)
+    for b0, b1 in [(0.3, 0.31), (0.8, 0.75), (0.0, 0.2)]:
+        a, b = model.annealed(b0, base), model.annealed(b1, base)
+        got = a.log_ratio_to(b, kept, [None, u, None], small_steps=[False, True, False])
+        z1 = torch.add(b.biases[1], u, alpha=b.weight_scale)
+        d = torch.add(b.biases[1] - a.biases[1], u, alpha=b.weight_scale - a.weight_scale)
+        hidden = (-torch.log1p(torch.expm1(-d) * torch.sigmoid(z1))).sum(-1)
+        even = [torch.mv(layers[l], b.biases[l] - a.biases[l]) for l in (0, 2)]
+        assert torch.equal(got, even[0] + hidden + even[1])

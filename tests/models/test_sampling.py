@@ -52,3 +52,16 @@ def test_same_seed_same_samples_and_global_rng_untouched():
     c = sample_bernoulli_logits(logits, torch.Generator().manual_seed(4))
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert torch.equal(torch.random.get_rng_state(), state)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("n", [0, 5, 32, 100, 4096 + 13, 200_000])
+@pytest.mark.parametrize("density", [0.0, 0.004, 0.3, 1.0])
+def test_tie_search_finds_every_nonzero_entry_in_order(dtype, n, density):
+    """The block search for ties returns exactly torch.nonzero's indices, ascending."""
+    from raise_eval.models.sampling import _nonzero_indices
+
+    g = torch.Generator().manual_seed(n)
+    x = torch.rand(n, generator=g, dtype=dtype)
+    x = torch.where(torch.rand(n, generator=g, dtype=dtype) < density, x, torch.zeros_like(x))
+    assert torch.equal(_nonzero_indices(x), torch.nonzero(x).squeeze(-1))
