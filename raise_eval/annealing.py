@@ -39,7 +39,14 @@ class AnnealingPath(Protocol[S]):
 
 
 # Optionally a path also offers `transition_(state, beta, generator)`, the default kernel writing into `state`'s
-# own tensors, and `clone_state(state)`; `anneal` then updates a private copy of the start in place.
+# own tensors, and `clone_state(state)`; `anneal` then updates a private copy of the start in place. A path may
+# also offer `weight_update(state, beta_from, beta_to)` (and the in-place `weight_update_`) -> (log-density ratio,
+# state): the state then carries what the weight update computed for the next transition at beta_to (for block
+# Gibbs, the odd layers' probabilities), so that what one step hands to the next travels in the state.
+
+StepCallback = Callable[[int, Any, Tensor], None]
+"""Called as (steps done, state, log-weights) after every transition and weight update of `anneal`: the state is
+the loop's own (it is overwritten by the next step; copy what you keep)."""
 
 
 def anneal(
@@ -52,6 +59,8 @@ def anneal(
     progress: bool = False,
     desc: str = "annealing",
     log_weights: Optional[Tensor] = None,
+    start_step: int = 0,
+    on_step: Optional[StepCallback] = None,
 ) -> tuple[S, Tensor]:
     """Run the annealing chain from `state` through `betas` (beta_0 .. beta_K, in the order given).
 
@@ -63,6 +72,10 @@ def anneal(
         kernel: replaces `path.transition` (the start state is then never modified).
         progress: show a tqdm progress bar.
         log_weights: float64 log-weights shaped B to accumulate into (zeros when None).
+        start_step: the number of steps already done: `state` and `log_weights` are those after step
+            `start_step` (as `on_step` saw them) and the loop runs steps start_step .. K-1, so that a saved run,
+            with its generator's state restored, continues with the numbers of an uninterrupted one.
+        on_step: called as on_step(steps done, state, log-weights) after every step (e.g. to save them).
 
     Returns:
         (final state, log-weights), the log-weights in float64 shaped B:
@@ -72,19 +85,32 @@ def anneal(
         # The loop owns a copy of the start and updates it in place: no multi-megabyte allocation per step.
         state = path.clone_state(state)
         step = path.transition_
+        update = getattr(path, "weight_update_", None)
     else:
         step = path.transition if kernel is None else kernel
+        # A kernel of the caller's gets plain states (it might not use what a weight update left in them).
+        update = getattr(path, "weight_update", None) if kernel is None else None
+    if update is None:
+        update = lambda x, b0, b1: (path.log_density_ratio(x, b0, b1), x)  # noqa: E731
     beta_list = [float(b) for b in betas]  # Python floats: no device sync per step
-    bar = tqdm(total=len(beta_list) - 1, desc=desc, disable=not progress, leave=False, mininterval=0.5)
+    num_steps = len(beta_list) - 1
+    if isinstance(start_step, bool) or not isinstance(start_step, int) or not 0 <= start_step <= num_steps:
+        raise ValueError(f"start_step must be an integer in [0, {num_steps}], got {start_step!r}")
+    if start_step > 0 and log_weights is None:
+        raise ValueError("continuing at start_step > 0 needs the log-weights accumulated so far")
+    bar = tqdm(total=num_steps, initial=start_step, desc=desc, disable=not progress, leave=False, mininterval=0.5)
     try:
-        for beta_from, beta_to in zip(beta_list[:-1], beta_list[1:]):
+        for j in range(start_step, num_steps):
+            beta_from, beta_to = beta_list[j], beta_list[j + 1]
             state = step(state, beta_from, generator)
-            increment = path.log_density_ratio(state, beta_from, beta_to)
+            increment, state = update(state, beta_from, beta_to)
             if log_weights is None:
                 log_weights = increment.to(torch.float64)
             else:
                 log_weights.add_(increment)  # float64 accumulator
             bar.update(1)
+            if on_step is not None:
+                on_step(j + 1, state, log_weights)
     finally:
         bar.close()
     return state, log_weights

@@ -50,10 +50,19 @@ class BoltzmannState(NamedTuple):
     layers: per layer, the even layers' values (*batch, n_l); None for odd (summed-out) layers.
     odd_inputs: per layer, for odd layers the unscaled input from the even neighbours (*batch, n_l)
         (x_{l-1} W_{l-1} + x_{l+1} W_l^T, temperature-free so it serves every beta); None for even layers.
+    odd_probs: per layer, for odd layers p(x_l = 1 | even layers) (*batch, n_l) under the path and inverse
+        temperature named by `probs_key`, which the weight update computed on its way
+        (`BoltzmannPath.weight_update`) and the next transition there samples from instead of recomputing them;
+        None for even layers, or None altogether.
+    probs_key: (the path's token, beta) of `odd_probs` (`BoltzmannPath.probs_key`), so that another path, or
+        another beta, never takes them; None when they hold nothing valid (the annealing loop keeps them as
+        buffers of its own state between steps).
     """
 
     layers: tuple[Optional[Tensor], ...]
     odd_inputs: tuple[Optional[Tensor], ...]
+    odd_probs: Optional[tuple[Optional[Tensor], ...]] = None
+    probs_key: Optional[tuple] = None
 
     @property
     def visible(self) -> Tensor:
@@ -115,9 +124,12 @@ def block_gibbs_step(
 
 
 def clone_state(state: BoltzmannState) -> BoltzmannState:
-    """A copy with new contiguous tensors."""
+    """A copy with new contiguous tensors (the odd-layer probabilities too, when the state has them)."""
 
     def copy(x):
         return None if x is None else x.clone(memory_format=torch.contiguous_format)
 
-    return BoltzmannState(tuple(copy(x) for x in state.layers), tuple(copy(x) for x in state.odd_inputs))
+    probs = None if state.odd_probs is None else tuple(copy(x) for x in state.odd_probs)
+    return BoltzmannState(
+        tuple(copy(x) for x in state.layers), tuple(copy(x) for x in state.odd_inputs), probs, state.probs_key
+    )

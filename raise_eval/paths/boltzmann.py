@@ -84,8 +84,8 @@ class BoltzmannPath:
         self.clamped = tuple(sorted(clamped))
         self._scratch = Scratch()
         self._at_cache: dict[float, LayeredBoltzmannMachine] = {}
-        # Odd-layer probabilities left by the last weight update: (beta, input tensor, its version, buffers).
-        self._pending_probs = None
+        # Names this path (model and base) in the probabilities a state carries: no other path takes them.
+        self._token = object()
         # d(logit)/d(beta) of a summed-out unit is s u_j + b_j - c_j, with |u_j| <= sum of |weights| into unit j
         # (binary neighbours): a host-side bound on how far a step moves the logits, computed once.
         self._logit_speed = [None] * model.num_layers
@@ -108,8 +108,15 @@ class BoltzmannPath:
         return cached
 
     def with_clamped(self, clamped: Collection[int]) -> BoltzmannPath:
-        """The same path (model and base) whose kernel keeps the even layers `clamped` fixed."""
-        return BoltzmannPath(self.model, self.base_biases, clamped=clamped)
+        """The same path (model and base) whose kernel keeps the even layers `clamped` fixed. Clamping even layers
+        leaves p(odd | even) alone, so the two paths share the odd-layer probabilities a state carries."""
+        path = BoltzmannPath(self.model, self.base_biases, clamped=clamped)
+        path._token = self._token
+        return path
+
+    def probs_key(self, beta: float) -> tuple:
+        """The key (`BoltzmannState.probs_key`) of odd-layer probabilities computed by this path at `beta`."""
+        return (self._token, float(beta))
 
     @property
     def log_partition_initial(self) -> float:
@@ -147,47 +154,61 @@ class BoltzmannPath:
 
     def log_density_ratio(self, state: BoltzmannState, beta_from: float, beta_to: float) -> Tensor:
         """log f_{beta_to}(x) - log f_{beta_from}(x), shaped (*batch,)."""
-        buffers = []
-        for l, inp in enumerate(state.odd_inputs):
-            if inp is not None:
-                buffers += [
-                    self._scratch.get(f"ratio_to{l}", inp.shape, inp),
-                    self._scratch.get(f"ratio_from{l}", inp.shape, inp),
-                ]
+        return self._log_ratio(state, beta_from, beta_to, None)[0]
+
+    def weight_update(
+        self, state: BoltzmannState, beta_from: float, beta_to: float
+    ) -> tuple[Tensor, BoltzmannState]:
+        """(log_density_ratio, the state carrying p(odd | even) at beta_to in new tensors when the weight update
+        computed them on its way): a transition at beta_to from the returned state samples from them instead of
+        recomputing them, with the same bits. `state` is not modified."""
+        return self._log_ratio(state, beta_from, beta_to, "new")
+
+    def weight_update_(
+        self, state: BoltzmannState, beta_from: float, beta_to: float
+    ) -> tuple[Tensor, BoltzmannState]:
+        """`weight_update` writing the probabilities into the state's own `odd_probs` buffers (see `clone_state`),
+        for loops that own their state (`anneal`)."""
+        return self._log_ratio(state, beta_from, beta_to, "own")
+
+    def _log_ratio(self, state: BoltzmannState, beta_from: float, beta_to: float, keep_probs: Optional[str]):
+        odd = [l for l, inp in enumerate(state.odd_inputs) if inp is not None]
         step = abs(beta_to - beta_from)
         small = [speed is not None and step * speed <= 2.0 for speed in self._logit_speed]
+        keep = keep_probs is not None and all(small[l] for l in odd)
+        buffers, probs = [], [None] * self.model.num_layers
+        for l in odd:
+            inp = state.odd_inputs[l]
+            if keep and keep_probs == "own" and state.odd_probs is not None:
+                probs[l] = state.odd_probs[l]
+            elif keep:
+                probs[l] = torch.empty_like(inp)
+            else:
+                probs[l] = self._scratch.get(f"ratio_to{l}", inp.shape, inp)
+            buffers += [probs[l], self._scratch.get(f"ratio_from{l}", inp.shape, inp)]
         ratio = self.at(beta_from).log_ratio_to(
             self.at(beta_to), state.layers, state.odd_inputs, buffers=buffers, small_steps=small
         )
         # With the small-step form the first buffer of each odd layer now holds p(x_l = 1 | x_even) at beta_to:
         # exactly what a transition at beta_to from this state samples first (the annealing loop's next step).
-        odd = [l for l, inp in enumerate(state.odd_inputs) if inp is not None]
-        if all(small[l] for l in odd):
-            probs = dict(zip(odd, buffers[0::2]))
-            self._pending_probs = (beta_to, state.odd_inputs, [state.odd_inputs[l]._version for l in odd], probs)
-        else:
-            self._pending_probs = None
-        return ratio
+        if keep:
+            return ratio, state._replace(odd_probs=tuple(probs), probs_key=self.probs_key(beta_to))
+        return ratio, state._replace(probs_key=None)
 
-    def _take_pending_probs(self, state: BoltzmannState, beta: float):
-        """The odd-layer probabilities of the last weight update if they belong to this state and beta."""
-        pending, self._pending_probs = self._pending_probs, None
-        if pending is None:
+    def _probs_at(self, state: BoltzmannState, beta: float):
+        """The state's odd-layer probabilities if this path computed them at `beta`, else None."""
+        if state.odd_probs is None or state.probs_key is None or state.probs_key != self.probs_key(beta):
             return None
-        p_beta, inputs, versions, probs = pending
-        odd = list(probs)
-        if p_beta != beta or any(
-            state.odd_inputs[l] is not inputs[l] or inputs[l]._version != v for l, v in zip(odd, versions)
-        ):
-            return None
-        return [probs.get(l) for l in range(self.model.num_layers)]
+        return state.odd_probs
 
     def transition(
         self, state: BoltzmannState, beta: float, generator: torch.Generator, clamped: Collection[int] = ()
     ) -> BoltzmannState:
         """Block Gibbs step at `beta` (reversible, leaves p_beta(x_even) invariant; with clamped layers, p_beta of
-        the other even layers given them)."""
-        probs = self._take_pending_probs(state, beta)
+        the other even layers given them). `state` is not modified."""
+        probs = self._probs_at(state, beta)
+        if probs is not None:  # the sampler overwrites the probabilities it is given: hand it copies
+            probs = [None if p is None else p.clone() for p in probs]
         return block_gibbs_step(
             self.at(beta),
             state,
@@ -200,13 +221,25 @@ class BoltzmannPath:
     def transition_(self, state: BoltzmannState, beta: float, generator: torch.Generator) -> BoltzmannState:
         """`transition` writing the new state into `state`'s own tensors (no allocation per step).
 
-        For loops that own their state (`anneal` clones the start once); `state` is overwritten.
+        For loops that own their state (`anneal` clones the start once with `clone_state`); `state` is
+        overwritten, its probability buffers included (they then hold the odd samples: probs_key is None).
         """
-        probs = self._take_pending_probs(state, beta)
-        return block_gibbs_step(
-            self.at(beta), state, generator, clamped=self.clamped, scratch=self._scratch, out=state, odd_probs=probs
+        new = block_gibbs_step(
+            self.at(beta),
+            state,
+            generator,
+            clamped=self.clamped,
+            scratch=self._scratch,
+            out=state,
+            odd_probs=self._probs_at(state, beta),
         )
+        return new._replace(odd_probs=state.odd_probs, probs_key=None)
 
     def clone_state(self, state: BoltzmannState) -> BoltzmannState:
-        """A copy of `state` with new contiguous tensors (what `transition_` may overwrite)."""
-        return clone_state(state)
+        """A copy of `state` with new contiguous tensors (what `transition_` may overwrite), with buffers for the
+        odd-layer probabilities of `weight_update_` (copied when the state has them)."""
+        state = clone_state(state)
+        if state.odd_probs is None:
+            buffers = tuple(None if inp is None else torch.empty_like(inp) for inp in state.odd_inputs)
+            state = state._replace(odd_probs=buffers, probs_key=None)
+        return state

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from raise_eval.models.boltzmann import layered
 
 from raise_eval import BoltzmannPath, data_base_rates, exact
 from raise_eval.kernels.block_gibbs import block_gibbs_step
@@ -18,7 +19,7 @@ def _even_code(state, model):
 def _state_from_code(path, code, chains):
     sizes = path.model.layer_sizes
     n_even = sum(sizes[l] for l in range(0, len(sizes), 2))
-    bits = exact.binary_configurations(n_even, code, code + 1).expand(chains, -1).contiguous()
+    bits = exact.binary_configurations(n_even, code, code + 1, dtype=path.model.dtype).expand(chains, -1).contiguous()
     layers, start = [], 0
     for l, n in enumerate(sizes):
         if l % 2 == 0:
@@ -37,6 +38,42 @@ def test_one_step_matches_the_exact_transition_row(fixture, beta, code, request,
     path = BoltzmannPath(model, base)
     state = _state_from_code(path, code, CHAINS)
     new = path.transition(state, beta, torch.Generator().manual_seed(code))
+    row = exact.block_gibbs_transition_matrix(path.at(beta))[code]
+    counts = torch.bincount(_even_code(new, model), minlength=row.numel())
+    assert_counts_match(counts, row)
+
+
+@pytest.fixture
+def onednn_products(monkeypatch):
+    """Send every float32 CPU product through oneDNN, however small (as large models do), and count the calls."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch build has no oneDNN")
+    calls = []
+    original = layered._use_onednn
+
+    def spy(x, w):
+        used = original(x, w)
+        calls.append(used)
+        return used
+
+    monkeypatch.setattr(layered, "ONEDNN_MIN_MACS", 0)
+    monkeypatch.setattr(layered, "_use_onednn", spy)
+    return calls
+
+
+@pytest.mark.parametrize("fixture, beta, code", [("tiny_rbm", 0.6, 0), ("tiny_rbm", 1.0, 201), ("tiny_chain", 0.8, 77)])
+def test_float32_step_with_onednn_products_matches_the_exact_transition_row(
+    fixture, beta, code, request, onednn_products
+):
+    """The float32 step whose products go through oneDNN (for the chain, two products summed by the op's binary
+    post-op) samples the exact transition row of the float32 model (chi-square, false alarm 1e-4)."""
+    model = request.getfixturevalue(fixture).to(dtype=torch.float32)
+    onednn_products.clear()  # building the float64 fixture may have made products of its own
+    path = BoltzmannPath(model)
+    state = _state_from_code(path, code, CHAINS)
+    new = path.transition(state, beta, torch.Generator().manual_seed(code))
+    assert onednn_products and all(onednn_products)
+    assert new.layers[0].dtype == torch.float32
     row = exact.block_gibbs_transition_matrix(path.at(beta))[code]
     counts = torch.bincount(_even_code(new, model), minlength=row.numel())
     assert_counts_match(counts, row)
@@ -108,32 +145,48 @@ def _small_step_path():
 
 
 def test_reused_probabilities_give_exactly_the_same_step():
-    """After a small-step weight update the path hands its p(h | v) at beta_to to the next transition at beta_to;
-    that step must be bit-identical to one that recomputes the probabilities."""
-    make = _small_step_path()
-    cached, fresh = make(), make()
-    state = cached.sample_initial(5000, torch.Generator().manual_seed(0))
-    cached.log_density_ratio(state, 0.50, 0.51)
-    assert cached._pending_probs is not None  # the small-step form was used
-    a = cached.transition(state, 0.51, torch.Generator().manual_seed(1))
-    b = fresh.transition(state, 0.51, torch.Generator().manual_seed(1))
+    """After a small-step weight update the state carries p(h | v) at beta_to for the next transition at beta_to;
+    that step must be bit-identical to one that recomputes the probabilities, in place or not, and must leave the
+    state it was given unchanged."""
+    path = _small_step_path()()
+    state = path.sample_initial(5000, torch.Generator().manual_seed(0))
+    ratio, carried = path.weight_update(state, 0.50, 0.51)
+    assert carried.probs_key == path.probs_key(0.51) and carried.odd_probs[1] is not None  # the small-step form was used
+    assert state.probs_key is None and carried.layers[0] is state.layers[0]
+    assert torch.equal(ratio, path.log_density_ratio(state, 0.50, 0.51))
+    kept = carried.odd_probs[1].clone()
+    a = path.transition(carried, 0.51, torch.Generator().manual_seed(1))
+    assert torch.equal(carried.odd_probs[1], kept)  # `transition` samples from a copy
+    b = path.transition(state, 0.51, torch.Generator().manual_seed(1))
     assert torch.equal(a.layers[0], b.layers[0])
+    own = path.clone_state(state)
+    _, own = path.weight_update_(own, 0.50, 0.51)
+    c = path.transition_(own, 0.51, torch.Generator().manual_seed(1))
+    assert c.probs_key is None and torch.equal(c.layers[0], b.layers[0])
 
 
-def test_probabilities_of_another_state_or_beta_are_never_reused():
-    make = _small_step_path()
-    path, fresh = make(), make()
-    g = torch.Generator().manual_seed(2)
-    state_a, state_b = path.sample_initial(5000, g), path.sample_initial(5000, g)
-    for other_state, beta in ((state_b, 0.51), (state_a, 0.52)):
-        path.log_density_ratio(state_a, 0.50, 0.51)
-        a = path.transition(other_state, beta, torch.Generator().manual_seed(3))
-        b = fresh.transition(other_state, beta, torch.Generator().manual_seed(3))
-        assert torch.equal(a.layers[0], b.layers[0])
-    # the state's tensors overwritten in place after the weight update (same objects, new values): stale
-    path.log_density_ratio(state_a, 0.50, 0.51)
-    state_a.layers[0].copy_(state_b.layers[0])
-    state_a.odd_inputs[1].copy_(state_b.odd_inputs[1])
-    a = path.transition(state_a, 0.51, torch.Generator().manual_seed(5))
-    b = fresh.transition(state_b, 0.51, torch.Generator().manual_seed(5))
-    assert torch.equal(a.layers[0], b.layers[0])
+def test_probabilities_of_another_beta_are_never_reused(monkeypatch):
+    """A state's probabilities serve a transition of their own path at their own beta only, and a large step (the
+    softplus form) leaves none."""
+    import raise_eval.paths.boltzmann as boltzmann_paths
+
+    path = _small_step_path()()
+    state = path.sample_initial(5000, torch.Generator().manual_seed(2))
+    given = []
+    original = boltzmann_paths.block_gibbs_step
+    monkeypatch.setattr(
+        boltzmann_paths,
+        "block_gibbs_step",
+        lambda *a, **k: given.append(k.get("odd_probs")) or original(*a, **k),
+    )
+    _, carried = path.weight_update(state, 0.50, 0.51)
+    a = path.transition(carried, 0.52, torch.Generator().manual_seed(3))
+    b = path.transition(state, 0.52, torch.Generator().manual_seed(3))
+    assert given == [None, None] and torch.equal(a.layers[0], b.layers[0])
+    other = _small_step_path()()  # another path over the same model: its own probabilities only
+    c = other.transition(carried, 0.51, torch.Generator().manual_seed(3))
+    d = path.transition(carried, 0.51, torch.Generator().manual_seed(3))
+    assert given[2] is None and given[3] is not None and torch.equal(c.layers[0], d.layers[0])
+    assert path.with_clamped(()).probs_key(0.51) == path.probs_key(0.51) != other.probs_key(0.51)
+    _, far = path.weight_update(state, 0.0, 1.0)  # |d| may exceed 2: no probabilities
+    assert far.probs_key is None
