@@ -84,7 +84,7 @@ def markdown(rows: list[dict], args) -> str:
     for r in rows:
         lines.append(
             f"| {r['comparison']} | {r['schedule']} | {r['steps']} | {r['ais']:.2f} ± {r['ais_stderr']:.2f} | "
-            f"{r['raise']:.2f} ± {r['raise_stderr']:.2f} | {r['gap']:.2f} | {r['ais_ess']:.0f} | {r['seconds']:.1f} |"
+            f"{r['raise']:.2f} ± {r['raise_stderr']:.2f} | {r['gap']:.2f} | {r['ais_ess']:.0f} | {r['seconds']:.2f} |"
         )
     lines += ["", f"Command: `python {' '.join(sys.argv)}`", ""]
     return "\n".join(lines)
