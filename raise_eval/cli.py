@@ -250,9 +250,18 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument(
         "--resume-file",
         metavar="FILE",
-        help="save every finished shard to FILE (atomically) and continue from it when the same command is run "
-        "again (after Ctrl-C or a crash): the final numbers equal an uninterrupted run's. A file from other "
-        "settings is refused. One process only",
+        help="save every finished shard to FILE (atomically), and the annealing state of the shard in progress "
+        "every --resume-interval seconds and at Ctrl-C (which then stops after the current step; press it twice to "
+        "stop at once), and continue from it when the same command is run again: the final numbers equal an "
+        "uninterrupted run's. A file from other settings is refused, naming what differs. Under torchrun each rank "
+        "keeps FILE.rank<r>-of-<N>: continue with the same number of processes",
+    )
+    scale.add_argument(
+        "--resume-interval",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="seconds between saves of the annealing state inside a shard (default: 60; 0 saves after every step)",
     )
     _add_bdmc_parser(sub)
     return parser
@@ -555,8 +564,6 @@ def cmd_evaluate(args) -> int:
     rank = 0
     if launched_by_torchrun():
         # One process per rank (torchrun): the ranks share out the shards; only rank 0 prints and writes files.
-        if args.resume_file:
-            _die("--resume-file works in one process; leave it out under torchrun (or resume in one process)")
         device = init_from_env(device)
         rank = rank_and_world()[0]
     if Path(args.checkpoint).is_dir():
@@ -599,6 +606,7 @@ def cmd_evaluate(args) -> int:
             max_memory=max_memory,
             shard_size=args.shard_size,
             resume_file=args.resume_file,
+            resume_interval=args.resume_interval,
             progress=not args.no_progress and rank == 0,
             settings={
                 "checkpoint": str(args.checkpoint),
@@ -614,7 +622,7 @@ def cmd_evaluate(args) -> int:
         # Ctrl-C: no traceback; show and keep what finished.
         print("\n" + stop.report.format_table())
         if args.resume_file:
-            print(f"finished shards are kept in {args.resume_file}: run the same command to continue")
+            print(f"the run so far is kept in {args.resume_file}: run the same command to continue")
         if args.json:
             dump_json(stop.report, args.json)
             print(f"wrote {args.json} (marked incomplete)")
@@ -643,6 +651,8 @@ def _check_scale_options(args) -> Optional[int]:
         _die(f"--shard-size must be at least 1, got {args.shard_size}")
     if args.resume_file:
         _check_output(Path(args.resume_file), "--resume-file")
+    if not args.resume_interval >= 0:
+        _die(f"--resume-interval must be a number of seconds >= 0, got {args.resume_interval}")
     return max_memory
 
 

@@ -40,7 +40,8 @@ from raise_eval.estimators.unnormalized import METHODS as LOG_F_METHODS
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
-from raise_eval.resume import ResumeFile, model_digest, tensor_digest
+from raise_eval.resume import DEFAULT_INTERVAL as DEFAULT_RESUME_INTERVAL
+from raise_eval.resume import ResumeFile, model_digest, rank_resume_file, tensor_digest
 from raise_eval.schedules import SCHEDULES, make_schedule, validate_schedule
 from raise_eval.sharding import (
     bytes_per_chain,
@@ -332,6 +333,7 @@ def evaluate(
     max_memory: Optional[int] = None,
     shard_size: Optional[int] = None,
     resume_file: Optional[str] = None,
+    resume_interval: float = DEFAULT_RESUME_INTERVAL,
 ) -> EvaluationReport:
     """Estimate the average test log-likelihood of an RBM, DBM or DBN with AIS and RAISE (and exactly when
     tractable).
@@ -375,12 +377,14 @@ def evaluate(
             raise_chains) vectors); default `sharding.default_shard_size(model)`, which keeps the default runs one
             shard per stage. Shard i has its own generator (`sharding.shard_seed`; shard 0 keeps the seeds above), so
             the numbers depend on the shard size but not on max_memory, the number of processes or resuming.
-        resume_file: keep every finished shard (and the log f(v) estimates) in this file and reuse what it holds
-            (`raise_eval.resume`); refused (ValueError) when it was written with other settings.
+        resume_file: keep every finished shard, the log f(v) estimates and the annealing state of the shard in
+            progress (every `resume_interval` seconds, and at Ctrl-C) in this file, and continue from what it holds
+            (`raise_eval.resume`); refused (ValueError) when it was written with other settings. Under
+            torch.distributed each rank keeps its own file, `<resume_file>.rank<r>-of-<world size>`.
 
     Inside an initialized torch.distributed process group (e.g. under torchrun) the AIS and RAISE shards are shared
     out over the ranks (shard i on rank i % world size) and the log f(v) estimates are made on rank 0; every rank
-    returns the same full report, bit-identical to a one-process run. resume_file is refused there.
+    returns the same full report, bit-identical to a one-process run.
     """
     check_settings(
         init=init,
@@ -435,11 +439,8 @@ def evaluate(
         pilot_chains=pilot_chains if schedule_name == "adaptive" else 0,
     )
     rank, world = distributed.rank_and_world()
-    if resume_file is not None and world > 1:
-        raise ValueError(
-            "--resume-file works in one process; under torchrun (several processes) leave it out, or resume the run "
-            "in one process"
-        )
+    if not resume_interval >= 0:
+        raise ValueError(f"resume_interval must be a number of seconds >= 0, got {resume_interval!r}")
     if init == "base-rates":
         if train_pixel_means is None:
             what = (
@@ -494,7 +495,11 @@ def evaluate(
     all_settings.update(settings or {})
     store = None
     if resume_file is not None:
-        store = ResumeFile(resume_file, _resume_settings(all_settings, model, test, path, betas))
+        if world > 1:  # each rank keeps its own shards; the world size is in the name, so another one starts afresh
+            resume_file = rank_resume_file(resume_file, rank, world)
+        store = ResumeFile(
+            resume_file, _resume_settings(all_settings, model, test, path, betas), interval=resume_interval
+        )
     done: dict[str, Any] = {}
     notes: list[str] = []
     _, first = _unique_rows(test)

@@ -1,4 +1,5 @@
-"""Resumable runs: `--resume-file FILE` keeps every finished shard so that the same command continues a run.
+"""Resumable runs: `--resume-file FILE` keeps the finished shards and the annealing state of the shard in progress,
+so that the same command continues a run with the numbers of an uninterrupted one.
 
 The file (written with torch.save, read with torch.load(weights_only=True)) is a dict
 
@@ -7,26 +8,36 @@ The file (written with torch.save, read with torch.load(weights_only=True)) is a
         distribution and the schedule; seed, chain counts, shard size, dtype, device, ...)
     shards: {stage: {shard index: {"log_weights": tensor, ...}}} for the finished AIS and RAISE shards
     log_f: the log f(v) estimates once computed (a dict of LogUnnormalizedEstimate's fields), or absent
+    running: the shard in progress, or absent: {stage, shard, phase ('AIS', 'heating' or 'RAISE'), step (steps
+        done), state (the chains' even layers, cached odd-layer inputs and carried probabilities), log_weights,
+        generator (the shard generator's state), extra (what the phase adds at its end, e.g. RAISE's start
+        weights)}
 
-It is rewritten atomically (a temporary file, then os.replace) after every finished shard, so Ctrl-C or a crash
-loses at most the shard in progress. A shard that had not finished is run again from its start with its own
-generator, which gives the numbers an uninterrupted run gives; its mid-shard annealing state is not saved (choose a
-smaller --shard-size for finer-grained saving). A file written with other settings is refused, naming each
-setting that differs and its two values.
+It is rewritten atomically (a temporary file, then os.replace) after every finished shard and, inside a shard,
+every `interval` seconds and at Ctrl-C: while a resume file is in use, Ctrl-C (SIGINT) lets the annealing loop
+finish its step, save, and then stop (a second Ctrl-C stops at once). A crash loses the steps since the last save.
+Everything a step depends on is in the file (the loop's state carries what one step hands to the next, and the
+generator's state is restored), so a continued shard gives the bits of an uninterrupted one. A file written with
+other settings is refused, naming each setting that differs and its two values.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
+import signal
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 
-FORMAT = 1
+FORMAT = 2
+DEFAULT_INTERVAL = 60.0  # seconds between saves of the annealing state inside a shard
 
 
 def tensor_digest(tensors: Iterable[Tensor]) -> str:
@@ -46,14 +57,22 @@ def model_digest(model) -> str:
     return f"{tensor_digest(tensors)}/{float(scale)!r}"
 
 
+def rank_resume_file(path, rank: int, world: int) -> str:
+    """The file of rank `rank` of `world` processes for --resume-file `path`: '<path>.rank<r>-of-<world>'."""
+    return f"{path}.rank{rank}-of-{world}"
+
+
 class ResumeFile:
     """The finished shards of one run, kept in `path` (see the module docstring).
 
     Opening refuses (ValueError) a file written with other settings; a missing file starts an empty run.
     """
 
-    def __init__(self, path, settings: dict[str, Any]):
+    def __init__(self, path, settings: dict[str, Any], interval: float = DEFAULT_INTERVAL):
+        if not interval >= 0:
+            raise ValueError(f"the resume interval must be a number of seconds >= 0, got {interval!r}")
         self.path = Path(path)
+        self.interval = float(interval)
         self.settings = dict(settings)
         self.data: dict[str, Any] = {"format": FORMAT, "settings": self.settings, "shards": {}}
         if self.path.exists():
@@ -89,7 +108,14 @@ class ResumeFile:
 
     def save_shard(self, stage: str, index: int, result: dict) -> None:
         self.data["shards"].setdefault(stage, {})[int(index)] = _cpu(result)
+        running = self.data.get("running")
+        if running is not None and running["stage"] == stage and running["shard"] == int(index):
+            del self.data["running"]  # finished: its annealing state is no longer needed
         self.write()
+
+    def checkpoint(self, stage: str, index: int, generator: torch.Generator) -> ShardCheckpoint:
+        """The saver and restorer of shard `index` of `stage`'s annealing state (see ShardCheckpoint)."""
+        return ShardCheckpoint(self, stage, index, generator)
 
     def get(self, key: str):
         return self.data.get(key)
@@ -98,11 +124,125 @@ class ResumeFile:
         self.data[key] = _cpu(value)
         self.write()
 
-    def write(self) -> None:
-        """Atomically replace the file: a reader (or a crash) never sees half a file."""
+    def write(self, running: Optional[dict] = None) -> None:
+        """Atomically replace the file (a reader, or a crash, never sees half a file), with the annealing state of
+        the shard in progress when given."""
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        torch.save(self.data, str(tmp))
+        torch.save(self.data if running is None else {**self.data, "running": running}, str(tmp))
         os.replace(tmp, self.path)
+
+
+class ShardCheckpoint:
+    """Saves the annealing state of one shard to its ResumeFile and restores it: what the estimators (`ais`,
+    `raise_log_likelihood`) take as `checkpoint`.
+
+    An estimator asks `restore(phase, path)` before a phase ('AIS'; 'heating', 'RAISE') and skips what precedes the
+    saved step; it passes `on_step(phase, extra)` to `anneal`, which saves every `interval` seconds of the file and
+    when Ctrl-C was pressed (then raises KeyboardInterrupt after saving).
+    """
+
+    def __init__(self, store: ResumeFile, stage: str, index: int, generator: torch.Generator):
+        self.store, self.stage, self.index, self.generator = store, stage, int(index), generator
+        self._last_save = time.monotonic()
+
+    def restore(self, phase: str, path) -> Optional[dict[str, Any]]:
+        """The saved state of `phase` of this shard, or None: {step, state (on path's device, its carried
+        probabilities keyed for `path`), log_weights, extra}. Restores the generator's state too."""
+        rec = self.store.data.get("running")
+        if rec is None or (rec["stage"], rec["shard"], rec["phase"]) != (self.stage, self.index, phase):
+            return None
+        from raise_eval.kernels.block_gibbs import BoltzmannState  # the resumable runs are Boltzmann paths
+
+        device = path.model.device
+
+        def to(xs):
+            return None if xs is None else tuple(None if x is None else x.to(device) for x in xs)
+
+        saved = rec["state"]
+        beta = saved["probs_beta"]
+        state = BoltzmannState(
+            to(saved["layers"]),
+            to(saved["odd_inputs"]),
+            to(saved["odd_probs"]),
+            None if beta is None else path.probs_key(beta),
+        )
+        self.generator.set_state(rec["generator"])
+        extra = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in rec["extra"].items()}
+        return {"step": rec["step"], "state": state, "log_weights": rec["log_weights"].to(device), "extra": extra}
+
+    def on_step(self, phase: str, extra: Optional[dict] = None):
+        """The `anneal` callback of `phase`: saves (step, state, log-weights, generator, extra) when due."""
+
+        def save_if_due(step: int, state, log_weights: Tensor) -> None:
+            stop = interrupt_requested()
+            if not stop and time.monotonic() - self._last_save < self.store.interval:
+                return
+            key = state.probs_key
+            record = _cpu(
+                {
+                    "stage": self.stage,
+                    "shard": self.index,
+                    "phase": phase,
+                    "step": int(step),
+                    "state": {
+                        "layers": list(state.layers),
+                        "odd_inputs": list(state.odd_inputs),
+                        "odd_probs": None if key is None else list(state.odd_probs),
+                        "probs_beta": None if key is None else float(key[1]),
+                    },
+                    "log_weights": log_weights,
+                    "generator": self.generator.get_state(),
+                    "extra": dict(extra or {}),
+                }
+            )
+            # Written, not kept: the record's tensors are the loop's own, which the next step overwrites.
+            self.store.data.pop("running", None)
+            self.store.write(running=record)
+            self._last_save = time.monotonic()
+            if stop:
+                raise KeyboardInterrupt
+
+        return save_if_due
+
+
+# ------------------------------------------------------------------ Ctrl-C: finish the step, save, then stop
+_interrupts = {"deferring": 0, "requested": False}
+
+
+def interrupt_requested() -> bool:
+    """Whether Ctrl-C was pressed while interrupts were deferred (see `deferred_interrupts`)."""
+    return _interrupts["requested"]
+
+
+def _on_sigint(signum, frame):
+    if _interrupts["deferring"] and not _interrupts["requested"]:
+        _interrupts["requested"] = True  # the annealing loop saves at the end of its step, then stops
+    else:
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def deferred_interrupts():
+    """While active, Ctrl-C (SIGINT) only sets `interrupt_requested()`; the code that checks it (a ShardCheckpoint
+    callback, the shard loop) saves and raises KeyboardInterrupt. A second Ctrl-C raises at once. Only in the main
+    thread (elsewhere signals cannot be caught) and when Ctrl-C is not ignored; otherwise this does nothing."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
+        signal.SIG_IGN,
+        None,
+    ):
+        yield  # a process that ignores Ctrl-C (e.g. a background job of a script) goes on ignoring it
+        return
+    previous = signal.signal(signal.SIGINT, _on_sigint)
+    _interrupts["deferring"] += 1
+    try:
+        yield
+        if _interrupts["requested"]:
+            raise KeyboardInterrupt
+    finally:
+        _interrupts["deferring"] -= 1
+        if _interrupts["deferring"] == 0:
+            _interrupts["requested"] = False
+        signal.signal(signal.SIGINT, previous)
 
 
 def _cpu(obj):
@@ -110,4 +250,6 @@ def _cpu(obj):
         return obj.detach().cpu()
     if isinstance(obj, dict):
         return {k: _cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_cpu(v) for v in obj]
     return obj

@@ -20,6 +20,7 @@ shards were run.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 import re
@@ -33,6 +34,7 @@ from tqdm.auto import tqdm
 from raise_eval import distributed
 from raise_eval.estimators.ais import AISResult, ais
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
+from raise_eval.resume import deferred_interrupts, interrupt_requested
 
 SHARD_UNITS = 2**23  # units (chains x layer sizes) per default shard: about 270 MB of float32 states and buffers
 STAGE_OFFSETS = {"ais": 0, "raise": 1}  # shard 0's seed is seed + offset, as before sharding existed
@@ -153,16 +155,22 @@ def _run(
     progress: bool,
     store=None,
 ) -> dict[int, dict]:
-    """Run this rank's shards not already in `store`, saving each to `store` as it finishes; gather all."""
+    """Run this rank's shards not already in `store`, saving each to `store` as it finishes; gather all.
+
+    With a store, Ctrl-C is deferred (`resume.deferred_interrupts`): the shard in progress saves its annealing state
+    at the end of the step, then the run stops with KeyboardInterrupt."""
     done = dict(store.shards(stage)) if store is not None else {}
     todo = _local_shards(num_shards, done)
     bar = tqdm(total=len(todo), desc=f"{stage} shards", disable=not progress or num_shards == 1, leave=False)
     try:
-        for i in todo:
-            done[i] = run_shard(i)
-            if store is not None:
-                store.save_shard(stage, i, done[i])
-            bar.update(1)
+        with deferred_interrupts() if store is not None else contextlib.nullcontext():
+            for i in todo:
+                done[i] = run_shard(i)
+                if store is not None:
+                    store.save_shard(stage, i, done[i])
+                    if interrupt_requested():
+                        raise KeyboardInterrupt
+                bar.update(1)
     finally:
         bar.close()
     return distributed.gather_shards(done)  # every rank's shards, on every rank (log-weights only: cheap)
@@ -191,7 +199,9 @@ def sharded_ais(
 
     def run_shard(i: int) -> dict:
         begin, end = bounds[i]
-        result = ais(path, betas, end - begin, generator=shard_generator(seed, "ais", i, device), progress=progress)
+        generator = shard_generator(seed, "ais", i, device)
+        checkpoint = None if store is None else store.checkpoint("ais", i, generator)
+        result = ais(path, betas, end - begin, generator=generator, progress=progress, checkpoint=checkpoint)
         last["state"] = result.final_state if len(bounds) == 1 else None
         return {"log_weights": result.log_weights}
 
@@ -224,14 +234,16 @@ def sharded_raise(
 
     def run_shard(i: int) -> dict:
         begin, end = bounds[i]
+        generator = shard_generator(seed, "raise", i, device)
         r = raise_log_likelihood(
             path,
             data[begin:end],
             betas,
             num_chains,
-            generator=shard_generator(seed, "raise", i, device),
+            generator=generator,
             unroll=unroll,
             progress=progress,
+            checkpoint=None if store is None else store.checkpoint("raise", i, generator),
         )
         return {"log_weights": r.log_weights, "log_unnormalized": r.log_unnormalized, "start": r.start}
 

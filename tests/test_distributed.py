@@ -5,10 +5,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
-from raise_eval.cli import main
-
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "checkpoints" / "rbm_digits_64-16.pt"
 # 4 AIS shards and 3 RAISE shards (3 vectors x 4 chains each, the last one smaller): both ranks get work.
@@ -49,9 +45,22 @@ def test_two_gloo_processes_equal_one(tmp_path):
     assert _numbers(two) == _numbers(one)
 
 
-def test_resume_file_is_refused_under_torchrun(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(SystemExit) as stop:
-        main(["evaluate", str(DEFAULT), "--resume-file", str(tmp_path / "r.pt")])
-    assert stop.value.code == 2
-    assert "--resume-file works in one process" in capsys.readouterr().err
+def test_two_processes_resume_from_their_own_files(tmp_path):
+    """Under torchrun each rank keeps its shards in FILE.rank<r>-of-2; the same command run again reads them back
+    (no shard is recomputed: the files are not rewritten) and gives the same numbers."""
+    file = tmp_path / "run.pt"
+    torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+    command = [*torchrun, "-m", "raise_eval.cli", "evaluate", *ARGS, "--resume-file", str(file)]
+    docs = []
+    for name in ("first", "again"):
+        proc = subprocess.run(
+            [*command, "--json", str(tmp_path / f"{name}.json")], cwd=ROOT, capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        docs.append(_numbers(tmp_path / f"{name}.json"))
+        if name == "first":
+            ranks = sorted(p.name for p in tmp_path.glob("run.pt.rank*"))
+            assert ranks == ["run.pt.rank0-of-2", "run.pt.rank1-of-2"]
+            stamps = [p.stat().st_mtime_ns for p in sorted(tmp_path.glob("run.pt.rank*"))]
+    assert [p.stat().st_mtime_ns for p in sorted(tmp_path.glob("run.pt.rank*"))] == stamps
+    assert docs[0] == docs[1]

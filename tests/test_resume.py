@@ -1,13 +1,19 @@
-"""--resume-file: an interrupted run continued from its file equals an uninterrupted run; other settings refused."""
+"""--resume-file: an interrupted run continued from its file equals an uninterrupted run, whether it stopped
+between shards or inside one (Ctrl-C, a crash); other settings refused."""
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from raise_eval.models.io.checkpoints import load_checkpoint
 
-from raise_eval import sharding
+from raise_eval import DBM, DBN, BoltzmannPath, sharding
 from raise_eval.cli import main
 from raise_eval.datasets import load_dataset
 from raise_eval.evaluate import EvaluationInterrupted, evaluate
@@ -93,3 +99,121 @@ def test_cli_resume(tmp_path, capsys):
         main([*args, "--seed", "3"])
     assert stop.value.code == 2
     assert "seed: 0 in the file, 3 now" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- inside a shard: the annealing state is saved
+
+STEPS = 12
+ONE_SHARD = dict(steps=STEPS, ais_chains=30, raise_examples=6, raise_chains=5, exact="never", init="uniform")
+
+
+def _tiny(kind: str):
+    """(model, test vectors) of a small RBM, DBM or DBN (uniform start: no training means needed)."""
+    g = torch.Generator().manual_seed(7)
+    if kind == "RBM":
+        model, test = load_checkpoint(DEFAULT).model, load_dataset("digits", "test")[:40]
+    elif kind == "DBM":
+        model = DBM.random([12, 8, 6], weight_std=0.5, bias_std=0.3, generator=g)
+    else:
+        model = DBN.random([12, 8, 6], weight_std=0.5, bias_std=0.3, generator=g)
+    if kind != "RBM":
+        test = (torch.rand(40, 12, generator=g) < 0.4).float()
+    return model, test
+
+
+def _stop_at_transition(monkeypatch, number: int, how: str) -> list:
+    """Count BoltzmannPath.transition_ calls (one per annealing step, whatever the phase); at call `number` (from
+    0) press Ctrl-C for real (SIGINT to this process, the step goes on) or crash before the step ('crash')."""
+    real, calls = BoltzmannPath.transition_, []
+
+    def counted(self, state, beta, generator):
+        if len(calls) == number:
+            if how == "crash":
+                calls.append("crash")
+                raise RuntimeError("simulated crash")
+            signal.raise_signal(signal.SIGINT)
+        calls.append(beta)
+        return real(self, state, beta, generator)
+
+    monkeypatch.setattr(BoltzmannPath, "transition_", counted)
+    return calls
+
+
+# (model, phase interrupted, transition_ call to stop at): AIS runs STEPS steps, then (DBM) heating STEPS, then
+# the reverse pass STEPS; a DBN's reverse pass follows its AIS.
+CASES = [
+    ("RBM", "AIS", 5),
+    ("RBM", "RAISE", STEPS + 3),
+    ("DBM", "heating", STEPS + 4),
+    ("DBM", "RAISE", 2 * STEPS + 7),
+    ("DBN", "RAISE", STEPS + 1),
+]
+
+
+@pytest.mark.parametrize("kind, phase, number", CASES, ids=[f"{k}-{p}" for k, p, _ in CASES])
+@pytest.mark.parametrize("how", ["ctrl-c", "crash"])
+def test_a_shard_continues_from_its_saved_step(tmp_path, monkeypatch, kind, phase, number, how):
+    """One shard per stage, saved after every step (interval 0): Ctrl-C lets the step finish, saves it and stops;
+    a crash loses only the step it interrupted. Either way the continued run redoes no saved step and gives the
+    bits of an uninterrupted run."""
+    model, test = _tiny(kind)
+    whole = evaluate(model, test, **ONE_SHARD)
+    file = tmp_path / "run.pt"
+    with monkeypatch.context() as m:
+        calls = _stop_at_transition(m, number, how)
+        with pytest.raises(EvaluationInterrupted if how == "ctrl-c" else RuntimeError):
+            evaluate(model, test, **ONE_SHARD, resume_file=str(file), resume_interval=0.0)
+    assert len(calls) == number + 1
+    saved = torch.load(file, weights_only=True)["running"]
+    phase_start = {"AIS": 0, "heating": STEPS, "RAISE": STEPS if kind != "DBM" else 2 * STEPS}[phase]
+    steps_done = number + 1 if how == "ctrl-c" else number  # Ctrl-C finishes its step; a crash loses it
+    assert (saved["phase"], saved["step"]) == (phase, steps_done - phase_start)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler was put back
+    with monkeypatch.context() as m:
+        rerun = _stop_at_transition(m, -1, how)  # count only
+        resumed = evaluate(model, test, **ONE_SHARD, resume_file=str(file), resume_interval=0.0)
+    total = 2 * STEPS + (STEPS if kind == "DBM" else 0)
+    assert len(rerun) == total - steps_done  # saved steps were not run again
+    _same(resumed, whole)
+    assert "running" not in torch.load(file, weights_only=True)  # every shard finished
+
+
+def test_state_is_saved_every_interval_only(tmp_path, monkeypatch):
+    """With the default interval (60 s) a short shard is never saved mid-way: the file holds finished shards."""
+    model, test = _tiny("RBM")
+    saves = []
+    real = sharding.ais
+
+    def spy(*args, **kwargs):
+        store = kwargs["checkpoint"].store
+        write = store.write
+        monkeypatch.setattr(store, "write", lambda running=None: saves.append(running is not None) or write(running))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(sharding, "ais", spy)
+    evaluate(model, test, **ONE_SHARD, resume_file=str(tmp_path / "run.pt"))
+    assert saves and not any(saves)
+
+
+def test_cli_ctrl_c_saves_and_the_same_command_continues(tmp_path):
+    """End to end with a real Ctrl-C: the command saves the annealing state, exits 130 and says how to continue;
+    run again, it finishes with the numbers of an uninterrupted run."""
+    args = [sys.executable, "-m", "raise_eval.cli", "evaluate", str(DEFAULT), "--steps", "3000", "--ais-chains"]
+    args += ["200", "--raise-examples", "10", "--raise-chains", "5", "--threads", "1", "--no-progress"]
+    subprocess.run([*args, "--json", str(tmp_path / "whole.json")], cwd=ROOT, check=True, timeout=300)
+    file = tmp_path / "run.pt"
+    resumable = [*args, "--resume-file", str(file), "--resume-interval", "0", "--json", str(tmp_path / "part.json")]
+    proc = subprocess.Popen(resumable, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while not file.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.05)  # the file appears with the first saved step of AIS
+    assert proc.poll() is None, "the run finished before it could be interrupted"
+    os.kill(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "run the same command to continue" in out
+    assert "running" in torch.load(file, weights_only=True)
+    resumable[-1] = str(tmp_path / "resumed.json")
+    subprocess.run(resumable, cwd=ROOT, check=True, timeout=300, capture_output=True)
+    whole, resumed = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("whole", "resumed"))
+    assert resumed["log_z"] == whole["log_z"] and resumed["log_likelihood"] == whole["log_likelihood"]

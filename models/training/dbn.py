@@ -124,7 +124,9 @@ def train_dbn(
                 raise _OutOfTime
 
         try:
-            rbm = train_rbm(x, config.rbm_config(n_hidden), generator=generator, progress=progress, callback=after_epoch)
+            rbm = train_rbm(
+                x, config.rbm_config(n_hidden), generator=generator, progress=progress, callback=after_epoch
+            )
         except _OutOfTime:
             rbm = state["last"]
         rbms.append(rbm)

@@ -87,6 +87,7 @@ def ais(
     generator: torch.Generator,
     kernel: Optional[Kernel] = None,
     progress: bool = False,
+    checkpoint: Any = None,
 ) -> AISResult:
     """Estimate log Z of the path's target (beta = 1) with `num_chains` AIS chains run in one batch.
 
@@ -98,13 +99,31 @@ def ais(
         generator: the only source of randomness (on the model's device).
         kernel: replaces the path's default kernel.
         progress: show a progress bar.
+        checkpoint: saves the annealing state as it goes and restores a saved one (`raise_eval.resume.
+            ShardCheckpoint`, phase 'AIS'): a restored run continues from its saved step with the generator's saved
+            state, and gives the numbers of an uninterrupted run.
     """
     betas = validate_schedule(betas)
     if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
         raise ValueError(f"num_chains must be a positive integer, got {num_chains!r}")
     start = time.perf_counter()
-    state = path.sample_initial(num_chains, generator)
-    state, log_w = anneal(path, state, betas, generator=generator, kernel=kernel, progress=progress, desc="AIS")
+    saved = None if checkpoint is None else checkpoint.restore("AIS", path)
+    if saved is None:
+        state, log_w, done = path.sample_initial(num_chains, generator), None, 0
+    else:
+        state, log_w, done = saved["state"], saved["log_weights"], saved["step"]
+    state, log_w = anneal(
+        path,
+        state,
+        betas,
+        generator=generator,
+        kernel=kernel,
+        progress=progress,
+        desc="AIS",
+        log_weights=log_w,
+        start_step=done,
+        on_step=None if checkpoint is None else checkpoint.on_step("AIS"),
+    )
     log_w = log_w + path.log_partition_initial
     return AISResult.from_log_weights(log_w, betas.numel() - 1, start, final_state=state)
 

@@ -131,6 +131,7 @@ def raise_log_likelihood(
     heating_kernel: Optional[Kernel] = None,
     unroll: Any = None,
     progress: bool = False,
+    checkpoint: Any = None,
 ) -> RAISEResult:
     """Run RAISE for every row of `data` with `num_chains` chains each, all N x C chains in one batch.
 
@@ -148,6 +149,9 @@ def raise_log_likelihood(
         heating_kernel: replaces the clamped kernel of the heating pass (DBMs).
         unroll: a DBN (`sample_recognition`, `log_directed_likelihood`, `top`) whose directed layers are
             proposed with its recognition distribution; `path.model` must be its top RBM.
+        checkpoint: saves the annealing state as it goes and restores a saved one (`raise_eval.resume.
+            ShardCheckpoint`, phases 'heating' and 'RAISE'): a restored run continues from its saved step with the
+            generator's saved state, and gives the numbers of an uninterrupted run.
     """
     betas = validate_schedule(betas)
     if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
@@ -160,22 +164,35 @@ def raise_log_likelihood(
     start = time.perf_counter()
     v = data.to(device=model.device, dtype=model.dtype)
     n = v.shape[0]
-    v_chains = v.unsqueeze(1).expand(n, num_chains, n_visible).contiguous()
     log_f = None
-    if unroll is not None:
-        kind = "unrolled"
+    if unroll is None and not _even_hidden_layers(model):
+        log_f = path.log_density(path.state_from_layers([v, None]), 1.0).to(torch.float64)  # (N,), exact
+    kind = "unrolled" if unroll is not None else "heating" if _even_hidden_layers(model) else "exact posterior"
+    saved = None if checkpoint is None else checkpoint.restore("RAISE", path)
+    if saved is not None:  # the start was drawn before the save: continue the reverse pass
+        state, log_w0 = saved["state"], saved["extra"]["log_w0"]
+    elif kind == "unrolled":
         layers, log_q = unroll.sample_recognition(v, generator, num_samples=num_chains)
         state, log_w0 = _posterior_start(path, layers[-1])
         log_w0 = log_w0 + unroll.log_directed_likelihood(layers) - log_q
-    elif not _even_hidden_layers(model):
-        kind = "exact posterior"
-        log_f = path.log_density(path.state_from_layers([v, None]), 1.0).to(torch.float64)  # (N,)
-        state = path.state_from_layers([v_chains, None])
+    elif kind == "exact posterior":
+        state = path.state_from_layers([v.unsqueeze(1).expand(n, num_chains, n_visible).contiguous(), None])
         log_w0 = (log_f - path.log_partition_initial).unsqueeze(1)
     else:
-        kind = "heating"
-        state, log_w0 = _heat(path, v_chains, betas, generator, heating_kernel, progress)
-    _, log_w = anneal(path, state, betas.flip(0), generator=generator, kernel=kernel, progress=progress, desc="RAISE")
+        v_chains = v.unsqueeze(1).expand(n, num_chains, n_visible).contiguous()
+        state, log_w0 = _heat(path, v_chains, betas, generator, heating_kernel, progress, checkpoint)
+    _, log_w = anneal(
+        path,
+        state,
+        betas.flip(0),
+        generator=generator,
+        kernel=kernel,
+        progress=progress,
+        desc="RAISE",
+        log_weights=None if saved is None else saved["log_weights"],
+        start_step=0 if saved is None else saved["step"],
+        on_step=None if checkpoint is None else checkpoint.on_step("RAISE", extra={"log_w0": log_w0}),
+    )
     return RAISEResult.from_log_weights(log_w + log_w0, log_f, betas.numel() - 1, start, kind)
 
 
@@ -191,7 +208,9 @@ def _posterior_start(path: BoltzmannPath, v: Tensor) -> tuple[Any, Tensor]:
     return state, path.log_density(state, 1.0).to(torch.float64) - path.log_partition_initial
 
 
-def _heat(path: BoltzmannPath, v: Tensor, betas: Tensor, generator, heating_kernel, progress) -> tuple[Any, Tensor]:
+def _heat(
+    path: BoltzmannPath, v: Tensor, betas: Tensor, generator, heating_kernel, progress, checkpoint=None
+) -> tuple[Any, Tensor]:
     """Heating (Alg. 3, slip fixed): h'_0 ~ p_0(h | v), then forward annealing with v clamped.
 
     Returns the state (v, h'_K) at beta = 1 and log w_0 = log p_0(v) + sum_k log f_k(v, h'_k) - log f_{k-1}(v, h'_k),
@@ -199,17 +218,26 @@ def _heat(path: BoltzmannPath, v: Tensor, betas: Tensor, generator, heating_kern
     (N, C) in float64.
     """
     model = path.model
-    layers = [v] + [
-        path.sample_base_layer(l, v.shape[:-1], generator) if l % 2 == 0 else None for l in range(1, model.num_layers)
-    ]
     heating = path.with_clamped((0,))
+    saved = None if checkpoint is None else checkpoint.restore("heating", heating)
+    if saved is None:
+        layers = [v] + [
+            path.sample_base_layer(l, v.shape[:-1], generator) if l % 2 == 0 else None
+            for l in range(1, model.num_layers)
+        ]
+        state = heating.state_from_layers(layers)
+    else:
+        state = saved["state"]
     state, log_w = anneal(
         heating,
-        heating.state_from_layers(layers),
+        state,
         betas,
         generator=generator,
         kernel=heating_kernel,
         progress=progress,
         desc="RAISE heating",
+        log_weights=None if saved is None else saved["log_weights"],
+        start_step=0 if saved is None else saved["step"],
+        on_step=None if checkpoint is None else checkpoint.on_step("heating"),
     )
     return state, log_w + path.log_base_prob(v, 0)

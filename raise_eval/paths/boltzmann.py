@@ -156,17 +156,13 @@ class BoltzmannPath:
         """log f_{beta_to}(x) - log f_{beta_from}(x), shaped (*batch,)."""
         return self._log_ratio(state, beta_from, beta_to, None)[0]
 
-    def weight_update(
-        self, state: BoltzmannState, beta_from: float, beta_to: float
-    ) -> tuple[Tensor, BoltzmannState]:
+    def weight_update(self, state: BoltzmannState, beta_from: float, beta_to: float) -> tuple[Tensor, BoltzmannState]:
         """(log_density_ratio, the state carrying p(odd | even) at beta_to in new tensors when the weight update
         computed them on its way): a transition at beta_to from the returned state samples from them instead of
         recomputing them, with the same bits. `state` is not modified."""
         return self._log_ratio(state, beta_from, beta_to, "new")
 
-    def weight_update_(
-        self, state: BoltzmannState, beta_from: float, beta_to: float
-    ) -> tuple[Tensor, BoltzmannState]:
+    def weight_update_(self, state: BoltzmannState, beta_from: float, beta_to: float) -> tuple[Tensor, BoltzmannState]:
         """`weight_update` writing the probabilities into the state's own `odd_probs` buffers (see `clone_state`),
         for loops that own their state (`anneal`)."""
         return self._log_ratio(state, beta_from, beta_to, "own")

@@ -151,7 +151,7 @@ def test_reused_probabilities_give_exactly_the_same_step():
     path = _small_step_path()()
     state = path.sample_initial(5000, torch.Generator().manual_seed(0))
     ratio, carried = path.weight_update(state, 0.50, 0.51)
-    assert carried.probs_key == path.probs_key(0.51) and carried.odd_probs[1] is not None  # the small-step form was used
+    assert carried.probs_key == path.probs_key(0.51) and carried.odd_probs[1] is not None  # small-step form
     assert state.probs_key is None and carried.layers[0] is state.layers[0]
     assert torch.equal(ratio, path.log_density_ratio(state, 0.50, 0.51))
     kept = carried.odd_probs[1].clone()
