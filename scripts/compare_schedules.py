@@ -8,7 +8,7 @@ the K it can afford in the adaptive run's wall time (equal wall time). Wall time
 shared machine: compare them within the run.
 
 Outputs in --out (default results/schedules): results.json (every run), table.md, and gap_vs_time.png (the gap
-against wall time, one line per schedule).
+against K at equal K, and against wall time for every run). --from-json redraws the figure from a results.json.
 
     python scripts/compare_schedules.py      # the Grosse/Salakhutdinov MNIST RBM of ../shared/data, K 100 to 3000
     python scripts/compare_schedules.py --checkpoint checkpoints/rbm_digits_64-16.pt --data digits --steps 100 300
@@ -91,23 +91,38 @@ def markdown(rows: list[dict], args) -> str:
 
 
 def plot(rows: list[dict], path: Path) -> bool:
+    """Two panels: the gap against K at equal K, and against wall time for every run."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
+        from matplotlib.ticker import NullFormatter, ScalarFormatter
     except ImportError:
         tqdm.write("matplotlib is not installed: no figure (pip install matplotlib)")
         return False
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for schedule in (*FIXED, "adaptive"):
-        pts = sorted((r["seconds"], r["gap"]) for r in rows if r["schedule"] == schedule)
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], "o-", label=schedule)
-    ax.set_xscale("log")
-    ax.axhline(0.0, color="grey", lw=0.8)
-    ax.set_xlabel("wall time (s)")
-    ax.set_ylabel("gap AIS - RAISE (nats)")
-    ax.legend()
+    fig, (by_k, by_time) = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
+    positive = all(r["gap"] > 0 for r in rows)
+    for i, schedule in enumerate(("linear", "salakhutdinov", "adaptive")):
+        mine = [r for r in rows if r["schedule"] == schedule]
+        same_k = sorted((r["steps"], r["gap"]) for r in mine if r["comparison"] == "equal K")
+        by_k.plot(*zip(*same_k), "o-", color=f"C{i}", label=schedule)
+        by_time.plot(
+            [r["seconds"] for r in mine], [r["gap"] for r in mine], "o", color=f"C{i}", label=schedule, alpha=0.8
+        )
+    for ax, label in ((by_k, "K (annealing steps)"), (by_time, "wall time (s), every run")):
+        ax.set_xscale("log")
+        ax.xaxis.set_major_formatter(ScalarFormatter())
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        if positive:
+            ax.set_yscale("log")
+            ax.yaxis.set_major_formatter(ScalarFormatter())
+        ax.set_xlabel(label)
+        ax.grid(alpha=0.3)
+    by_k.set_ylabel("gap AIS - RAISE (nats)")
+    by_k.set_title("equal K")
+    by_time.set_title("against wall time (equal-time runs included)")
+    by_k.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -126,13 +141,24 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: the idle cores)")
     p.add_argument("--out", default="results/schedules", help="output folder")
+    p.add_argument(
+        "--from-json",
+        metavar="FILE",
+        help="redraw table.md and the figure from a results.json of an earlier run (nothing is computed)",
+    )
     args = p.parse_args(argv)
+    out = Path(args.out)
+    if args.from_json:
+        rows = json.loads(Path(args.from_json).read_text())
+        out.mkdir(parents=True, exist_ok=True)
+        drew = plot(rows, out / "gap_vs_time.png")
+        print(f"redrew {out / 'gap_vs_time.png'}" if drew else "no figure")
+        return
     if not Path(args.checkpoint).exists():
         p.error(f"checkpoint {args.checkpoint} does not exist")
     if min(args.steps) < 1:
         p.error("--steps must be positive")
     torch.set_num_threads(args.threads or default_threads(torch.get_num_threads()))
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
 
     ckpt = load_checkpoint(args.checkpoint)
