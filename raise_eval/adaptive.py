@@ -96,7 +96,7 @@ def pilot_run(
     if not hasattr(path, "with_clamped"):
         raise TypeError(f"the adaptive pilot needs a Boltzmann-machine path (BoltzmannPath), got {type(path).__name__}")
     start = time.perf_counter()
-    pilot = path.with_clamped(path.clamped)  # a fresh path object: no caches shared with the main runs
+    pilot = path.with_clamped(path.clamped)  # a fresh path object: its own caches (its states stay its own)
     grid = linear_schedule(grid_size)
     betas = grid.tolist()
     state = pilot.sample_initial(num_chains, generator)

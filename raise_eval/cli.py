@@ -563,7 +563,8 @@ def cmd_evaluate(args) -> int:
     max_memory = _check_scale_options(args)
     rank = 0
     if launched_by_torchrun():
-        # One process per rank (torchrun): the ranks share out the shards; only rank 0 prints and writes files.
+        # One process per rank (torchrun): the ranks share out the shards; only rank 0 prints and writes --json
+        # (each rank writes its own --resume-file, FILE.rank<r>-of-<N>).
         device = init_from_env(device)
         rank = rank_and_world()[0]
     if Path(args.checkpoint).is_dir():
@@ -622,7 +623,9 @@ def cmd_evaluate(args) -> int:
         # Ctrl-C: no traceback; show and keep what finished.
         print("\n" + stop.report.format_table())
         if args.resume_file:
-            print(f"the run so far is kept in {args.resume_file}: run the same command to continue")
+            world = rank_and_world()[1]
+            kept = args.resume_file if world == 1 else f"{args.resume_file}.rank*-of-{world}"
+            print(f"the run so far is kept in {kept}: run the same command to continue")
         if args.json:
             dump_json(stop.report, args.json)
             print(f"wrote {args.json} (marked incomplete)")

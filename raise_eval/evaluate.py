@@ -41,7 +41,7 @@ from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unno
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.resume import DEFAULT_INTERVAL as DEFAULT_RESUME_INTERVAL
-from raise_eval.resume import ResumeFile, model_digest, rank_resume_file, tensor_digest
+from raise_eval.resume import ResumeFile, check_world_size, model_digest, rank_resume_file, tensor_digest
 from raise_eval.schedules import SCHEDULES, make_schedule, validate_schedule
 from raise_eval.sharding import (
     bytes_per_chain,
@@ -493,15 +493,21 @@ def evaluate(
     if schedule_name == "explicit":
         all_settings["schedule_betas"] = betas.tolist()  # a named schedule is its name and K; these are not
     all_settings.update(settings or {})
+    notes: list[str] = []
     store = None
     if resume_file is not None:
-        if world > 1:  # each rank keeps its own shards; the world size is in the name, so another one starts afresh
+        check_world_size(resume_file, world)
+        if world > 1:  # each rank keeps its own shards
             resume_file = rank_resume_file(resume_file, rank, world)
         store = ResumeFile(
-            resume_file, _resume_settings(all_settings, model, test, path, betas), interval=resume_interval
+            resume_file,
+            _resume_settings(all_settings, model, test, path, betas),
+            interval=resume_interval,
+            context={"threads": torch.get_num_threads(), "torch": str(torch.__version__)},
         )
+        for change in store.context_changes:
+            notes.append(f"resumed with {change}: the continued run is bit-identical only where these agree")
     done: dict[str, Any] = {}
-    notes: list[str] = []
     _, first = _unique_rows(test)
     distinct = first.to(device)
 
@@ -550,6 +556,8 @@ def evaluate(
             )
             all_settings["schedule_betas"] = betas.tolist()
             all_settings["pilot_thermodynamic_length"] = pilot.length
+            if store is not None:
+                store.check_schedule(betas)
             done["pilot_seconds"] = pilot.seconds
             stage = "AIS"
         done["ais"] = sharded_ais(

@@ -37,6 +37,7 @@ import torch
 from torch import Tensor
 
 FORMAT = 2
+READABLE_FORMATS = (1, 2)  # format 1 (finished shards only) is format 2 without a shard in progress
 DEFAULT_INTERVAL = 60.0  # seconds between saves of the annealing state inside a shard
 
 
@@ -62,19 +63,50 @@ def rank_resume_file(path, rank: int, world: int) -> str:
     return f"{path}.rank{rank}-of-{world}"
 
 
+def check_world_size(path, world: int) -> None:
+    """Refuse (ValueError) a resume file written by another number of processes: one process writes `path`
+    itself, N > 1 processes `path.rank<r>-of-<N>`. Shards are dealt out by rank, so the files of one world size
+    cannot continue under another."""
+    path = Path(path)
+    own = {path.name} if world == 1 else {Path(rank_resume_file(path, r, world)).name for r in range(world)}
+    others = sorted(
+        p.name
+        for p in [path, *path.parent.glob(f"{glob_escape(path.name)}.rank*-of-*")]
+        if p.exists() and p.name not in own
+    )
+    if others:
+        raise ValueError(
+            f"--resume-file {path} was written by another number of processes ({', '.join(others)} exist; this run "
+            f"has {world}): continue it with that many processes, or delete those files to start over"
+        )
+
+
+def glob_escape(name: str) -> str:
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
 class ResumeFile:
     """The finished shards of one run, kept in `path` (see the module docstring).
 
     Opening refuses (ValueError) a file written with other settings; a missing file starts an empty run.
     """
 
-    def __init__(self, path, settings: dict[str, Any], interval: float = DEFAULT_INTERVAL):
+    def __init__(
+        self, path, settings: dict[str, Any], interval: float = DEFAULT_INTERVAL, context: Optional[dict] = None
+    ):
         if not interval >= 0:
             raise ValueError(f"the resume interval must be a number of seconds >= 0, got {interval!r}")
         self.path = Path(path)
         self.interval = float(interval)
         self.settings = dict(settings)
-        self.data: dict[str, Any] = {"format": FORMAT, "settings": self.settings, "shards": {}}
+        self.context = dict(context or {})  # e.g. threads and torch version: reported when they change
+        self.context_changes: list[str] = []
+        self.data: dict[str, Any] = {
+            "format": FORMAT,
+            "settings": self.settings,
+            "context": self.context,
+            "shards": {},
+        }
         if self.path.exists():
             try:
                 loaded = torch.load(str(self.path), map_location="cpu", weights_only=True)
@@ -83,7 +115,7 @@ class ResumeFile:
                     f"--resume-file {self.path} is not a raise-eval resume file ({type(e).__name__}); "
                     "delete it or name another file"
                 ) from None
-            if not isinstance(loaded, dict) or loaded.get("format") != FORMAT:
+            if not isinstance(loaded, dict) or loaded.get("format") not in READABLE_FORMATS:
                 raise ValueError(
                     f"--resume-file {self.path} is not a raise-eval resume file of format {FORMAT}; delete it or "
                     "name another file"
@@ -100,7 +132,15 @@ class ResumeFile:
                     + "; ".join(differ)
                     + "); run with the same settings to continue it, or delete it or name another file to start over"
                 )
-            self.data = loaded
+            self.data = {**loaded, "format": FORMAT}
+            context = loaded.get("context", {})
+            # Not refused, since they need not change the numbers; but bit-identity was tested with them equal.
+            self.context_changes = [
+                f"{k} {context[k]} when the file was written, {v} now"
+                for k, v in self.context.items()
+                if k in context and context[k] != v
+            ]
+            self.data["context"] = self.context
 
     def shards(self, stage: str) -> dict[int, dict]:
         """The finished shards of `stage` ('ais', 'raise'): {index: result}."""
@@ -116,6 +156,21 @@ class ResumeFile:
     def checkpoint(self, stage: str, index: int, generator: torch.Generator) -> ShardCheckpoint:
         """The saver and restorer of shard `index` of `stage`'s annealing state (see ShardCheckpoint)."""
         return ShardCheckpoint(self, stage, index, generator)
+
+    def check_schedule(self, betas: Tensor) -> None:
+        """Keep the digest of the betas an adaptive pilot chose, or refuse (ValueError) betas other than the kept
+        ones: a restored step must continue on the schedule it was saved on."""
+        digest = tensor_digest([betas])
+        kept = self.data.get("schedule_digest")
+        if kept is None:
+            self.put("schedule_digest", digest)
+        elif kept != digest:
+            raise ValueError(
+                f"the adaptive pilot chose other betas than the run in --resume-file {self.path} (digest {digest}, "
+                f"the file's {kept}): its numbers depend on the thread count and torch version, which have changed ("
+                + ("; ".join(self.context_changes) or "see the file's settings")
+                + "); run with the file's --threads, or delete the file to start over"
+            )
 
     def get(self, key: str):
         return self.data.get(key)
@@ -158,14 +213,12 @@ class ShardCheckpoint:
         def to(xs):
             return None if xs is None else tuple(None if x is None else x.to(device) for x in xs)
 
+        del self.store.data["running"]  # handed over: the loop changes these tensors from now on
         saved = rec["state"]
         beta = saved["probs_beta"]
-        state = BoltzmannState(
-            to(saved["layers"]),
-            to(saved["odd_inputs"]),
-            to(saved["odd_probs"]),
-            None if beta is None else path.probs_key(beta),
-        )
+        state = BoltzmannState(to(saved["layers"]), to(saved["odd_inputs"]), to(saved["odd_probs"]))
+        if beta is not None:  # the probabilities were valid for this state when it was saved
+            state = state._replace(probs_key=path.probs_key(beta, state))
         self.generator.set_state(rec["generator"])
         extra = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in rec["extra"].items()}
         return {"step": rec["step"], "state": state, "log_weights": rec["log_weights"].to(device), "extra": extra}
@@ -232,17 +285,21 @@ def deferred_interrupts():
     ):
         yield  # a process that ignores Ctrl-C (e.g. a background job of a script) goes on ignoring it
         return
-    previous = signal.signal(signal.SIGINT, _on_sigint)
+    # Count first and put the old handler back before uncounting, so that a Ctrl-C landing between the two finds
+    # a consistent pair (no window where our handler is installed but not counted).
     _interrupts["deferring"] += 1
+    previous = None
     try:
+        previous = signal.signal(signal.SIGINT, _on_sigint)
         yield
         if _interrupts["requested"]:
             raise KeyboardInterrupt
     finally:
+        if previous is not None:
+            signal.signal(signal.SIGINT, previous)
         _interrupts["deferring"] -= 1
         if _interrupts["deferring"] == 0:
             _interrupts["requested"] = False
-        signal.signal(signal.SIGINT, previous)
 
 
 def _cpu(obj):

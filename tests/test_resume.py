@@ -217,3 +217,41 @@ def test_cli_ctrl_c_saves_and_the_same_command_continues(tmp_path):
     subprocess.run(resumable, cwd=ROOT, check=True, timeout=300, capture_output=True)
     whole, resumed = (json.loads((tmp_path / f"{n}.json").read_text()) for n in ("whole", "resumed"))
     assert resumed["log_z"] == whole["log_z"] and resumed["log_likelihood"] == whole["log_likelihood"]
+
+
+def test_files_of_another_number_of_processes_are_refused(digits, tmp_path):
+    """One process writes FILE, N processes FILE.rank<r>-of-<N>: neither continues the other's run."""
+    model, test, means = digits
+    file = tmp_path / "run.pt"
+    (tmp_path / "run.pt.rank0-of-2").write_bytes(b"")
+    with pytest.raises(ValueError, match=r"another number of processes \(run.pt.rank0-of-2 exist; this run has 1\)"):
+        evaluate(model, test, train_pixel_means=means, **RUN, resume_file=str(file))
+
+
+def test_an_adaptive_schedule_must_match_the_files(digits, tmp_path):
+    """The pilot runs again on resume; betas other than those the file's run used (another thread count or torch
+    could give them) are refused rather than continued on."""
+    model, test, means = digits
+    file = tmp_path / "run.pt"
+    adaptive = dict(RUN, schedule="adaptive", pilot_chains=20, pilot_grid=20)
+    evaluate(model, test, train_pixel_means=means, **adaptive, resume_file=str(file))
+    data = torch.load(file, weights_only=True)
+    assert data["schedule_digest"]
+    evaluate(model, test, train_pixel_means=means, **adaptive, resume_file=str(file))  # same betas: accepted
+    data["schedule_digest"], data["context"]["threads"] = "0" * 16, 64
+    torch.save(data, file)
+    with pytest.raises(ValueError, match=r"other betas .*threads 64 when the file was written, 1 now"):
+        evaluate(model, test, train_pixel_means=means, **adaptive, resume_file=str(file))
+
+
+def test_format_1_files_and_context_changes(digits, tmp_path):
+    """A file of format 1 (finished shards only) is read; a thread count other than the file's is noted."""
+    model, test, means = digits
+    file = tmp_path / "run.pt"
+    whole = evaluate(model, test, train_pixel_means=means, **RUN, resume_file=str(file))
+    data = torch.load(file, weights_only=True)
+    data["format"], data["context"]["threads"] = 1, 7
+    torch.save(data, file)
+    again = evaluate(model, test, train_pixel_means=means, **RUN, resume_file=str(file))
+    _same(again, whole)
+    assert any("threads 7 when the file was written, 1 now" in n for n in again.notes)

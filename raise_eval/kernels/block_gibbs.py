@@ -54,9 +54,10 @@ class BoltzmannState(NamedTuple):
         temperature named by `probs_key`, which the weight update computed on its way
         (`BoltzmannPath.weight_update`) and the next transition there samples from instead of recomputing them;
         None for even layers, or None altogether.
-    probs_key: (the path's token, beta) of `odd_probs` (`BoltzmannPath.probs_key`), so that another path, or
-        another beta, never takes them; None when they hold nothing valid (the annealing loop keeps them as
-        buffers of its own state between steps).
+    probs_key: (the path's token, beta, the state's tensors and their version counters) of `odd_probs`
+        (`BoltzmannPath.probs_key`), so that another path, another beta or a state changed since never takes
+        them; None when they hold nothing valid (the annealing loop keeps them as buffers of its own state between
+        steps). A copy (`clone_state`) drops the key: `BoltzmannPath.clone_state` re-keys a valid one.
     """
 
     layers: tuple[Optional[Tensor], ...]
@@ -130,6 +131,4 @@ def clone_state(state: BoltzmannState) -> BoltzmannState:
         return None if x is None else x.clone(memory_format=torch.contiguous_format)
 
     probs = None if state.odd_probs is None else tuple(copy(x) for x in state.odd_probs)
-    return BoltzmannState(
-        tuple(copy(x) for x in state.layers), tuple(copy(x) for x in state.odd_inputs), probs, state.probs_key
-    )
+    return BoltzmannState(tuple(copy(x) for x in state.layers), tuple(copy(x) for x in state.odd_inputs), probs, None)

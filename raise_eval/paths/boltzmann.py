@@ -114,9 +114,17 @@ class BoltzmannPath:
         path._token = self._token
         return path
 
-    def probs_key(self, beta: float) -> tuple:
-        """The key (`BoltzmannState.probs_key`) of odd-layer probabilities computed by this path at `beta`."""
-        return (self._token, float(beta))
+    def probs_key(self, beta: float, state: BoltzmannState) -> Optional[tuple]:
+        """The key (`BoltzmannState.probs_key`) of odd-layer probabilities computed by this path at `beta` from
+        `state` as it is now: (the path's token, beta, the identity and version counter of each of the state's
+        tensors), so that a state changed in place, or a new state built around the old probabilities, never
+        passes for the one they were computed from. None where tensors keep no version counter (inference
+        mode): the probabilities are then recomputed, with the same bits."""
+        try:
+            stamp = tuple((id(t), t._version) for t in (*state.layers, *state.odd_inputs) if t is not None)
+        except RuntimeError:
+            return None
+        return (self._token, float(beta), stamp)
 
     @property
     def log_partition_initial(self) -> float:
@@ -188,12 +196,16 @@ class BoltzmannPath:
         # With the small-step form the first buffer of each odd layer now holds p(x_l = 1 | x_even) at beta_to:
         # exactly what a transition at beta_to from this state samples first (the annealing loop's next step).
         if keep:
-            return ratio, state._replace(odd_probs=tuple(probs), probs_key=self.probs_key(beta_to))
+            return ratio, state._replace(odd_probs=tuple(probs), probs_key=self.probs_key(beta_to, state))
         return ratio, state._replace(probs_key=None)
+
+    def _stamp_of(self, state: BoltzmannState):
+        key = self.probs_key(0.0, state)
+        return None if key is None else key[2]
 
     def _probs_at(self, state: BoltzmannState, beta: float):
         """The state's odd-layer probabilities if this path computed them at `beta`, else None."""
-        if state.odd_probs is None or state.probs_key is None or state.probs_key != self.probs_key(beta):
+        if state.odd_probs is None or state.probs_key is None or state.probs_key != self.probs_key(beta, state):
             return None
         return state.odd_probs
 
@@ -234,7 +246,13 @@ class BoltzmannPath:
     def clone_state(self, state: BoltzmannState) -> BoltzmannState:
         """A copy of `state` with new contiguous tensors (what `transition_` may overwrite), with buffers for the
         odd-layer probabilities of `weight_update_` (copied when the state has them)."""
+        key, source = state.probs_key, state
         state = clone_state(state)
+        if key is not None and key[2] == self._stamp_of(source):  # valid for the source: valid for its copy
+            token_beta = key[:2]
+            state = state._replace(probs_key=(*token_beta, self._stamp_of(state)))
+        else:
+            state = state._replace(probs_key=None)
         if state.odd_probs is None:
             buffers = tuple(None if inp is None else torch.empty_like(inp) for inp in state.odd_inputs)
             state = state._replace(odd_probs=buffers, probs_key=None)

@@ -151,7 +151,7 @@ def test_reused_probabilities_give_exactly_the_same_step():
     path = _small_step_path()()
     state = path.sample_initial(5000, torch.Generator().manual_seed(0))
     ratio, carried = path.weight_update(state, 0.50, 0.51)
-    assert carried.probs_key == path.probs_key(0.51) and carried.odd_probs[1] is not None  # small-step form
+    assert carried.probs_key == path.probs_key(0.51, state) and carried.odd_probs[1] is not None  # small-step form
     assert state.probs_key is None and carried.layers[0] is state.layers[0]
     assert torch.equal(ratio, path.log_density_ratio(state, 0.50, 0.51))
     kept = carried.odd_probs[1].clone()
@@ -166,8 +166,8 @@ def test_reused_probabilities_give_exactly_the_same_step():
 
 
 def test_probabilities_of_another_beta_are_never_reused(monkeypatch):
-    """A state's probabilities serve a transition of their own path at their own beta only, and a large step (the
-    softplus form) leaves none."""
+    """A state's probabilities serve a transition of their own path, at their own beta, from the state unchanged;
+    a large step (the softplus form) leaves none."""
     import raise_eval.paths.boltzmann as boltzmann_paths
 
     path = _small_step_path()()
@@ -187,6 +187,22 @@ def test_probabilities_of_another_beta_are_never_reused(monkeypatch):
     c = other.transition(carried, 0.51, torch.Generator().manual_seed(3))
     d = path.transition(carried, 0.51, torch.Generator().manual_seed(3))
     assert given[2] is None and given[3] is not None and torch.equal(c.layers[0], d.layers[0])
-    assert path.with_clamped(()).probs_key(0.51) == path.probs_key(0.51) != other.probs_key(0.51)
+    assert path.with_clamped(()).probs_key(0.51, state) == path.probs_key(0.51, state) != other.probs_key(0.51, state)
+    # changed in place after the weight update (a user setting the visible layer): stale, recomputed
+    _, carried = path.weight_update(state, 0.50, 0.51)
+    flipped = 1.0 - state.layers[0]
+    carried.layers[0].copy_(flipped)
+    carried.odd_inputs[1].copy_(path.state_from_layers([flipped, None]).odd_inputs[1])
+    e = path.transition(carried, 0.51, torch.Generator().manual_seed(4))
+    assert given[4] is None
+    f = path.transition(path.state_from_layers([flipped, None]), 0.51, torch.Generator().manual_seed(4))
+    assert torch.equal(e.layers[0], f.layers[0])
+    # a new state built around the old probabilities: not its own, recomputed
+    _, carried = path.weight_update(state, 0.50, 0.51)
+    rebuilt = path.state_from_layers([state.layers[0].clone(), None])._replace(
+        odd_probs=carried.odd_probs, probs_key=carried.probs_key
+    )
+    path.transition(rebuilt, 0.51, torch.Generator().manual_seed(4))
+    assert given[-1] is None
     _, far = path.weight_update(state, 0.0, 1.0)  # |d| may exceed 2: no probabilities
     assert far.probs_key is None
