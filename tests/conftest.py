@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -109,3 +110,15 @@ def tiny_dbn(request):
 
     weights, biases, recognition = _random_layers(request.param, seed=31, weight_std=1.0)
     return DBN(weights, biases, recognition)
+
+
+@pytest.fixture
+def ctrl_c_raises():
+    """Ctrl-C (SIGINT) raising KeyboardInterrupt here and in the subprocesses a test starts, as in a terminal, even
+    when the test run itself was started as a background job, where SIGINT is ignored and children inherit that
+    (a handled signal, unlike an ignored one, is reset to its default at exec)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -163,7 +163,7 @@ def test_console_script_is_installed():
     assert "RAISE" in result.stdout
 
 
-def test_ctrl_c_during_raise_keeps_the_ais_result(tmp_path):
+def test_ctrl_c_during_raise_keeps_the_ais_result(tmp_path, ctrl_c_raises):
     """SIGINT while RAISE runs: exit 130, no traceback, the AIS rows printed and a JSON marked incomplete."""
     import signal
     import sys

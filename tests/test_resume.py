@@ -152,7 +152,7 @@ CASES = [
 
 @pytest.mark.parametrize("kind, phase, number", CASES, ids=[f"{k}-{p}" for k, p, _ in CASES])
 @pytest.mark.parametrize("how", ["ctrl-c", "crash"])
-def test_a_shard_continues_from_its_saved_step(tmp_path, monkeypatch, kind, phase, number, how):
+def test_a_shard_continues_from_its_saved_step(tmp_path, monkeypatch, kind, phase, number, how, ctrl_c_raises):
     """One shard per stage, saved after every step (interval 0): Ctrl-C lets the step finish, saves it and stops;
     a crash loses only the step it interrupted. Either way the continued run redoes no saved step and gives the
     bits of an uninterrupted run."""
@@ -195,7 +195,7 @@ def test_state_is_saved_every_interval_only(tmp_path, monkeypatch):
     assert saves and not any(saves)
 
 
-def test_cli_ctrl_c_saves_and_the_same_command_continues(tmp_path):
+def test_cli_ctrl_c_saves_and_the_same_command_continues(tmp_path, ctrl_c_raises):
     """End to end with a real Ctrl-C: the command saves the annealing state, exits 130 and says how to continue;
     run again, it finishes with the numbers of an uninterrupted run."""
     args = [sys.executable, "-m", "raise_eval.cli", "evaluate", str(DEFAULT), "--steps", "3000", "--ais-chains"]
