@@ -4,6 +4,7 @@ AIS gives a stochastic lower bound on log Z (an optimistic log-likelihood for MR
 bound on the log-likelihood of the annealing model (a conservative one); together they sandwich the truth.
 """
 
+from raise_eval._version import __version__ as __version__
 from raise_eval.annealing import anneal
 from raise_eval.estimators import (
     AIDEResult,
@@ -39,8 +40,6 @@ from raise_eval.models import (
 from raise_eval.models.io import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, save_npz
 from raise_eval.paths import BoltzmannPath, DirectedPath, data_base_rates, uniform_base
 from raise_eval.schedules import linear_schedule, make_schedule, salakhutdinov_schedule, sigmoid_schedule
-
-__version__ = "0.1.0"
 
 __all__ = [
     "DBM",

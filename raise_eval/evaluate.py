@@ -29,6 +29,7 @@ from torch import Tensor
 
 from raise_eval import distributed
 from raise_eval import exact as exact_mod
+from raise_eval._version import __version__
 from raise_eval.adaptive import DEFAULT_PILOT_CHAINS, DEFAULT_PILOT_GRID, adaptive_pilot
 from raise_eval.datasets import check_binary
 from raise_eval.diagnostics import Warning, diagnose
@@ -50,6 +51,7 @@ from raise_eval.sharding import (
     format_size,
     log_f_bytes,
     raise_vectors_per_shard,
+    shard_bounds,
     sharded_ais,
     sharded_raise,
 )
@@ -503,7 +505,7 @@ def evaluate(
             resume_file,
             _resume_settings(all_settings, model, test, path, betas),
             interval=resume_interval,
-            context={"threads": torch.get_num_threads(), "torch": str(torch.__version__)},
+            context={"threads": torch.get_num_threads(), "torch": str(torch.__version__), "raise_eval": __version__},
         )
         for change in store.context_changes:
             notes.append(f"resumed with {change}: the continued run is bit-identical only where these agree")
@@ -563,6 +565,8 @@ def evaluate(
         done["ais"] = sharded_ais(
             path, betas, ais_chains, seed=seed, shard_size=shard_size, progress=progress, store=store
         )
+        if ais_chains > shard_size:
+            notes.append(f"AIS ran in {len(shard_bounds(ais_chains, shard_size))} shards of up to {shard_size} chains")
         stage = "the log f(v) estimates"
         # One stream (seed + 2) through chunks fixed by the settings, as always: not sharded, made on rank 0 (other
         # ranks go on to RAISE and receive the estimates afterwards).
@@ -600,6 +604,11 @@ def evaluate(
             progress=progress,
             store=store,
         )
+        per_shard = raise_vectors_per_shard(shard_size, raise_chains)
+        if len(subset) > per_shard:
+            notes.append(
+                f"RAISE ran in {len(shard_bounds(len(subset), per_shard))} shards of up to {per_shard} vectors"
+            )
         if world > 1:
             done["log_f"] = _log_f_to(distributed.broadcast_from_rank0(log_f_est), device)
         log_f_all = done["log_f"].log_unnormalized
@@ -621,8 +630,18 @@ def evaluate(
             hint = " (use --exact always to force)" if needed <= ALWAYS_EXACT_LIMIT else ""
             notes.append(f"exact values skipped: they would enumerate 2^{needed} states{hint}")
     except KeyboardInterrupt:
+        _note_continued(store, resume_file, notes)
         raise EvaluationInterrupted(report(interrupted=stage)) from None
+    _note_continued(store, resume_file, notes)
     return report()
+
+
+def _note_continued(store: Optional[ResumeFile], resume_file, notes: list[str]) -> None:
+    """What a resumed run took from its file, in the report's notes (its times cover this invocation only)."""
+    if store is not None and store.continued:
+        notes.append(
+            f"continued from {resume_file}: {'; '.join(store.continued)} (the times shown are this invocation's)"
+        )
 
 
 def _log_f_to(est: LogUnnormalizedEstimate, device) -> LogUnnormalizedEstimate:

@@ -101,6 +101,7 @@ class ResumeFile:
         self.settings = dict(settings)
         self.context = dict(context or {})  # e.g. threads and torch version: reported when they change
         self.context_changes: list[str] = []
+        self.continued: list[str] = []  # what this run took from the file, for the report's notes
         self.data: dict[str, Any] = {
             "format": FORMAT,
             "settings": self.settings,
@@ -145,6 +146,11 @@ class ResumeFile:
     def shards(self, stage: str) -> dict[int, dict]:
         """The finished shards of `stage` ('ais', 'raise'): {index: result}."""
         return self.data["shards"].get(stage, {})
+
+    def note_read_back(self, stage: str, count: int, total: int) -> None:
+        """Record that `count` of `total` finished shards of `stage` were taken from the file."""
+        if count:
+            self.continued.append(f"{count} of {total} {stage} shards read back")
 
     def save_shard(self, stage: str, index: int, result: dict) -> None:
         self.data["shards"].setdefault(stage, {})[int(index)] = _cpu(result)
@@ -220,6 +226,7 @@ class ShardCheckpoint:
         if beta is not None:  # the probabilities were valid for this state when it was saved
             state = state._replace(probs_key=path.probs_key(beta, state))
         self.generator.set_state(rec["generator"])
+        self.store.continued.append(f"{self.stage} shard {self.index} continued from step {rec['step']} ({phase})")
         extra = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in rec["extra"].items()}
         return {"step": rec["step"], "state": state, "log_weights": rec["log_weights"].to(device), "extra": extra}
 

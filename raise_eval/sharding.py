@@ -161,6 +161,8 @@ def _run(
     at the end of the step, then the run stops with KeyboardInterrupt."""
     done = dict(store.shards(stage)) if store is not None else {}
     todo = _local_shards(num_shards, done)
+    if store is not None:
+        store.note_read_back(stage.upper(), len(done), num_shards)
     bar = tqdm(total=len(todo), desc=f"{stage} shards", disable=not progress or num_shards == 1, leave=False)
     try:
         with deferred_interrupts() if store is not None else contextlib.nullcontext():

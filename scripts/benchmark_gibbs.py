@@ -101,7 +101,7 @@ def main(argv=None) -> None:
     dtype = getattr(torch, args.dtype)
     print(
         f"784-500 RBM, {args.chains} chains, {args.steps} steps x {args.repeats} repeats, {args.dtype}, "
-        f"{torch.get_num_threads()} CPU threads, torch {torch.__version__}"
+        f"CPU threads: {torch.get_num_threads()}, torch {torch.__version__}"
     )
     results = []
     for name in devices:

@@ -1,11 +1,12 @@
 """Compare annealing schedules (linear, Salakhutdinov's, adaptive) on one checkpoint at equal K and equal wall time.
 
 For every K in --steps, one `raise_eval.evaluate` run per schedule (AIS log Z and the AIS and RAISE average test
-log-likelihoods, seed 0). The gap AIS - RAISE says how far the sandwich is from closing: the better schedule closes
-it with less computation. Equal K compares the schedules step for step; but the adaptive schedule also pays for its
-pilot run, so each fixed schedule is run a second time at K' = K x (adaptive's total time / its own time at K),
-the K it can afford in the adaptive run's wall time (equal wall time). Wall times are measured in this run, on a
-shared machine: compare them within the run.
+log-likelihoods, the same --seed for every run). The gap AIS - RAISE says how far the sandwich is from closing:
+the better schedule closes it with less computation (read it with the AIS ESS column: with a few effective chains
+AIS can land below the truth and the gap looks small or negative). Equal K compares the schedules step for step;
+but the adaptive schedule also pays for its pilot run, so each fixed schedule is run a second time at
+K' = K x (adaptive's total time / its own time at K), the K it can afford in the adaptive run's wall time (equal
+wall time). Wall times are measured in this run, on a shared machine: compare them within the run.
 
 Outputs in --out (default results/schedules): results.json (every run), table.md, and gap_vs_time.png (the gap
 against K at equal K, and against wall time for every run). --from-json redraws the figure from a results.json.
@@ -74,7 +75,7 @@ def markdown(rows: list[dict], args) -> str:
         "",
         f"Data {args.data} (test split); base-rate start; {args.ais_chains} AIS chains, {args.raise_examples} test "
         f"vectors x {args.raise_chains} RAISE chains (control variate log f(v)); seed {args.seed}; "
-        f"{torch.get_num_threads()} threads. Average test log-likelihood in nats, ± one standard error; "
+        f"torch threads: {torch.get_num_threads()}. Average test log-likelihood in nats, ± one standard error; "
         "gap = AIS - RAISE. 'equal time' rows run a fixed schedule at the K it affords in the adaptive run's "
         "wall time (pilot included).",
         "",
@@ -131,20 +132,35 @@ def plot(rows: list[dict], path: Path) -> bool:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--checkpoint", default=DEFAULT_CHECKPOINT, help="an RBM, DBM or DBN checkpoint")
-    p.add_argument("--data", default="binarized_mnist", choices=sorted(DATASET_SPECS), help="its dataset")
+    p.add_argument(
+        "--checkpoint",
+        default=DEFAULT_CHECKPOINT,
+        help=f"an RBM, DBM or DBN checkpoint (default: {DEFAULT_CHECKPOINT})",
+    )
+    p.add_argument(
+        "--data",
+        default="binarized_mnist",
+        choices=sorted(DATASET_SPECS),
+        help="its dataset (default: binarized_mnist)",
+    )
     p.add_argument("--data-root", default=None, help="where the datasets are (default ../shared/data)")
-    p.add_argument("--steps", type=int, nargs="+", default=[100, 300, 1000, 3000], help="the K to compare at")
-    p.add_argument("--ais-chains", type=int, default=1000)
-    p.add_argument("--raise-examples", type=int, default=100)
-    p.add_argument("--raise-chains", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--steps",
+        type=int,
+        nargs="+",
+        default=[100, 300, 1000, 3000],
+        help="the K to compare at (default: 100 300 1000 3000)",
+    )
+    p.add_argument("--ais-chains", type=int, default=1000, help="AIS chains per run (default: 1000)")
+    p.add_argument("--raise-examples", type=int, default=100, help="test vectors RAISE runs on (default: 100)")
+    p.add_argument("--raise-chains", type=int, default=20, help="RAISE chains per test vector (default: 20)")
+    p.add_argument("--seed", type=int, default=0, help="seed of every run (default: 0)")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: the idle cores)")
     p.add_argument("--out", default="results/schedules", help="output folder")
     p.add_argument(
         "--from-json",
         metavar="FILE",
-        help="redraw table.md and the figure from a results.json of an earlier run (nothing is computed)",
+        help="redraw the figure from a results.json of an earlier run into --out (nothing is computed)",
     )
     args = p.parse_args(argv)
     out = Path(args.out)

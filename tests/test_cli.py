@@ -274,3 +274,26 @@ def test_threads_are_recorded(tmp_path):
     out = tmp_path / "r.json"
     assert main(["evaluate", str(DEFAULT), *FAST, "--threads", "1", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["settings"]["threads"] == 1
+
+
+def test_a_folder_that_cannot_be_written_is_refused_before_work(tmp_path, monkeypatch, capsys):
+    """Where os.access says yes but writing fails (e.g. /proc, a read-only mount seen by root), a probe file finds
+    out before any work, for --json and --resume-file alike."""
+    import raise_eval.cli as cli
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(cli.tempfile, "NamedTemporaryFile", refuse)
+    for option in ("--json", "--resume-file"):
+        with pytest.raises(SystemExit) as stop:
+            main(["evaluate", str(DEFAULT), option, str(tmp_path / "out")])
+        assert stop.value.code == 2
+        err = capsys.readouterr().err
+        assert f"{option} {tmp_path / 'out'}: cannot write in the folder {tmp_path} (Permission denied)" in err
+
+
+def test_resume_interval_needs_a_resume_file(capsys):
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", str(DEFAULT), "--resume-interval", "5"])
+    assert stop.value.code == 2 and "give --resume-file too" in capsys.readouterr().err

@@ -176,6 +176,8 @@ def test_a_shard_continues_from_its_saved_step(tmp_path, monkeypatch, kind, phas
     assert len(rerun) == total - steps_done  # saved steps were not run again
     _same(resumed, whole)
     assert "running" not in torch.load(file, weights_only=True)  # every shard finished
+    continued = f"shard 0 continued from step {steps_done - phase_start} ({phase})"
+    assert any(continued in note for note in resumed.notes), resumed.notes
 
 
 def test_state_is_saved_every_interval_only(tmp_path, monkeypatch):
