@@ -63,4 +63,6 @@ def test_two_processes_resume_from_their_own_files(tmp_path):
             assert ranks == ["run.pt.rank0-of-2", "run.pt.rank1-of-2"]
             stamps = [p.stat().st_mtime_ns for p in sorted(tmp_path.glob("run.pt.rank*"))]
     assert [p.stat().st_mtime_ns for p in sorted(tmp_path.glob("run.pt.rank*"))] == stamps
+    continued = docs[1]["notes"].pop()  # the second run says what it read back (rank 0's file: its 2 + 2 shards)
+    assert "run.pt.rank0-of-2: 2 of 4 AIS shards read back; 2 of 3 RAISE shards read back" in continued
     assert docs[0] == docs[1]
