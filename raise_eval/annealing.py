@@ -114,3 +114,14 @@ def anneal(
     finally:
         bar.close()
     return state, log_weights
+
+
+def continuation(checkpoint: Any, phase: str, saved: Optional[dict], extra: Optional[dict] = None) -> dict[str, Any]:
+    """The `anneal` arguments of a phase run under a checkpoint (`raise_eval.resume.ShardCheckpoint`, or None):
+    from `saved` (what `checkpoint.restore(phase, path)` returned, or None for a fresh start) and saving through
+    `checkpoint.on_step(phase, extra)` as it goes."""
+    return {
+        "log_weights": None if saved is None else saved["log_weights"],
+        "start_step": 0 if saved is None else saved["step"],
+        "on_step": None if checkpoint is None else checkpoint.on_step(phase, extra),
+    }

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from raise_eval.annealing import Kernel, anneal
+from raise_eval.annealing import Kernel, anneal, continuation
 from raise_eval.results import scalar
 from raise_eval.schedules import validate_schedule
 from raise_eval.stats import summarize_log_weights
@@ -108,10 +108,7 @@ def ais(
         raise ValueError(f"num_chains must be a positive integer, got {num_chains!r}")
     start = time.perf_counter()
     saved = None if checkpoint is None else checkpoint.restore("AIS", path)
-    if saved is None:
-        state, log_w, done = path.sample_initial(num_chains, generator), None, 0
-    else:
-        state, log_w, done = saved["state"], saved["log_weights"], saved["step"]
+    state = path.sample_initial(num_chains, generator) if saved is None else saved["state"]
     state, log_w = anneal(
         path,
         state,
@@ -120,9 +117,7 @@ def ais(
         kernel=kernel,
         progress=progress,
         desc="AIS",
-        log_weights=log_w,
-        start_step=done,
-        on_step=None if checkpoint is None else checkpoint.on_step("AIS"),
+        **continuation(checkpoint, "AIS", saved),
     )
     log_w = log_w + path.log_partition_initial
     return AISResult.from_log_weights(log_w, betas.numel() - 1, start, final_state=state)

@@ -32,7 +32,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from raise_eval.annealing import Kernel, anneal
+from raise_eval.annealing import Kernel, anneal, continuation
 from raise_eval.datasets import check_binary
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.paths.boltzmann import BoltzmannPath
@@ -189,9 +189,7 @@ def raise_log_likelihood(
         kernel=kernel,
         progress=progress,
         desc="RAISE",
-        log_weights=None if saved is None else saved["log_weights"],
-        start_step=0 if saved is None else saved["step"],
-        on_step=None if checkpoint is None else checkpoint.on_step("RAISE", extra={"log_w0": log_w0}),
+        **continuation(checkpoint, "RAISE", saved, extra={"log_w0": log_w0}),
     )
     return RAISEResult.from_log_weights(log_w + log_w0, log_f, betas.numel() - 1, start, kind)
 
@@ -236,8 +234,6 @@ def _heat(
         kernel=heating_kernel,
         progress=progress,
         desc="RAISE heating",
-        log_weights=None if saved is None else saved["log_weights"],
-        start_step=0 if saved is None else saved["step"],
-        on_step=None if checkpoint is None else checkpoint.on_step("heating"),
+        **continuation(checkpoint, "heating", saved),
     )
     return state, log_w + path.log_base_prob(v, 0)
