@@ -19,6 +19,7 @@ is the control-variate mean; the plain subset mean is reported beside it.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from dataclasses import dataclass, field
@@ -42,7 +43,14 @@ from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unno
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.resume import DEFAULT_INTERVAL as DEFAULT_RESUME_INTERVAL
-from raise_eval.resume import ResumeFile, check_world_size, model_digest, rank_resume_file, tensor_digest
+from raise_eval.resume import (
+    ResumeFile,
+    check_world_size,
+    deferred_interrupts,
+    model_digest,
+    rank_resume_file,
+    tensor_digest,
+)
 from raise_eval.schedules import SCHEDULES, make_schedule, validate_schedule
 from raise_eval.sharding import (
     bytes_per_chain,
@@ -574,14 +582,17 @@ def evaluate(
         if log_f_est is None and store is not None and store.get("log_f") is not None:
             log_f_est = _log_f_to(LogUnnormalizedEstimate(**store.get("log_f")), device)
         if log_f_est is None and rank == 0:
-            log_f_est = log_unnormalized_estimate(
-                model,
-                test,
-                method=log_f_method,
-                num_samples=log_f_samples,
-                generator=torch.Generator(device=device).manual_seed(seed + 2),
-                progress=progress,
-            )
+            generator = torch.Generator(device=device).manual_seed(seed + 2)
+            with deferred_interrupts() if store is not None else contextlib.nullcontext():
+                log_f_est = log_unnormalized_estimate(
+                    model,
+                    test,
+                    method=log_f_method,
+                    num_samples=log_f_samples,
+                    generator=generator,
+                    progress=progress,
+                    checkpoint=None if store is None else store.checkpoint("log_f", 0, generator),
+                )
             if store is not None:
                 store.put("log_f", dict(vars(log_f_est)))
         if log_f_est is not None:

@@ -8,10 +8,11 @@ The file (written with torch.save, read with torch.load(weights_only=True)) is a
         distribution and the schedule; seed, chain counts, shard size, dtype, device, ...)
     shards: {stage: {shard index: {"log_weights": tensor, ...}}} for the finished AIS and RAISE shards
     log_f: the log f(v) estimates once computed (a dict of LogUnnormalizedEstimate's fields), or absent
-    running: the shard in progress, or absent: {stage, shard, phase ('AIS', 'heating' or 'RAISE'), step (steps
-        done), state (the chains' even layers, cached odd-layer inputs and carried probabilities), log_weights,
-        generator (the shard generator's state), extra (what the phase adds at its end, e.g. RAISE's start
-        weights)}
+    running: the shard in progress, or absent: {stage, shard, phase ('AIS', 'heating' or 'RAISE'; 'log f(v)' for
+        the estimates' chunks), step (steps or chunks done), state (the chains' even layers, cached odd-layer inputs
+        and carried probabilities; None for the log f(v) chunks), log_weights (for the log f(v) chunks, the
+        estimates and standard errors so far, stacked), generator (the generator's state), extra (what the phase
+        adds at its end, e.g. RAISE's start weights)}
 
 It is rewritten atomically (a temporary file, then os.replace) after every finished shard and, inside a shard,
 every `interval` seconds and at Ctrl-C: while a resume file is in use, Ctrl-C (SIGINT) lets the annealing loop
@@ -207,26 +208,29 @@ class ShardCheckpoint:
         self._last_save = time.monotonic()
 
     def restore(self, phase: str, path) -> Optional[dict[str, Any]]:
-        """The saved state of `phase` of this shard, or None: {step, state (on path's device, its carried
-        probabilities keyed for `path`), log_weights, extra}. Restores the generator's state too."""
+        """The saved state of `phase` of this shard, or None: {step, state (on the generator's device, its carried
+        probabilities keyed for `path`; None for a stage without chains, e.g. the log f(v) chunks), log_weights,
+        extra}. Restores the generator's state too."""
         rec = self.store.data.get("running")
         if rec is None or (rec["stage"], rec["shard"], rec["phase"]) != (self.stage, self.index, phase):
             return None
         from raise_eval.kernels.block_gibbs import BoltzmannState  # the resumable runs are Boltzmann paths
 
-        device = path.model.device
+        device = self.generator.device
 
         def to(xs):
             return None if xs is None else tuple(None if x is None else x.to(device) for x in xs)
 
         del self.store.data["running"]  # handed over: the loop changes these tensors from now on
-        saved = rec["state"]
-        beta = saved["probs_beta"]
-        state = BoltzmannState(to(saved["layers"]), to(saved["odd_inputs"]), to(saved["odd_probs"]))
-        if beta is not None:  # the probabilities were valid for this state when it was saved
-            state = state._replace(probs_key=path.probs_key(beta, state))
+        saved, state = rec["state"], None
+        if saved is not None:
+            beta = saved["probs_beta"]
+            state = BoltzmannState(to(saved["layers"]), to(saved["odd_inputs"]), to(saved["odd_probs"]))
+            if beta is not None:  # the probabilities were valid for this state when it was saved
+                state = state._replace(probs_key=path.probs_key(beta, state))
         self.generator.set_state(rec["generator"])
-        self.store.continued.append(f"{self.stage} shard {self.index} continued from step {rec['step']} ({phase})")
+        unit = "step" if state is not None else "chunk"
+        self.store.continued.append(f"{self.stage} shard {self.index} continued from {unit} {rec['step']} ({phase})")
         extra = {k: v.to(device) if isinstance(v, Tensor) else v for k, v in rec["extra"].items()}
         return {"step": rec["step"], "state": state, "log_weights": rec["log_weights"].to(device), "extra": extra}
 
@@ -237,14 +241,16 @@ class ShardCheckpoint:
             stop = interrupt_requested()
             if not stop and time.monotonic() - self._last_save < self.store.interval:
                 return
-            key = state.probs_key
+            key = None if state is None else state.probs_key
             record = _cpu(
                 {
                     "stage": self.stage,
                     "shard": self.index,
                     "phase": phase,
                     "step": int(step),
-                    "state": {
+                    "state": None
+                    if state is None
+                    else {
                         "layers": list(state.layers),
                         "odd_inputs": list(state.odd_inputs),
                         "odd_probs": None if key is None else list(state.odd_probs),

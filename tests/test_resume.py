@@ -257,3 +257,44 @@ def test_format_1_files_and_context_changes(digits, tmp_path):
     again = evaluate(model, test, train_pixel_means=means, **RUN, resume_file=str(file))
     _same(again, whole)
     assert any("threads 7 when the file was written, 1 now" in n for n in again.notes)
+
+
+@pytest.mark.parametrize("how", ["ctrl-c", "crash"])
+def test_the_log_f_estimates_continue_from_their_saved_chunk(tmp_path, monkeypatch, how, ctrl_c_raises):
+    """A DBM's importance-sampled log f(v) runs in fixed chunks with one stream: stopped after chunk 3 of 8 (Ctrl-C
+    lets the chunk finish; a crash loses it), the same call continues from the saved chunk with the numbers of an
+    uninterrupted run."""
+    import raise_eval.estimators.unnormalized as unnormalized
+
+    model, test = _tiny("DBM")
+    settings = dict(ONE_SHARD, log_f_samples=20)
+    monkeypatch.setattr(unnormalized, "_CHUNK_ELEMENTS", 20 * 12 * 5)  # 5 test vectors a chunk: 8 chunks
+    whole = evaluate(model, test, **settings)
+    real, calls = unnormalized._propose_dbm, []
+
+    def stopping(*args):
+        if len(calls) == 3:
+            if how == "crash":
+                raise RuntimeError("simulated crash")
+            signal.raise_signal(signal.SIGINT)
+        calls.append(1)
+        return real(*args)
+
+    file = tmp_path / "run.pt"
+    with monkeypatch.context() as m:
+        m.setattr(unnormalized, "_propose_dbm", stopping)
+        with pytest.raises(EvaluationInterrupted if how == "ctrl-c" else RuntimeError):
+            evaluate(model, test, **settings, resume_file=str(file), resume_interval=0.0)
+    saved = torch.load(file, weights_only=True)["running"]
+    chunks_done = 4 if how == "ctrl-c" else 3
+    assert (saved["stage"], saved["phase"], saved["step"]) == ("log_f", "log f(v)", chunks_done)
+    assert saved["log_weights"].shape == (2, 5 * chunks_done)
+    with monkeypatch.context() as m:
+        count = []
+        m.setattr(unnormalized, "_propose_dbm", lambda *a: count.append(1) or real(*a))
+        resumed = evaluate(model, test, **settings, resume_file=str(file), resume_interval=0.0)
+    assert len(count) == 8 - chunks_done
+    assert torch.equal(resumed.log_f.log_unnormalized, whole.log_f.log_unnormalized)
+    assert torch.equal(resumed.log_f.stderr, whole.log_f.stderr)
+    _same(resumed, whole)
+    assert any(f"log_f shard 0 continued from chunk {chunks_done}" in note for note in resumed.notes)

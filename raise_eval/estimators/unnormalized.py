@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -93,12 +94,16 @@ def log_unnormalized_estimate(
     num_samples: int = 500,
     generator: torch.Generator,
     progress: bool = False,
+    checkpoint: Any = None,
 ) -> LogUnnormalizedEstimate:
     """Estimate log f(v) for every row of `data` (N, n_visible).
 
     RBMs (two-layer machines) get the exact value whatever the method. DBMs: 'importance' (mean-field proposal,
     `num_samples` per example) or 'mean-field' (the bound). DBNs: 'importance' (recognition proposal).
-    Examples are processed in chunks so that memory stays bounded (about 32 MB of states per chunk).
+    Examples are processed in chunks fixed by N, num_samples and the layer sizes, so that memory stays bounded
+    (about 32 MB of states per chunk). `checkpoint` (`raise_eval.resume.ShardCheckpoint`, phase 'log f(v)') saves
+    the estimates and the generator's state after chunks and continues from a saved chunk, with the numbers of
+    an uninterrupted run.
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
@@ -118,12 +123,24 @@ def log_unnormalized_estimate(
         return LogUnnormalizedEstimate(log_f, torch.zeros_like(log_f), "mean-field", 0, time.perf_counter() - start)
     propose = _propose_dbn if is_dbn else _propose_dbm
     chunk = max(1, _CHUNK_ELEMENTS // (num_samples * max(model.layer_sizes)))
-    estimates, errors = [], []
-    for begin in tqdm(range(0, n, chunk), desc="log f(v)", disable=not progress, leave=False):
-        log_joint, log_q = propose(model, v_all[begin : begin + chunk], num_samples, generator)
-        summary = summarize_log_weights(log_joint - log_q, dim=-1)
-        estimates.append(summary.estimate)
-        errors.append(summary.stderr)
+    begins = list(range(0, n, chunk))
+    saved = None if checkpoint is None else checkpoint.restore("log f(v)", None)
+    done, estimates, errors = 0, [], []
+    if saved is not None:  # estimates and standard errors of the first `done` chunks, stacked
+        done, estimates, errors = saved["step"], [saved["log_weights"][0]], [saved["log_weights"][1]]
+    save = None if checkpoint is None else checkpoint.on_step("log f(v)")
+    bar = tqdm(total=len(begins), initial=done, desc="log f(v)", disable=not progress, leave=False)
+    try:
+        for i in range(done, len(begins)):
+            log_joint, log_q = propose(model, v_all[begins[i] : begins[i] + chunk], num_samples, generator)
+            summary = summarize_log_weights(log_joint - log_q, dim=-1)
+            estimates.append(summary.estimate)
+            errors.append(summary.stderr)
+            bar.update(1)
+            if save is not None:
+                save(i + 1, None, torch.stack([torch.cat(estimates), torch.cat(errors)]))
+    finally:
+        bar.close()
     log_f = torch.cat(estimates)
     stderr = torch.cat(errors)
     if num_samples == 1:
