@@ -37,6 +37,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from raise_eval.kernels.block_gibbs import BoltzmannState  # the resumable runs anneal Boltzmann paths
+
 FORMAT = 2
 READABLE_FORMATS = (1, 2)  # format 1 (finished shards only) is format 2 without a shard in progress
 DEFAULT_INTERVAL = 60.0  # seconds between saves of the annealing state inside a shard
@@ -214,8 +216,6 @@ class ShardCheckpoint:
         rec = self.store.data.get("running")
         if rec is None or (rec["stage"], rec["shard"], rec["phase"]) != (self.stage, self.index, phase):
             return None
-        from raise_eval.kernels.block_gibbs import BoltzmannState  # the resumable runs are Boltzmann paths
-
         device = self.generator.device
 
         def to(xs):
@@ -235,12 +235,15 @@ class ShardCheckpoint:
         return {"step": rec["step"], "state": state, "log_weights": rec["log_weights"].to(device), "extra": extra}
 
     def on_step(self, phase: str, extra: Optional[dict] = None):
-        """The `anneal` callback of `phase`: saves (step, state, log-weights, generator, extra) when due."""
+        """The `anneal` callback of `phase`: saves (step, state, log-weights, generator, extra) when due. The
+        log-weights may be given as a function that builds them, called only when a save is due."""
 
-        def save_if_due(step: int, state, log_weights: Tensor) -> None:
+        def save_if_due(step: int, state, log_weights) -> None:
             stop = interrupt_requested()
             if not stop and time.monotonic() - self._last_save < self.store.interval:
                 return
+            if callable(log_weights):  # built only when a save is due
+                log_weights = log_weights()
             key = None if state is None else state.probs_key
             record = _cpu(
                 {

@@ -138,7 +138,7 @@ def log_unnormalized_estimate(
             errors.append(summary.stderr)
             bar.update(1)
             if save is not None:
-                save(i + 1, None, torch.stack([torch.cat(estimates), torch.cat(errors)]))
+                save(i + 1, None, lambda: torch.stack([torch.cat(estimates), torch.cat(errors)]))
     finally:
         bar.close()
     log_f = torch.cat(estimates)

@@ -120,11 +120,8 @@ class BoltzmannPath:
         tensors), so that a state changed in place, or a new state built around the old probabilities, never
         passes for the one they were computed from. None where tensors keep no version counter (inference
         mode): the probabilities are then recomputed, with the same bits."""
-        try:
-            stamp = tuple((id(t), t._version) for t in (*state.layers, *state.odd_inputs) if t is not None)
-        except RuntimeError:
-            return None
-        return (self._token, float(beta), stamp)
+        stamp = _stamp(state)
+        return None if stamp is None else (self._token, float(beta), stamp)
 
     @property
     def log_partition_initial(self) -> float:
@@ -199,10 +196,6 @@ class BoltzmannPath:
             return ratio, state._replace(odd_probs=tuple(probs), probs_key=self.probs_key(beta_to, state))
         return ratio, state._replace(probs_key=None)
 
-    def _stamp_of(self, state: BoltzmannState):
-        key = self.probs_key(0.0, state)
-        return None if key is None else key[2]
-
     def _probs_at(self, state: BoltzmannState, beta: float):
         """The state's odd-layer probabilities if this path computed them at `beta`, else None."""
         if state.odd_probs is None or state.probs_key is None or state.probs_key != self.probs_key(beta, state):
@@ -248,12 +241,20 @@ class BoltzmannPath:
         odd-layer probabilities of `weight_update_` (copied when the state has them)."""
         key, source = state.probs_key, state
         state = clone_state(state)
-        if key is not None and key[2] == self._stamp_of(source):  # valid for the source: valid for its copy
-            token_beta = key[:2]
-            state = state._replace(probs_key=(*token_beta, self._stamp_of(state)))
+        if key is not None and key[2] == _stamp(source):  # valid for the source: valid for its copy
+            state = state._replace(probs_key=(*key[:2], _stamp(state)))
         else:
             state = state._replace(probs_key=None)
         if state.odd_probs is None:
             buffers = tuple(None if inp is None else torch.empty_like(inp) for inp in state.odd_inputs)
             state = state._replace(odd_probs=buffers, probs_key=None)
         return state
+
+
+def _stamp(state: BoltzmannState) -> Optional[tuple]:
+    """The identity and version counter of each of the state's tensors (None in inference mode, where tensors keep
+    no version counter)."""
+    try:
+        return tuple((id(t), t._version) for t in (*state.layers, *state.odd_inputs) if t is not None)
+    except RuntimeError:
+        return None
