@@ -2,31 +2,48 @@
 
 - `log_partition`: log Z, enumerating whichever parity group of layers (even or odd) has fewer units and
   summing the other out analytically; for an RBM, the smaller layer (up to about 25 units).
-- `log_unnormalized_visible` / `log_likelihood`: log f(v) and log p(v).
+- `log_unnormalized_visible` / `log_likelihood`: log f(v) and log p(v). For a DBM, with v clamped, either the
+  even hidden layers (x_2, x_4, ...) are enumerated and the odd ones summed out ('even' route), or the odd layers
+  (x_1, x_3, ...) are enumerated and the even hidden ones summed out ('odd' route), whichever enumerates fewer
+  units: a 784-20-500 DBM enumerates its 20 first-layer units. An RBM's log f(v) is closed-form.
 - `annealing_model_marginal`: p_ann(v), the distribution of the visible state after the forward annealing chain
   x_0 ~ p_0, x_k ~ T_k(. | x_{k-1}) (k = 1..K) with the collapsed block-Gibbs kernel, computed by propagating
   p_0 through exact transition matrices built from the energy alone. RAISE is unbiased for this quantity.
+- `exact_cost` / `log_f_units`: what the exact computations would enumerate and roughly how many multiply-adds
+  they take, without doing them.
 
 DBNs (`raise_eval.models.boltzmann.dbn.DBN`) are handled too: log Z is the top RBM's, log f(v) sums the directed layers
-x_1 .. x_{L-1} by enumeration, and p_ann(v) is the top RBM's annealing model pushed down through the directed
-layers (the unrolled annealing model that unrolled RAISE is unbiased for).
+x_1 .. x_{L-1} by enumeration, pushing the top RBM's marginal down one directed layer at a time, and p_ann(v) is
+the top RBM's annealing model pushed down through the directed layers (the unrolled annealing model that unrolled
+RAISE is unbiased for).
 
-Everything is computed in float64 from `log_unnormalized_joint` / `log_unnormalized_marginal`, never from the
-samplers, so these functions check the kernels rather than repeat them.
+Everything is computed in float64 from the models' own energies and logits, never from the samplers, so these
+functions check the kernels rather than repeat them. Configurations are enumerated in chunks (and test vectors
+in blocks when needed) sized so that the float64 temporaries of one chunk stay under `max_bytes`; the sums over
+chunks are kept as a running log-sum-exp per vector.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import dataclasses
+from collections.abc import Callable, Sequence
+from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
+from tqdm.auto import tqdm
 
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 
 DEFAULT_MAX_UNITS = 25
+# Float64 temporaries of one chunk of configurations (and of its table against the test vectors).
+DEFAULT_MAX_BYTES = 256 * 2**20
+# Below this many configurations per chunk the per-chunk overhead shows, so vectors are split into blocks instead.
+_MIN_CONFIG_CHUNK = 1024
+_BYTES = 8  # float64 (and the int64 codes of `binary_configurations`)
+# The routes of exact log f(v) (`ExactCost.log_f_route`, the `route` keyword of `log_unnormalized_visible`).
+LOG_F_ROUTES = ("even", "odd", "closed-form", "dbn")
 
 
 def binary_configurations(
@@ -67,66 +84,525 @@ def _check_units(units: int, max_units: int, what: str) -> None:
         )
 
 
+def _softplus_(x: Tensor) -> Tensor:
+    """softplus in place (F.softplus has no in-place form; this halves the chunk's temporaries)."""
+    return torch.ops.aten.softplus.out(x, 1.0, 20.0, out=x)
+
+
+# ----------------------------------------------------------------------------------------------- chunking
+def _plan(
+    n_configs: int,
+    n_rows: int,
+    per_config: int,
+    per_pair: int,
+    per_row: int,
+    max_bytes: int,
+    chunk_size: Optional[int] = None,
+) -> tuple[int, int]:
+    """(configurations per chunk c, rows per block nb) with c * per_config + nb * c * per_pair + nb * per_row
+    <= max_bytes whenever one configuration and one row fit at all (at least one of each is always used).
+
+    All rows go in one block when a chunk of at least `_MIN_CONFIG_CHUNK` configurations (or all of them) still
+    fits beside them; otherwise rows are split into blocks, so the per-configuration work is done once per chunk
+    however many vectors there are, and the chunk takes at most about half the budget (the rest is the blocks').
+    `chunk_size` caps c.
+    """
+    cap = n_configs if chunk_size is None else max(1, min(n_configs, int(chunk_size)))
+    c = (max_bytes - n_rows * per_row) // (per_config + n_rows * per_pair)
+    if c >= min(cap, _MIN_CONFIG_CHUNK):
+        return int(min(c, cap)), n_rows
+    c = max(1, min(cap, _MIN_CONFIG_CHUNK, (max_bytes // 2) // (per_config + per_pair + per_row)))
+    nb = max(1, min(n_rows, (max_bytes - c * per_config) // max(1, c * per_pair + per_row)))
+    return int(c), int(nb)
+
+
+class _RunningLogSumExp:
+    """log sum_k exp(x_rk) per row r over chunks of k: a running maximum and the sum of exp(x - maximum), so the
+    rounding does not grow with |log f| as a logaddexp per chunk would."""
+
+    def __init__(self, n: int, device):
+        self.max = torch.full((n,), float("-inf"), dtype=torch.float64, device=device)
+        self.sum = torch.zeros(n, dtype=torch.float64, device=device)
+
+    def add_(self, begin: int, end: int, table: Tensor) -> None:
+        """Fold in the columns of `table` (rows begin..end-1, shaped (end - begin, c)), overwriting it."""
+        old = self.max[begin:end]
+        new = torch.maximum(old, table.amax(1))
+        shift = torch.where(torch.isfinite(new), new, torch.zeros_like(new))  # rows with only -inf so far
+        scale = torch.exp(old - shift)
+        self.sum[begin:end] = self.sum[begin:end] * scale + table.sub_(shift.unsqueeze(1)).exp_().sum(1)
+        self.max[begin:end] = new
+
+    def result(self) -> Tensor:
+        """The log-sum-exp of everything folded in, shaped (n,)."""
+        return self.max + self.sum.log()
+
+
+def _bar(progress: bool, desc: str):
+    return tqdm(total=0, desc=desc, disable=not progress, leave=False)
+
+
+def _grow(bar, steps: int) -> None:
+    # levels of a DBN are planned one after the other, so the bar learns its total as it goes
+    bar.total += steps
+    bar.refresh()
+
+
+def _chunks(n: int, size: int) -> list[tuple[int, int]]:
+    return [(a, min(a + size, n)) for a in range(0, n, size)]
+
+
+# ----------------------------------------------------------------------------------------------- routes and costs
+def _log_z_group(model: LayeredBoltzmannMachine) -> tuple[str, list[int], int]:
+    """('even' or 'odd', the layers log Z enumerates, their units): the parity group with fewer units (even on a
+    tie, as before routes were named)."""
+    sizes = model.layer_sizes
+    even, odd = _groups(model)
+    n_even, n_odd = sum(sizes[l] for l in even), sum(sizes[l] for l in odd)
+    return ("odd", odd, n_odd) if n_odd < n_even else ("even", even, n_even)
+
+
+def _dbn_log_f_units(dbn: DBN) -> int:
+    """The most units a DBN's push-down enumerates at once: x_1 when there is one directed hidden layer, else the
+    largest pair (x_l, x_{l+1}) of directed layers whose table log p(x_l | x_{l+1}) is summed."""
+    sizes = dbn.layer_sizes
+    top = len(dbn.weights) - 1  # x_top is the top RBM's visible layer
+    if top == 1:
+        return sizes[1]
+    return max(sizes[l] + sizes[l + 1] for l in range(1, top))
+
+
+def _log_f_route(model, route: Optional[str] = None) -> tuple[str, int]:
+    """(route, units it enumerates) for log f(v); `route` forces 'odd' or 'even' on a DBM-like chain."""
+    if isinstance(model, DBN):
+        valid, chosen, units = ("dbn",), "dbn", _dbn_log_f_units(model)
+    elif model.num_layers == 2:
+        valid, chosen, units = ("closed-form",), "closed-form", 0
+    else:
+        sizes = model.layer_sizes
+        odd, even = sum(sizes[1::2]), sum(sizes[2::2])
+        # on a tie the odd route: per (vector, configuration) it costs a multiply-add per x_1 unit, the even
+        # route a softplus per x_1 unit
+        valid, chosen, units = ("odd", "even"), *(("odd", odd) if odd <= even else ("even", even))
+        if route in valid:
+            chosen, units = route, odd if route == "odd" else even
+    if route is not None and route not in valid:
+        raise ValueError(f"route {route!r} does not apply to {model!r}; use None or one of {', '.join(valid)}")
+    return chosen, units
+
+
+def log_f_units(model) -> int:
+    """Units the cheapest exact log f(v) route enumerates (2^units configurations; 0 for an RBM, whose log f(v)
+    is closed-form)."""
+    return _log_f_route(model)[1]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExactCost:
+    """What exact log Z and log f(v) of `num_vectors` vectors would take, estimated without doing the work.
+
+    log_z_units / log_f_units: units enumerated (2^units configurations) by the routes `log_partition` and
+    `log_unnormalized_visible` choose; log_z_group: the parity group log Z enumerates ('even' or 'odd' layers,
+    a DBN's top RBM's); log_f_route: 'even', 'odd', 'closed-form' (RBM) or 'dbn'. *_macs: multiply-adds;
+    *_exps: elementwise transcendental evaluations (a softplus or the exp of a log-sum-exp counts one each).
+    Time is about macs / (a measured float64 multiply-add rate) plus exps / (a measured exp rate).
+    """
+
+    num_vectors: int
+    log_z_units: int
+    log_z_group: str
+    log_z_macs: int
+    log_z_exps: int
+    log_f_route: str
+    log_f_units: int
+    log_f_macs: int
+    log_f_exps: int
+
+    @property
+    def multiply_adds(self) -> int:
+        """log_z_macs + log_f_macs: the multiply-adds of both exact answers."""
+        return self.log_z_macs + self.log_f_macs
+
+    def to_dict(self) -> dict:
+        """The fields and `multiply_adds`, as plain ints and strings."""
+        return {**dataclasses.asdict(self), "multiply_adds": self.multiply_adds}
+
+
+def _layered_log_z_cost(model: LayeredBoltzmannMachine) -> tuple[str, int, int, int]:
+    group_name, group, units = _log_z_group(model)
+    sizes = model.layer_sizes
+    summed = [l for l in range(model.num_layers) if l not in group]
+    configs = 2**units
+    # each weight matrix joins an enumerated and a summed-out layer, so it enters each configuration once
+    per_config = units + sum(a * b for a, b in zip(sizes[:-1], sizes[1:]))
+    return group_name, units, configs * per_config, configs * (sum(sizes[l] for l in summed) + 1)
+
+
+def _dbn_level_cost(sizes: Sequence[int], l: int, rows: int, top_inline: Optional[int]) -> tuple[int, int]:
+    """(macs, exps) of summing x_{l+1} out of log p(x_l | x_{l+1}) + log w(x_{l+1}) for `rows` values of x_l."""
+    configs = 2 ** sizes[l + 1]
+    per_config = sizes[l + 1] * sizes[l] + sizes[l]  # generative logits
+    exps = sizes[l]
+    if top_inline is not None:  # log f_top(x_{l+1}) computed per chunk: the top RBM's hidden logits
+        per_config += sizes[l + 1] * top_inline + sizes[l + 1]
+        exps += top_inline
+    macs = configs * per_config + rows * configs * sizes[l + 1] + rows * (sizes[l] * sizes[l + 1] + sizes[l])
+    return macs, configs * exps + rows * configs
+
+
+def exact_cost(model, num_vectors: int) -> ExactCost:
+    """The units, routes and approximate work of exact log Z and of exact log f(v) for `num_vectors` vectors
+    (RBM, DBM or DBN), without enumerating anything. See `ExactCost`."""
+    n = int(num_vectors)
+    if isinstance(model, DBN):
+        group_name, z_units, z_macs, z_exps = _layered_log_z_cost(model.top)
+    else:
+        group_name, z_units, z_macs, z_exps = _layered_log_z_cost(model)
+    route, f_units = _log_f_route(model)
+    sizes = model.layer_sizes
+    if route == "closed-form":
+        f_macs, f_exps = n * (sizes[0] * sizes[1] + sizes[0]), n * sizes[1]
+    elif route == "odd":
+        configs = 2**f_units
+        per_config = sum(sizes[1::2]) + sum(
+            sizes[l] * (sizes[l - 1] + (sizes[l + 1] if l + 1 < len(sizes) else 0)) for l in range(2, len(sizes), 2)
+        )
+        f_macs = configs * per_config + n * configs * sizes[1] + n * (sizes[0] * sizes[1] + sizes[0])
+        f_exps = configs * sum(sizes[2::2]) + n * configs
+    elif route == "even":
+        configs = 2**f_units
+        per_config = (
+            sum(sizes[2::2])
+            + sizes[2] * sizes[1]
+            + sum(
+                sizes[l] * (sizes[l - 1] + (sizes[l + 1] if l + 1 < len(sizes) else 0)) for l in range(3, len(sizes), 2)
+            )
+        )
+        f_macs = configs * per_config + n * configs * sizes[1] + n * (sizes[0] * sizes[1] + sizes[0])
+        f_exps = configs * sum(sizes[3::2]) + n * configs * (sizes[1] + 1)
+    else:  # dbn
+        top = len(model.weights) - 1
+        if top == 1:
+            f_macs, f_exps = _dbn_level_cost(sizes, 0, n, top_inline=sizes[2])
+        else:
+            f_macs = 2 ** sizes[top] * (sizes[top] * sizes[top + 1] + sizes[top])
+            f_exps = 2 ** sizes[top] * sizes[top + 1]
+            for l in range(top - 1, -1, -1):
+                macs, exps = _dbn_level_cost(sizes, l, n if l == 0 else 2 ** sizes[l], top_inline=None)
+                f_macs, f_exps = f_macs + macs, f_exps + exps
+    return ExactCost(n, z_units, group_name, z_macs, z_exps, route, f_units, f_macs, f_exps)
+
+
+# ----------------------------------------------------------------------------------------------- log Z
 def log_partition(
-    model: LayeredBoltzmannMachine, *, max_units: int = DEFAULT_MAX_UNITS, chunk_size: int = 2**14
+    model: LayeredBoltzmannMachine,
+    *,
+    max_units: int = DEFAULT_MAX_UNITS,
+    chunk_size: Optional[int] = None,
+    max_bytes: Optional[int] = None,
+    progress: bool = False,
 ) -> float:
     """Exact log Z in float64, enumerating the parity group (even or odd layers) with fewer units (for a DBN, the
-    top RBM's)."""
+    top RBM's).
+
+    Args:
+        max_units: refuse (ValueError) to enumerate more than 2^max_units configurations.
+        chunk_size: at most this many configurations per chunk (None: as many as `max_bytes` allows).
+        max_bytes: bound on the float64 temporaries of one chunk (None: `DEFAULT_MAX_BYTES`).
+        progress: a tqdm bar over the chunks.
+    """
     if isinstance(model, DBN):
-        return log_partition(model.top, max_units=max_units, chunk_size=chunk_size)
+        return log_partition(
+            model.top, max_units=max_units, chunk_size=chunk_size, max_bytes=max_bytes, progress=progress
+        )
+    max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
     m = model.to(dtype=torch.float64)
     sizes = m.layer_sizes
-    even, odd = _groups(m)
-    group = min((even, odd), key=lambda g: sum(sizes[l] for l in g))
-    units = sum(sizes[l] for l in group)
+    _, group, units = _log_z_group(m)
     _check_units(units, max_units, "log Z")
-    partial = []
-    for start in range(0, 2**units, chunk_size):
-        config = binary_configurations(units, start, min(start + chunk_size, 2**units), device=m.device)
-        parts = _split(config, group, sizes)
-        layers = [parts.get(l) for l in range(m.num_layers)]
-        partial.append(torch.logsumexp(m.log_unnormalized_marginal(layers), dim=0))
-    return float(torch.logsumexp(torch.stack(partial), dim=0))
+    widest = max(sizes[l] for l in range(m.num_layers) if l not in group)
+    # the codes and bits of `binary_configurations`, a summed-out layer's logits and their softplus, the sums
+    per_config = _BYTES * (2 * units + 2 * widest + 4)
+    c, _ = _plan(2**units, 1, per_config, 0, 0, max_bytes, chunk_size)
+    acc = _RunningLogSumExp(1, m.device)
+    with _bar(progress, "exact log Z") as bar:
+        _grow(bar, len(_chunks(2**units, c)))
+        for start, stop in _chunks(2**units, c):
+            parts = _split(binary_configurations(units, start, stop, device=m.device), group, sizes)
+            layers = [parts.get(l) for l in range(m.num_layers)]
+            acc.add_(0, 1, m.log_unnormalized_marginal(layers).unsqueeze(0))
+            del parts, layers  # free this chunk before the next one is built: one chunk alive at a time
+            bar.update(1)
+    return float(acc.result()[0])
 
 
+# ----------------------------------------------------------------------------------------------- log f(v)
 def log_unnormalized_visible(
-    model: LayeredBoltzmannMachine, v: Tensor, *, max_units: int = DEFAULT_MAX_UNITS, chunk_size: int = 2**12
+    model: LayeredBoltzmannMachine,
+    v: Tensor,
+    *,
+    max_units: int = DEFAULT_MAX_UNITS,
+    chunk_size: Optional[int] = None,
+    max_bytes: Optional[int] = None,
+    progress: bool = False,
+    route: Optional[str] = None,
 ) -> Tensor:
     """Exact log f(v) = log sum_{hidden} f(v, hidden) in float64, shaped (*batch,) for v shaped (*batch, n_visible).
 
-    Odd layers are summed out analytically; even hidden layers (x_2, x_4, ...) are enumerated. For a DBN, f(v) =
-    sum_{x_1..x_{L-1}} prod p(x_l | x_{l+1}) f_top(x_{L-1}), each directed layer enumerated in turn.
+    RBM: closed-form. DBM (any chain of three or more layers): with v clamped, the 'odd' route enumerates x_1,
+    x_3, ... and sums the even hidden layers out; the 'even' route enumerates x_2, x_4, ... and sums the odd
+    layers out; the one with fewer units is used unless `route` says which. DBN: f(v) = sum_{x_1..x_{L-1}}
+    prod p(x_l | x_{l+1}) f_top(x_{L-1}), the directed layers summed one at a time from the top down.
+
+    Args:
+        max_units: refuse (ValueError) when the route would enumerate more than 2^max_units configurations.
+        chunk_size: at most this many configurations per chunk (None: as many as `max_bytes` allows).
+        max_bytes: bound on the float64 temporaries of one chunk, its table against the vectors included (None:
+            `DEFAULT_MAX_BYTES`); per-vector state (v in float64, its products with the first weights, the running
+            sums: a few times N x n_1 numbers) comes on top. A DBN with several directed hidden layers also keeps
+            one log-weight per configuration of each directed layer (2^n_l numbers).
+        progress: a tqdm bar over the chunks.
+        route: None (the cheaper), 'odd' or 'even' for DBMs; 'closed-form' for RBMs and 'dbn' for DBNs are
+            accepted too.
     """
-    if isinstance(model, DBN):
-        log_top = _dbn_log_top_marginal_table(model, max_units)
-        return _dbn_push_down(model.to(dtype=torch.float64), log_top, v, max_units)
+    chosen, units = _log_f_route(model, route)
+    max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
+    _check_units(units, max_units, "a DBN's log f(v)" if chosen == "dbn" else "log f(v)")
     m = model.to(dtype=torch.float64)
     v = v.to(dtype=torch.float64, device=m.device)
-    sizes = m.layer_sizes
-    hidden_even = list(range(2, m.num_layers, 2))
-    units = sum(sizes[l] for l in hidden_even)
-    if units == 0:
-        return m.log_unnormalized_marginal([v] + [None] * (m.num_layers - 1))
-    _check_units(units, max_units, "log f(v)")
-    batch = v.shape[:-1]
-    v_flat = v.reshape(-1, 1, sizes[0])
-    partial = []
-    for start in range(0, 2**units, chunk_size):
-        config = binary_configurations(units, start, min(start + chunk_size, 2**units), device=m.device)
-        parts = _split(config, hidden_even, sizes)
-        c = config.shape[0]
-        layers = [v_flat.expand(-1, c, -1)]
-        for l in range(1, m.num_layers):
-            layers.append(parts[l].unsqueeze(0).expand(v_flat.shape[0], -1, -1) if l in parts else None)
-        partial.append(torch.logsumexp(m.log_unnormalized_marginal(layers), dim=1))
-    return torch.logsumexp(torch.stack(partial), dim=0).reshape(batch)
+    batch, v_flat = v.shape[:-1], v.reshape(-1, v.shape[-1])
+    if v_flat.shape[0] == 0:
+        return torch.zeros(batch, dtype=torch.float64, device=m.device)
+    if chosen == "dbn":
+        out = _dbn_log_f(m, v_flat, None, max_bytes, chunk_size, progress)
+    elif chosen == "closed-form":
+        out = _closed_form_log_f(m, v_flat, max_bytes, progress)
+    else:
+        compute = _log_f_odd if chosen == "odd" else _log_f_even
+        out = compute(m, v_flat, max_bytes, chunk_size, progress)
+    return out.reshape(batch)
 
 
-def log_likelihood(model: LayeredBoltzmannMachine, v: Tensor, *, max_units: int = DEFAULT_MAX_UNITS) -> Tensor:
-    """Exact log p(v) = log f(v) - log Z in float64, shaped (*batch,) (RBM, DBM or DBN)."""
-    return log_unnormalized_visible(model, v, max_units=max_units) - log_partition(model, max_units=max_units)
+def log_likelihood(
+    model: LayeredBoltzmannMachine,
+    v: Tensor,
+    *,
+    max_units: int = DEFAULT_MAX_UNITS,
+    max_bytes: Optional[int] = None,
+    progress: bool = False,
+) -> Tensor:
+    """Exact log p(v) = log f(v) - log Z in float64, shaped (*batch,) (RBM, DBM or DBN); keywords as in
+    `log_unnormalized_visible`."""
+    log_f = log_unnormalized_visible(model, v, max_units=max_units, max_bytes=max_bytes, progress=progress)
+    return log_f - log_partition(model, max_units=max_units, max_bytes=max_bytes, progress=progress)
 
 
+def _closed_form_log_f(m: LayeredBoltzmannMachine, v: Tensor, max_bytes: int, progress: bool) -> Tensor:
+    """An RBM's log f(v) for v shaped (N, n_visible), shaped (N,), in blocks of vectors."""
+    n = v.shape[0]
+    block = max(1, max_bytes // (_BYTES * (2 * m.layer_sizes[1] + 2)))  # hidden logits and their softplus
+    out = torch.empty(n, dtype=torch.float64, device=m.device)
+    with _bar(progress, "exact log f(v)") as bar:
+        _grow(bar, len(_chunks(n, block)))
+        for a, b in _chunks(n, block):
+            out[a:b] = m.log_unnormalized_marginal([v[a:b], None])
+            bar.update(1)
+    return out
+
+
+def _log_f_odd(
+    m: LayeredBoltzmannMachine, v: Tensor, max_bytes: int, chunk_size: Optional[int], progress: bool
+) -> Tensor:
+    """log f(v) for v shaped (N, n_visible), shaped (N,), enumerating the odd layers o = (x_1, x_3, ...).
+
+    log sum_{even hidden} f(v, o) = b_0.v + s (v W_0) . x_1 + G(o), with G(o) = sum_{odd l} b_l.x_l + sum over
+    even hidden layers of sum_j softplus(their logits given o): G does not depend on v, so a chunk's (N x chunk)
+    table is one product (N x n_1) @ (n_1 x chunk) plus G.
+    """
+    sizes, n = m.layer_sizes, v.shape[0]
+    odd, even_hidden = list(range(1, m.num_layers, 2)), list(range(2, m.num_layers, 2))
+    units = sum(sizes[l] for l in odd)
+    base = torch.mv(v, m.biases[0])  # (N,)
+    a = torch.mm(v, m.weights[0]).mul_(m.weight_scale)  # (N, n_1)
+    widest = max(sizes[l] for l in even_hidden)
+    # codes and bits, one even layer's logits (softplus in place), G and a bias product; the table: one per pair
+    per_config = _BYTES * (2 * units + widest + 4)
+    c, nb = _plan(2**units, n, per_config, _BYTES, 0, max_bytes, chunk_size)
+    acc = _RunningLogSumExp(n, m.device)
+    with _bar(progress, "exact log f(v)") as bar:
+        _grow(bar, len(_chunks(2**units, c)))
+        for start, stop in _chunks(2**units, c):
+            parts = _split(binary_configurations(units, start, stop, device=m.device), odd, sizes)
+            layers = [parts.get(l) for l in range(m.num_layers)]
+            g = sum(torch.mv(parts[l], m.biases[l]) for l in odd)
+            for l in even_hidden:
+                g = g + _softplus_(m.layer_logits(layers, l)).sum(-1)
+            x1t = parts[1].t()
+            for r0, r1 in _chunks(n, nb):
+                acc.add_(r0, r1, torch.addmm(g.unsqueeze(0), a[r0:r1], x1t))
+            del parts, layers, g, x1t  # one chunk alive at a time
+            bar.update(1)
+    return acc.result() + base
+
+
+def _log_f_even(
+    m: LayeredBoltzmannMachine, v: Tensor, max_bytes: int, chunk_size: Optional[int], progress: bool
+) -> Tensor:
+    """log f(v) for v shaped (N, n_visible), shaped (N,), enumerating the even hidden layers e = (x_2, x_4, ...).
+
+    log sum_{odd} f(v, e) = b_0.v + H(e) + sum_j softplus(b_1 + s (v W_0 + x_2 W_1^T))_j, with H(e) = sum of the
+    even hidden layers' bias terms and the softplus sums of the odd layers above x_1 (which do not see v). Only
+    the x_1 term mixes v and e: it costs n_1 softplus evaluations per (vector, configuration) pair.
+    """
+    sizes, n = m.layer_sizes, v.shape[0]
+    odd, even_hidden = list(range(1, m.num_layers, 2)), list(range(2, m.num_layers, 2))
+    units = sum(sizes[l] for l in even_hidden)
+    base = torch.mv(v, m.biases[0])  # (N,)
+    # x_1's logits from v: the input from x_2 is added per configuration (unscaled_input would need v again)
+    a = torch.addmm(m.biases[1], v, m.weights[0], alpha=m.weight_scale)  # (N, n_1)
+    widest = max([sizes[l] for l in odd[1:]], default=0)
+    # codes and bits, x_2's input to x_1, one upper odd layer's logits, H and a bias product; per pair the
+    # (vector, configuration, x_1 unit) logits and the table
+    per_config = _BYTES * (2 * units + sizes[1] + widest + 4)
+    per_pair = _BYTES * (sizes[1] + 1)
+    c, nb = _plan(2**units, n, per_config, per_pair, 0, max_bytes, chunk_size)
+    acc = _RunningLogSumExp(n, m.device)
+    with _bar(progress, "exact log f(v)") as bar:
+        _grow(bar, len(_chunks(2**units, c)))
+        for start, stop in _chunks(2**units, c):
+            parts = _split(binary_configurations(units, start, stop, device=m.device), even_hidden, sizes)
+            layers = [parts.get(l) for l in range(m.num_layers)]
+            h = sum(torch.mv(parts[l], m.biases[l]) for l in even_hidden)
+            for l in odd[1:]:
+                h = h + _softplus_(m.layer_logits(layers, l)).sum(-1)
+            from_x2 = torch.mm(parts[2], m.weights[1].t()).mul_(m.weight_scale)  # (c, n_1)
+            for r0, r1 in _chunks(n, nb):
+                # the (nb, c, n_1) logits stay unnamed, so they are freed before the next block's are made
+                acc.add_(r0, r1, _softplus_(a[r0:r1].unsqueeze(1) + from_x2).sum(-1).add_(h))
+            del parts, layers, h, from_x2  # one chunk alive at a time
+            bar.update(1)
+    return acc.result() + base
+
+
+# ----------------------------------------------------------------------------------------------- DBNs
+def _dbn_level(
+    dbn: DBN,
+    l: int,
+    rows: Callable[[int, int], Tensor],
+    n_rows: int,
+    log_w: Callable[[int, int, Tensor], Tensor],
+    w_bytes: int,
+    max_bytes: int,
+    chunk_size: Optional[int],
+    bar,
+    rows_generated: bool,
+) -> Tensor:
+    """log sum_{x_{l+1}} p(x_l = y | x_{l+1}) w(x_{l+1}) for each row y of layer l, shaped (n_rows,).
+
+    rows(a, b): rows a..b-1 of layer l, shaped (b - a, n_l). log_w(start, stop, above): log w of the
+    configurations start..stop-1 of layer l+1 (`above`, shaped (stop - start, n_{l+1})), shaped (stop - start,);
+    w_bytes: its temporaries per configuration. With log p(y | x) = y.b_l + (y W_l) . x - S(x) and S(x) =
+    sum_i softplus((W_l x)_i + b_li), the (rows x chunk) table is a product (rows x n_{l+1}) @ (n_{l+1} x chunk)
+    plus per-configuration terms: never a (chunk x n_l) x rows product.
+    """
+    sizes = dbn.layer_sizes
+    n_l, n_above = sizes[l], sizes[l + 1]
+    weight, bias = dbn.weights[l], dbn.biases[l]
+    # codes and bits of x_{l+1}, the generative logits (their sum with the bias, softplus in place), the column
+    per_config = _BYTES * (2 * n_above + 2 * n_l + 3) + w_bytes
+    # y W_l and y.b_l per row (and the generated rows themselves)
+    per_row = _BYTES * (n_above + 2 + (2 * n_l if rows_generated else 0))
+    c, nb = _plan(2**n_above, n_rows, per_config, _BYTES, per_row, max_bytes, chunk_size)
+    blocks = _chunks(n_rows, nb)
+    base = torch.empty(n_rows, dtype=torch.float64, device=dbn.device)
+    cached = None  # y W_l of the only block: computed once
+    acc = _RunningLogSumExp(n_rows, dbn.device)
+    _grow(bar, len(_chunks(2**n_above, c)))
+    for i, (start, stop) in enumerate(_chunks(2**n_above, c)):
+        above = binary_configurations(n_above, start, stop, device=dbn.device)
+        column = log_w(start, stop, above) - _softplus_(dbn.generative_logits(above, l)).sum(-1)  # (c,)
+        for r0, r1 in blocks:
+            if cached is None or len(blocks) > 1:
+                cached = None  # the previous block's product goes before this one's is made
+                y = rows(r0, r1)
+                cached = torch.mm(y, weight)  # (nb, n_{l+1})
+                if i == 0:
+                    base[r0:r1] = torch.mv(y, bias)
+                del y
+            acc.add_(r0, r1, torch.addmm(column.unsqueeze(0), cached, above.t()))
+        del above, column  # one chunk alive at a time
+        bar.update(1)
+    return acc.result() + base
+
+
+def _dbn_log_f(
+    dbn: DBN,
+    v: Optional[Tensor],
+    log_top: Optional[Tensor],
+    max_bytes: int,
+    chunk_size: Optional[int],
+    progress: bool,
+) -> Tensor:
+    """Push log weights over x_{L-1} down the directed layers of a float64 DBN.
+
+    Returns log sum_{x_1..x_{L-1}} w(x_{L-1}) prod_l p(x_l | x_{l+1}) at the rows of v (shaped (N, n_visible);
+    result (N,)), or for every visible configuration (result (2^n_visible,)) when v is None. The weights are
+    exp(log_top) (shaped (2^n_{L-1},), index = `configuration_index`) or, when log_top is None, the top RBM's
+    unnormalized marginal f_top.
+    """
+    sizes = dbn.layer_sizes
+    top = len(dbn.weights) - 1  # x_top is the top RBM's visible layer
+    n_top_hidden = sizes[top + 1]
+    with _bar(progress, "exact log f(v)") as bar:
+        if log_top is None and top == 1:
+            # f_top computed per chunk of x_1: no table over x_1 at all
+            def log_w(start, stop, above):
+                return dbn.top.log_unnormalized_prob(above)
+
+            w_bytes = _BYTES * (2 * n_top_hidden + 2)
+        else:
+            if log_top is None:
+                log_top = _top_marginal_table(dbn, max_bytes, chunk_size, bar)
+            for l in range(top - 1, 0, -1):  # x_l given x_{l+1}, from the top down to x_1
+                log_top = _dbn_level(
+                    dbn,
+                    l,
+                    lambda a, b, l=l: binary_configurations(sizes[l], a, b, device=dbn.device),
+                    2 ** sizes[l],
+                    lambda start, stop, above, table=log_top: table[start:stop],
+                    0,
+                    max_bytes,
+                    chunk_size,
+                    bar,
+                    rows_generated=True,
+                )
+
+            def log_w(start, stop, above, table=log_top):
+                return table[start:stop]
+
+            w_bytes = 0
+        if v is None:
+            rows, n_rows = (lambda a, b: binary_configurations(sizes[0], a, b, device=dbn.device)), 2 ** sizes[0]
+        else:
+            rows, n_rows = (lambda a, b: v[a:b]), v.shape[0]
+        return _dbn_level(dbn, 0, rows, n_rows, log_w, w_bytes, max_bytes, chunk_size, bar, rows_generated=v is None)
+
+
+def _top_marginal_table(dbn: DBN, max_bytes: int, chunk_size: Optional[int], bar) -> Tensor:
+    """log f_top(x_{L-1}) for every configuration of x_{L-1} (index = `configuration_index`), in chunks."""
+    top = dbn.top
+    n, n_hidden = top.n_visible, top.n_hidden
+    c, _ = _plan(2**n, 1, _BYTES * (2 * n + 2 * n_hidden + 2), 0, 0, max_bytes, chunk_size)
+    out = torch.empty(2**n, dtype=torch.float64, device=top.device)
+    _grow(bar, len(_chunks(2**n, c)))
+    for start, stop in _chunks(2**n, c):
+        # nothing of a chunk is named, so it is freed before the next one is built
+        out[start:stop] = top.log_unnormalized_prob(binary_configurations(n, start, stop, device=top.device))
+        bar.update(1)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------- annealing model
 def _joint_table(model: LayeredBoltzmannMachine) -> tuple[Tensor, Tensor, Tensor]:
     """log f over all (even, odd) configurations: (table |E| x |O|, even configs, odd configs)."""
     sizes = model.layer_sizes
@@ -166,7 +642,9 @@ def annealing_model_marginal(
     if isinstance(model, DBN):
         p_top = annealing_model_marginal(model.top, base_biases, betas, max_units=max_units)
         _check_units(model.n_visible, max_units, "p_ann")
-        return _dbn_push_down(model.to(dtype=torch.float64), p_top.log(), None, max_units).exp()
+        _check_units(_dbn_log_f_units(model), max_units, "a DBN's directed layers")
+        m = model.to(dtype=torch.float64)
+        return _dbn_log_f(m, None, p_top.log(), DEFAULT_MAX_BYTES, None, False).exp()
     m = model.to(dtype=torch.float64)
     base = [c.to(dtype=torch.float64, device=m.device) for c in base_biases]
     _check_units(sum(m.layer_sizes), max_units, "p_ann")
@@ -178,34 +656,3 @@ def annealing_model_marginal(
     # marginalize onto the visible layer: the first n_visible bits of the even code
     v_index = configuration_index(e[:, : m.n_visible])
     return torch.zeros(2**m.n_visible, dtype=torch.float64, device=m.device).index_add_(0, v_index, p)
-
-
-def _dbn_log_top_marginal_table(dbn: DBN, max_units: int) -> Tensor:
-    """log f_top(x_{L-1}) for every configuration of x_{L-1} (index = `configuration_index`)."""
-    top = dbn.top.to(dtype=torch.float64)
-    _check_units(top.n_visible, max_units, "a DBN's log f(v)")
-    configs = binary_configurations(top.n_visible, device=top.device)
-    return top.log_unnormalized_prob(configs)
-
-
-def _dbn_push_down(dbn: DBN, log_top: Tensor, v, max_units: int) -> Tensor:
-    """Push log weights over x_{L-1} (shaped (2^n_{L-1},)) down the directed layers.
-
-    Returns log sum_{x_1..x_{L-1}} exp(log_top(x_{L-1})) prod_l p(x_l | x_{l+1}) at the given v (shaped
-    (*batch,)), or for every visible configuration (shaped (2^n_visible,)) when v is None.
-    """
-    log_dist = log_top
-    for l in range(dbn.num_layers - 3, -1, -1):  # x_l given x_{l+1}, from l = L-2 down to 0
-        above = binary_configurations(dbn.layer_sizes[l + 1], device=dbn.device)
-        logits = dbn.generative_logits(above, l)  # (2^n_{l+1}, n_l)
-        if l == 0 and v is not None:
-            x = v.to(dtype=torch.float64, device=dbn.device)
-            # log p(v | x_1) = v . logits - sum softplus(logits): a product, not a (*batch, 2^n_1, n_visible)
-            # broadcast, which for 784 visible units and 2^16 configurations would need terabytes.
-            log_p = x @ logits.t() - F.softplus(logits).sum(-1)  # (*batch, 2^n_1)
-            return torch.logsumexp(log_p + log_dist, dim=-1)
-        _check_units(dbn.layer_sizes[l], max_units, "a DBN's directed layers")
-        below = binary_configurations(dbn.layer_sizes[l], device=dbn.device)
-        log_p = below @ logits.t() - F.softplus(logits).sum(-1)  # (2^n_l, 2^n_{l+1}): log p(x_l | x_{l+1})
-        log_dist = torch.logsumexp(log_p + log_dist, dim=-1)
-    return log_dist
