@@ -1,12 +1,18 @@
 """Estimates of log f(v), the unnormalized log-probability of a test vector, for models where it is intractable.
 
 log p(v) = log f(v) - log Z needs both terms. For an RBM log f(v) is exact. For a DBM, f(v) sums over every
-hidden layer; for a DBN, over the directed layers. Two estimators:
+hidden layer; for a DBN, over the directed layers. Three estimators:
 
 - importance sampling (RAISE paper, Sec. 5.2-5.3): f-hat(v) = mean_s f(v, h^s) / q(h^s | v), unbiased for f(v),
   so log f-hat(v) is a stochastic lower bound on log f(v) (Jensen). DBM: q is the mean-field posterior over the
   even hidden layers (h_2, h_4, ...) and the odd layers are summed out analytically. DBN: q is the recognition
   distribution over x_1 .. x_{L-1} and the top layer is summed out.
+- annealed importance sampling from q(h | v) to the posterior with v clamped (`raise_eval.paths.posterior`):
+  f-hat(v) = Z_0(v) mean_c w_c over chains c, again unbiased for f(v) (so again a stochastic lower bound in log
+  space). A factorial q that misses posterior modes makes importance sampling confidently wrong (tiny standard
+  errors, estimates several nats low); annealing lets the chains reach the modes q misses. DBM: q is the mean-field
+  posterior over every hidden layer, the state the even hidden layers, the kernel block Gibbs. DBN (two hidden
+  layers): q is the recognition distribution, the state x_1, the kernel a unit-wise Gibbs sweep.
 - the mean-field lower bound (DBMs; Salakhutdinov & Hinton, 2009): deterministic, log f(v) >= E_q log f + H(q).
 
 The AIS log-likelihood of a DBM or DBN is mean log f-hat(v) - log Z-hat. Its first term is itself a stochastic
@@ -20,15 +26,17 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from raise_eval.annealing import anneal
+from raise_eval.paths.posterior import posterior_path
 from raise_eval.stats import summarize_log_weights
 
-METHODS = ("importance", "mean-field")
+METHODS = ("importance", "ais", "mean-field")
 _CHUNK_ELEMENTS = 2**23  # states of one chunk of examples x samples: about 32 MB in float32
 
 
@@ -38,7 +46,9 @@ class LogUnnormalizedEstimate:
 
     log_unnormalized: shaped (N,), float64.
     stderr: delta-method standard error of each estimate, shaped (N,) (zeros when exact or deterministic).
-    method: 'exact', 'importance' or 'mean-field'; num_samples: samples per example (0 unless importance).
+    method: 'exact', 'importance', 'ais' or 'mean-field'; num_samples: samples per example for importance, chains
+        per example for ais (0 otherwise).
+    steps: annealing steps K for ais (0 otherwise).
     """
 
     log_unnormalized: Tensor
@@ -46,11 +56,13 @@ class LogUnnormalizedEstimate:
     method: str
     num_samples: int
     seconds: float
+    steps: int = 0
 
     def to_dict(self) -> dict:
         return {
             "method": self.method,
             "num_samples": self.num_samples,
+            "steps": self.steps,
             "mean": float(self.log_unnormalized.mean()),
             "mean_stderr_per_example": float(self.stderr.mean()),
         }
@@ -86,12 +98,38 @@ def _propose_dbn(model, v: Tensor, num_samples: int, generator: torch.Generator)
     return model.log_unnormalized_joint_visible(layers), log_q
 
 
+def _check_positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def _check_betas(betas) -> Tensor:
+    betas = torch.as_tensor(betas, dtype=torch.float64).cpu()
+    if betas.dim() != 1 or betas.numel() < 2:
+        raise ValueError(f"betas must be a vector of at least two inverse temperatures, got shape {tuple(betas.shape)}")
+    if not bool(torch.isfinite(betas).all()) or float(betas[0]) != 0.0 or float(betas[-1]) != 1.0:
+        raise ValueError("betas must be finite, start at 0 and end at 1")
+    if bool((betas[1:] < betas[:-1]).any()):
+        raise ValueError("betas must be non-decreasing")
+    return betas
+
+
+def _ais_log_weights(path, v: Tensor, chains: int, betas: Tensor, generator: torch.Generator) -> Tensor:
+    """log Z_0(v) + the annealing log-weights: (n, chains) float64, each exp(.) unbiased for f(v)."""
+    state, log_z0 = path.start(v, chains, generator)
+    _, log_w = anneal(path, state, betas, generator=generator)
+    return log_w + log_z0.unsqueeze(-1)
+
+
 def log_unnormalized_estimate(
     model,
     data: Tensor,
     *,
     method: str = "importance",
     num_samples: int = 500,
+    ais_steps: int = 100,
+    ais_chains: int = 10,
+    betas: Optional[Tensor] = None,
     generator: torch.Generator,
     progress: bool = False,
     checkpoint: Any = None,
@@ -99,16 +137,26 @@ def log_unnormalized_estimate(
     """Estimate log f(v) for every row of `data` (N, n_visible).
 
     RBMs (two-layer machines) get the exact value whatever the method. DBMs: 'importance' (mean-field proposal,
-    `num_samples` per example) or 'mean-field' (the bound). DBNs: 'importance' (recognition proposal).
-    Examples are processed in chunks fixed by N, num_samples and the layer sizes, so that memory stays bounded
-    (about 32 MB of states per chunk). `checkpoint` (`raise_eval.resume.ShardCheckpoint`, phase 'log f(v)') saves
-    the estimates and the generator's state after chunks and continues from a saved chunk, with the numbers of
-    an uninterrupted run.
+    `num_samples` per example), 'ais' (annealing from the mean-field proposal to the posterior, `ais_chains` chains
+    of `ais_steps` steps per example) or 'mean-field' (the bound). DBNs: 'importance' (recognition proposal) or
+    'ais' (from the recognition proposal; DBNs with two hidden layers only).
+    Examples are processed in chunks fixed by N, the samples or chains per example and the layer sizes, so that
+    memory stays bounded (about 32 MB of states per chunk). `checkpoint` (`raise_eval.resume.ShardCheckpoint`,
+    phase 'log f(v)') saves the estimates and the generator's state after chunks and continues from a saved chunk,
+    with the numbers of an uninterrupted run.
+
+    Args:
+        ais_steps: K, the annealing steps of 'ais' (the linear schedule betas = k / K, k = 0..K).
+        ais_chains: independent annealing chains per example for 'ais' (the estimate averages their weights).
+        betas: for 'ais', a schedule (K + 1,) from 0 to 1 that replaces the linear one (ais_steps is then ignored).
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 1:
-        raise ValueError(f"num_samples must be a positive integer, got {num_samples!r}")
+    _check_positive_int("num_samples", num_samples)
+    _check_positive_int("ais_steps", ais_steps)
+    _check_positive_int("ais_chains", ais_chains)
+    if betas is not None:
+        betas = _check_betas(betas)
     start = time.perf_counter()
     v_all = data.to(device=model.device, dtype=model.dtype)
     n = v_all.shape[0]
@@ -121,8 +169,25 @@ def log_unnormalized_estimate(
             raise ValueError("the mean-field bound is for DBMs; a DBN's log f(v) is estimated by importance sampling")
         log_f = model.mean_field_bound(v_all)
         return LogUnnormalizedEstimate(log_f, torch.zeros_like(log_f), "mean-field", 0, time.perf_counter() - start)
-    propose = _propose_dbn if is_dbn else _propose_dbm
-    chunk = max(1, _CHUNK_ELEMENTS // (num_samples * max(model.layer_sizes)))
+    if method == "ais":
+        path = posterior_path(model)  # refuses DBNs deeper than two hidden layers
+        if betas is None:
+            betas = torch.linspace(0.0, 1.0, ais_steps + 1, dtype=torch.float64)
+        steps, per_example = betas.numel() - 1, ais_chains
+        chunk = max(1, _CHUNK_ELEMENTS // (ais_chains * path.state_elements()))
+
+        def log_weights(v: Tensor) -> Tensor:
+            return _ais_log_weights(path, v, ais_chains, betas, generator)
+
+    else:
+        propose = _propose_dbn if is_dbn else _propose_dbm
+        steps, per_example = 0, num_samples
+        chunk = max(1, _CHUNK_ELEMENTS // (num_samples * max(model.layer_sizes)))
+
+        def log_weights(v: Tensor) -> Tensor:
+            log_joint, log_q = propose(model, v, num_samples, generator)
+            return log_joint - log_q
+
     begins = list(range(0, n, chunk))
     saved = None if checkpoint is None else checkpoint.restore("log f(v)", None)
     done, estimates, errors = 0, [], []
@@ -132,8 +197,7 @@ def log_unnormalized_estimate(
     bar = tqdm(total=len(begins), initial=done, desc="log f(v)", disable=not progress, leave=False)
     try:
         for i in range(done, len(begins)):
-            log_joint, log_q = propose(model, v_all[begins[i] : begins[i] + chunk], num_samples, generator)
-            summary = summarize_log_weights(log_joint - log_q, dim=-1)
+            summary = summarize_log_weights(log_weights(v_all[begins[i] : begins[i] + chunk]), dim=-1)
             estimates.append(summary.estimate)
             errors.append(summary.stderr)
             bar.update(1)
@@ -143,6 +207,6 @@ def log_unnormalized_estimate(
         bar.close()
     log_f = torch.cat(estimates)
     stderr = torch.cat(errors)
-    if num_samples == 1:
+    if per_example == 1:
         stderr = torch.full_like(log_f, math.nan)
-    return LogUnnormalizedEstimate(log_f, stderr, "importance", num_samples, time.perf_counter() - start)
+    return LogUnnormalizedEstimate(log_f, stderr, method, per_example, time.perf_counter() - start, steps)

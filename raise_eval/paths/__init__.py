@@ -2,5 +2,15 @@
 
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.paths.directed import DirectedPath, DirectedState
+from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath, posterior_path
 
-__all__ = ["BoltzmannPath", "DirectedPath", "DirectedState", "data_base_rates", "uniform_base"]
+__all__ = [
+    "BoltzmannPath",
+    "DBMPosteriorPath",
+    "DBNPosteriorPath",
+    "DirectedPath",
+    "DirectedState",
+    "data_base_rates",
+    "posterior_path",
+    "uniform_base",
+]
