@@ -24,6 +24,7 @@ from raise_eval.estimators import (
 )
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
+from raise_eval.certify import Certificate, certify
 from raise_eval.evaluate import EvaluationReport, evaluate
 from raise_eval.hooks import LikelihoodMonitor, SandwichRecord
 from raise_eval.models import (
@@ -60,6 +61,8 @@ __all__ = [
     "VAEConfig",
     "control_variate_mean",
     "evaluate",
+    "certify",
+    "Certificate",
     "load_checkpoint",
     "log_unnormalized_estimate",
     "save_checkpoint",

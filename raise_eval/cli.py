@@ -195,9 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--log-f",
         choices=LOG_F_METHODS,
         default="importance",
-        help="estimator of log f(v) for DBMs and DBNs: importance sampling (DBM: mean-field proposal over the "
-        "even hidden layers, odd layers summed out; DBN: recognition proposal) or the DBM mean-field bound "
-        "(default: importance; RBMs always use the exact value)",
+        help="estimator of log f(v) for DBMs and DBNs when it is not exact: importance sampling (DBM: mean-field "
+        "proposal over the even hidden layers, odd layers summed out; DBN: recognition proposal), ais (per test "
+        "vector, AIS from that proposal to the posterior with v clamped: --log-f-steps x --log-f-chains; unbiased for "
+        "f(v) and not fooled by modes the proposal misses, as importance sampling can be) or the DBM mean-field bound "
+        "(default: importance; RBMs always use the exact value, and DBMs and DBNs the exact one whenever --exact "
+        "computes it)",
     )
     deep.add_argument(
         "--log-f-samples",
@@ -205,6 +208,21 @@ def build_parser() -> argparse.ArgumentParser:
         default=500,
         metavar="S",
         help="importance samples per test vector for log f(v) (default: 500)",
+    )
+    deep.add_argument(
+        "--log-f-steps", type=int, default=100, metavar="K", help="--log-f ais: steps K of each vector's AIS (default: 100)"
+    )
+    deep.add_argument(
+        "--log-f-chains", type=int, default=10, metavar="C", help="--log-f ais: chains per test vector (default: 10)"
+    )
+    deep.add_argument(
+        "--log-f-check",
+        type=int,
+        default=100,
+        metavar="N",
+        help="re-estimate log f(v) 4 times longer on N test vectors (a fixed random subset) and warn "
+        "[log-f-biased] when the estimates rise: an estimator that misses posterior modes is confidently wrong and "
+        "its own standard errors cannot show it (default: 100; 0 skips the check)",
     )
     run = ev.add_argument_group("run")
     run.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1 (default: cpu)")
@@ -268,6 +286,24 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --resume-file: seconds between saves of the annealing state inside a shard (default: 60). Each "
         "save rewrites the whole file: 0 saves after every step (a 64-16 RBM run at K = 2,000 then took 4 times as "
         "long)",
+    )
+    cert = ev.add_argument_group(
+        "certified evaluation",
+        "with --until-gap, run the sandwich at K = --steps, 2K, 4K, ... (reusing log f(v) and the exact values) until "
+        "AIS - RAISE <= TOL with small standard errors and no warning that undermines either side, or until the "
+        "next K would not fit --time-budget or --max-steps; the verdict says closed (with the interval) or open "
+        "(why, and the K the trend needs)",
+    )
+    cert.add_argument("--until-gap", type=float, metavar="TOL", help="certify the sandwich to TOL nats")
+    cert.add_argument(
+        "--time-budget", metavar="DURATION", help="with --until-gap: wall-time budget, e.g. 600, 90s, 30m, 1.5h"
+    )
+    cert.add_argument("--max-steps", type=int, metavar="K", help="with --until-gap: the largest K to try")
+    cert.add_argument(
+        "--plot",
+        metavar="PNG",
+        help="with --until-gap: plot AIS and RAISE against K (needs matplotlib); with --json OUT and matplotlib "
+        "installed the plot is written next to OUT by default",
     )
     _add_bdmc_parser(sub)
     return parser
@@ -565,13 +601,14 @@ def cmd_evaluate(args) -> int:
 
     device = _setup_run(
         args,
-        ("steps", "ais_chains", "raise_examples", "raise_chains", "log_f_samples"),
-        outputs=("json",),
+        ("steps", "ais_chains", "raise_examples", "raise_chains", "log_f_samples", "log_f_steps", "log_f_chains"),
+        outputs=("json", "plot"),
         at_least_two=("ais_chains", "raise_examples"),
     )
     _check_data_options(args.data, args)
     _check_pilot_options(args)
     max_memory = _check_scale_options(args)
+    time_budget, plot_path = _check_certify_options(args)
     rank = 0
     if launched_by_torchrun():
         # One process per rank (torchrun): the ranks share out the shards; only rank 0 prints and writes --json
@@ -597,37 +634,39 @@ def cmd_evaluate(args) -> int:
             _die(f"--cv-alpha takes a finite number or 'optimal', got {args.cv_alpha!r}")
     test, data_name = _load_data(args, ckpt.metadata)
     means = _train_pixel_means(args, ckpt, data_name)
-    try:
-        report = evaluate(
-            ckpt.model,
-            test,
-            init=args.init,
-            train_pixel_means=means,
-            schedule=args.schedule,
-            steps=args.steps,
-            ais_chains=args.ais_chains,
+    options = dict(
+        init=args.init,
+        train_pixel_means=means,
+        schedule=args.schedule,
+        ais_chains=args.ais_chains,
             raise_examples=args.raise_examples,
             raise_chains=args.raise_chains,
-            seed=args.seed,
-            exact=args.exact,
-            log_f_method=args.log_f,
-            log_f_samples=args.log_f_samples,
-            cv_alpha=cv_alpha,
-            pilot_chains=args.pilot_chains,
-            pilot_grid=args.pilot_grid,
-            max_memory=max_memory,
-            shard_size=args.shard_size,
-            resume_file=args.resume_file,
-            resume_interval=DEFAULT_RESUME_INTERVAL if args.resume_interval is None else args.resume_interval,
-            progress=not args.no_progress and rank == 0,
-            settings={
-                "checkpoint": str(args.checkpoint),
-                "data": data_name,
-                "split": args.split if data_name in DATASETS else "file",
-                "pixel_order": args.pixel_order if data_name in DATASETS else "as stored",
-                "base_rates_from": getattr(args, "base_rates_from", None),
-            },
-        )
+        seed=args.seed,
+        exact=args.exact,
+        log_f_method=args.log_f,
+        log_f_samples=args.log_f_samples,
+        log_f_ais_steps=args.log_f_steps,
+        log_f_ais_chains=args.log_f_chains,
+        log_f_check=args.log_f_check,
+        cv_alpha=cv_alpha,
+        pilot_chains=args.pilot_chains,
+        pilot_grid=args.pilot_grid,
+        max_memory=max_memory,
+        shard_size=args.shard_size,
+        resume_interval=DEFAULT_RESUME_INTERVAL if args.resume_interval is None else args.resume_interval,
+        progress=not args.no_progress and rank == 0,
+        settings={
+            "checkpoint": str(args.checkpoint),
+            "data": data_name,
+            "split": args.split if data_name in DATASETS else "file",
+            "pixel_order": args.pixel_order if data_name in DATASETS else "as stored",
+            "base_rates_from": getattr(args, "base_rates_from", None),
+        },
+    )
+    if args.until_gap is not None:
+        return _run_certified(args, ckpt, test, options, time_budget, plot_path, rank)
+    try:
+        report = evaluate(ckpt.model, test, steps=args.steps, resume_file=args.resume_file, **options)
     except EvaluationInterrupted as stop:
         if rank != 0:
             return 130
@@ -653,6 +692,86 @@ def cmd_evaluate(args) -> int:
     if args.json:
         dump_json(report, args.json)
         print(f"wrote {args.json}")
+    return 0
+
+
+def _check_certify_options(args) -> tuple[Optional[float], Optional[str]]:
+    """--until-gap and its companions, before any work: (time budget in seconds, plot path)."""
+    from raise_eval.certify import parse_duration
+
+    if args.until_gap is None:
+        for name in ("time_budget", "max_steps", "plot"):
+            if getattr(args, name) is not None:
+                _die(f"--{name.replace('_', '-')} belongs to a certified run: give --until-gap TOL too")
+        return None, None
+    if not (math.isfinite(args.until_gap) and args.until_gap > 0):
+        _die(f"--until-gap must be a positive number of nats, got {args.until_gap:g}")
+    if args.schedule == "adaptive":
+        pass  # each K gets its own pilot
+    time_budget = None
+    if args.time_budget is not None:
+        try:
+            time_budget = parse_duration(args.time_budget)
+        except ValueError as e:
+            _die(f"--time-budget: {e}")
+    if args.max_steps is not None and args.max_steps < args.steps:
+        _die(f"--max-steps ({args.max_steps}) must be at least the first K, --steps ({args.steps})")
+    try:
+        import matplotlib  # noqa: F401
+
+        have_matplotlib = True
+    except ImportError:
+        have_matplotlib = False
+    if args.plot and not have_matplotlib:
+        _die("--plot needs matplotlib: pip install matplotlib (or the extra: pip install -e .[plot])")
+    plot_path = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json and have_matplotlib else None)
+    return time_budget, plot_path
+
+
+def _run_certified(args, ckpt, test, options: dict, time_budget, plot_path, rank: int) -> int:
+    from raise_eval.certify import certify
+
+    if launched_by_torchrun() and rank_and_world()[1] > 1:
+        _die("--until-gap runs in one process; run it without torchrun")
+
+    def show(step) -> None:
+        gap = "—" if step.gap is None else f"{step.gap:.4f}"
+        state = "closed" if not step.reasons_open else "open"
+        print(
+            f"K = {step.steps:,}: AIS {step.ais_mean:.4f}, RAISE {step.raise_mean:.4f}, gap {gap} ({state}, "
+            f"{step.seconds:.1f} s)",
+            flush=True,
+        )
+
+    try:
+        cert = certify(
+            ckpt.model,
+            test,
+            tolerance=args.until_gap,
+            steps=args.steps,
+            max_steps=args.max_steps,
+            time_budget=time_budget,
+            resume_file=args.resume_file,
+            on_step=show,
+            **options,
+        )
+    except EvaluationInterrupted as stop:
+        print("\n" + stop.report.format_table())
+        if args.resume_file:
+            print(f"the finished K are kept in {args.resume_file}: run the same command to continue")
+        print(f"raise-eval: interrupted during {stop.report.interrupted}", file=sys.stderr)
+        return 130
+    if cert.report is not None:
+        print()
+        print(cert.report.format_table())
+    print()
+    print(cert.format_table())
+    if args.json:
+        dump_json(cert, args.json)
+        print(f"wrote {args.json}")
+    if plot_path:
+        cert.plot(plot_path)
+        print(f"wrote {plot_path}")
     return 0
 
 

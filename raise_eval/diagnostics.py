@@ -41,12 +41,35 @@ def diagnose(
     log_test_mass: Optional[float] = None,
     init: str = "uniform",
     log_f_method: str = "exact",
+    log_f_check=None,
+    log_f_estimated: bool = False,
 ) -> list[Warning]:
     """The warnings that apply to one evaluation (average test log-likelihoods in nats; RAISE may be missing when
     it did not run; `ais_mean` is None when log f(v) did not finish). `log_z` is AIS's log Z-hat and
     `log_test_mass` is log sum_v f(v) over the distinct test vectors: Z is at least that sum, so a smaller log Z-hat
-    is impossible. `init` and `log_f_method` tailor the advice."""
+    is impossible. `init` and `log_f_method` tailor the advice. `log_f_check` is the `raise_eval.log_f_check.LogFCheck`
+    of an estimated log f(v) (`log_f_estimated`), or None when it was not run."""
     out = []
+    if log_f_check is not None and log_f_check.biased:
+        other = "--log-f ais (per-vector AIS to the posterior), or " if log_f_method == "importance" else ""
+        out.append(
+            Warning(
+                "log-f-biased",
+                f"the estimates of log f(v) are not trustworthy: {log_f_check.describe()}. The estimator misses "
+                "posterior mass (its own standard errors cannot show this), so log f-hat is too low and the AIS "
+                f"log-likelihood is off by at least about the rise. Use {other}a larger budget "
+                "(--log-f-samples, --log-f-steps) until the check stops rising.",
+            )
+        )
+    elif log_f_estimated and log_f_check is None:
+        out.append(
+            Warning(
+                "log-f-unchecked",
+                "log f(v) is estimated and was not checked for bias (--log-f-check 0): an estimate whose proposal "
+                "misses posterior modes is confidently wrong, so the AIS log-likelihood may be off by more than its "
+                "standard error. Run with --log-f-check N (default 100).",
+            )
+        )
     base_rates_hint = "" if init == "base-rates" else ", or try --init base-rates"
     if log_z is not None and log_test_mass is not None and log_z + TEST_MASS_MARGIN < log_test_mass:
         out.append(

@@ -40,6 +40,7 @@ from raise_eval.estimators.raise_ import RAISEResult
 from raise_eval.estimators.unnormalized import _CHUNK_ELEMENTS as LOG_F_CHUNK_ELEMENTS
 from raise_eval.estimators.unnormalized import METHODS as LOG_F_METHODS
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
+from raise_eval.log_f_check import LogFCheck, check_log_f, check_subset
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.resume import DEFAULT_INTERVAL as DEFAULT_RESUME_INTERVAL
@@ -69,6 +70,24 @@ EXACT_MODES = ("auto", "always", "never")
 ALWAYS_EXACT_LIMIT = 30  # 'always' enumerates up to 2^30 states (minutes); beyond that it refuses
 EVALUATE_SCHEDULES = (*SCHEDULES, "adaptive")  # 'adaptive' needs the model (a pilot run), so only evaluate has it
 DEFAULT_STEPS = 1000
+DEFAULT_LOG_F_CHECK = 100  # test vectors on which log f-hat is re-estimated LOG_F_CHECK_FACTOR times longer
+LOG_F_CHECK_FACTOR = 4
+# --exact auto skips an enumeration that costs more multiply-adds than this and than the estimators themselves
+EXACT_AUTO_MIN_MACS = 2e11
+
+
+@dataclass
+class ExactValues:
+    """Exact log Z and exact log f(v) of the test vectors (None for an RBM, whose log f(v) is closed-form), computed
+    once by enumeration; `certify` hands them to the evaluations at later K instead of recomputing them.
+
+    log_f: float64 shaped (N,) or None.
+    """
+
+    log_z: float
+    log_f: Optional[Tensor]
+    seconds: float
+    route: str = ""
 
 
 @dataclass
@@ -94,6 +113,8 @@ class EvaluationReport:
     notes: list[str] = field(default_factory=list)
     interrupted: Optional[str] = None
     distinct_test: Optional[Tensor] = None  # indices of the distinct test vectors (for the test-mass check)
+    log_f_check: Optional[LogFCheck] = None  # the longer re-estimate of log f(v) on a subset (estimated log f only)
+    exact_values: Optional[ExactValues] = None
 
     @property
     def complete(self) -> bool:
@@ -117,6 +138,8 @@ class EvaluationReport:
             log_test_mass=self.log_test_mass,
             init=self.settings.get("init", "uniform"),
             log_f_method="exact" if self.log_f is None else self.log_f.method,
+            log_f_check=self.log_f_check,
+            log_f_estimated=self.log_f is not None and self.log_f.method != "exact",
         )
 
     @property
@@ -167,7 +190,9 @@ class EvaluationReport:
                 "raise": raise_doc,
                 "exact": self.exact_mean,
                 "gap": self.gap,
-                "log_unnormalized": None if self.log_f is None else self.log_f.to_dict(),
+                "log_unnormalized": None
+                if self.log_f is None
+                else {**self.log_f.to_dict(), "check": None if self.log_f_check is None else self.log_f_check.to_dict()},
                 "num_test": self.num_test,
             },
             "settings": self.settings,
@@ -202,16 +227,32 @@ class EvaluationReport:
         if self.log_z_exact is not None:
             lines.append(f"  {'exact':26}{self.log_z_exact:12.4f}{'':10}{_secs(self.timing.get('exact_seconds'))}")
         lf = self.log_f
-        if lf is not None and lf.method != "exact":
-            how = f"{lf.num_samples} importance samples" if lf.method == "importance" else "mean-field bound"
+        estimated = lf is not None and lf.method != "exact"
+        if estimated:
+            how = {
+                "importance": f"{lf.num_samples} importance samples",
+                "ais": f"AIS, {getattr(lf, 'steps', 0)} steps x {lf.num_samples} chains",
+                "mean-field": "mean-field bound",
+            }[lf.method]
             lines.append("log f(v), test average")
             lines.append(
                 f"  {'estimate':26}{float(lf.log_unnormalized.mean()):12.4f}{'':10}{_secs(lf.seconds)}"
                 f"   {how} per vector ({'a lower bound' if lf.method == 'mean-field' else 'a stochastic lower bound'})"
             )
+            if self.log_f_check is not None:
+                c = self.log_f_check
+                lines.append(f"  {'check':26}{c.mean_rise:12.4f}{c.mean_rise_stderr:10.4f}{_secs(c.seconds)}   {c.describe()}")
+        elif lf is not None and self.settings.get("model", "RBM").split()[0] in ("DBM", "DBN"):
+            route = "" if self.exact_values is None or not self.exact_values.route else f" ({self.exact_values.route})"
+            lines.append(f"log f(v): exact, by enumeration{route}; used by AIS and the control variate")
         lines.append("average test log-likelihood (nats)")
         if self.ais_mean is not None:
-            lines.append(f"  {'AIS (optimistic)':26}{self.ais_mean:12.4f}{float(a.stderr):10.4f}")
+            label = "AIS (log f-hat - log Z-hat)" if estimated else "AIS (optimistic)"
+            lines.append(f"  {label:26}{self.ais_mean:12.4f}{float(a.stderr):10.4f}")
+            if estimated:
+                lines.append(
+                    f"  {'':26}an estimate, not a bound: log f-hat errs low, log Z-hat errs low"
+                )
         if r is not None:
             cv = self.control_variate
             alpha = f"alpha = {cv.alpha:g}" if cv.alpha_rule == "fixed" else f"alpha = {cv.alpha:.3f} (optimal)"
@@ -269,12 +310,8 @@ def _family(model) -> str:
 
 def _exact_units(model) -> tuple[int, int]:
     """Units enumerated by the exact log Z and by the exact log f(v) (0 when log f(v) is closed-form)."""
-    if isinstance(model, DBN):
-        return min(model.top.layer_sizes), sum(model.layer_sizes[1:-1])
-    sizes = model.layer_sizes
-    even = sum(sizes[0::2])
-    odd = sum(sizes[1::2])
-    return min(even, odd), sum(sizes[2::2])
+    cost = exact_mod.exact_cost(model, 1)
+    return cost.log_z_units, cost.log_f_units
 
 
 def recognition_means(model: DBN, train_data: Tensor) -> Tensor:
@@ -296,6 +333,9 @@ def check_settings(
     raise_chains: int,
     log_f_samples: int,
     cv_alpha: Union[float, str],
+    log_f_ais_steps: int = 100,
+    log_f_ais_chains: int = 10,
+    log_f_check: int = DEFAULT_LOG_F_CHECK,
 ) -> None:
     """Raise ValueError, saying what is wrong, for settings `evaluate` cannot run (before any work; the training
     hook calls it when it is made, so that a typo fails before training)."""
@@ -310,6 +350,9 @@ def check_settings(
         ("raise_examples", raise_examples, 2),
         ("raise_chains", raise_chains, 1),
         ("log_f_samples", log_f_samples, 1),
+        ("log_f_ais_steps", log_f_ais_steps, 1),
+        ("log_f_ais_chains", log_f_ais_chains, 1),
+        ("log_f_check", log_f_check, 0),
     ):
         # A standard error needs two chains (AIS) or two test vectors (RAISE).
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
@@ -344,6 +387,10 @@ def evaluate(
     shard_size: Optional[int] = None,
     resume_file: Optional[str] = None,
     resume_interval: float = DEFAULT_RESUME_INTERVAL,
+    log_f_ais_steps: int = 100,
+    log_f_ais_chains: int = 10,
+    log_f_check: int = DEFAULT_LOG_F_CHECK,
+    exact_values: Optional[ExactValues] = None,
 ) -> EvaluationReport:
     """Estimate the average test log-likelihood of an RBM, DBM or DBN with AIS and RAISE (and exactly when
     tractable).
@@ -368,10 +415,20 @@ def evaluate(
         seed: AIS uses a generator seeded with `seed`, RAISE one seeded with `seed + 1`, the log f(v) estimates
             one seeded with `seed + 2`, the choice of RAISE's test subset one seeded with `seed + 3` and the
             adaptive schedule's pilot one seeded with `seed + 4`.
-        exact: 'auto' (when enumeration needs at most `max_exact_units` units), 'always' (up to 30 units;
-            refused beyond) or 'never'.
-        log_f_method: 'importance' or 'mean-field' (DBMs): how log f(v) is estimated for DBMs and DBNs.
+        exact: 'auto' (when enumeration needs at most `max_exact_units` units and, if it would cost more than
+            EXACT_AUTO_MIN_MACS multiply-adds, no more than the estimators), 'always' (up to 30 units; refused
+            beyond) or 'never'. For DBMs and DBNs the exact log f(v), when computed, replaces the estimate of log f(v)
+            in the AIS log-likelihood and the control variate (as for RBMs, whose log f(v) is closed-form).
+            Enumeration runs in chunks within `max_memory`.
+        log_f_method: 'importance', 'ais' (per-vector AIS from the proposal to the posterior, v clamped) or
+            'mean-field' (DBMs): how log f(v) is estimated for DBMs and DBNs when it is not exact.
         log_f_samples: importance samples per test vector.
+        log_f_ais_steps, log_f_ais_chains: K and chains per test vector of log_f_method='ais'.
+        log_f_check: test vectors (a fixed random subset, seed + 5) on which an estimated log f(v) is estimated
+            again, LOG_F_CHECK_FACTOR times longer (`raise_eval.log_f_check`); a rise warns 'log-f-biased'. 0 skips
+            the check (the report then warns 'log-f-unchecked').
+        exact_values: exact values from an earlier run on the same model and test data (`report.exact_values`),
+            reused instead of recomputed.
         cv_alpha: the control variate's coefficient, a number or 'optimal'.
         progress: tqdm progress bars.
         settings: extra entries for the report's settings (e.g. the checkpoint path).
@@ -405,6 +462,9 @@ def evaluate(
         raise_chains=raise_chains,
         log_f_samples=log_f_samples,
         cv_alpha=cv_alpha,
+        log_f_ais_steps=log_f_ais_steps,
+        log_f_ais_chains=log_f_ais_chains,
+        log_f_check=log_f_check,
     )
     family = _family(model)
     annealed = model.top if family == "DBN" else model
@@ -416,8 +476,27 @@ def evaluate(
             "use --exact auto or never"
         )
     test = check_binary(test_data, model.n_visible, "test data").to(device=model.device, dtype=model.dtype)
+    betas, schedule_name, steps = _schedule_request(schedule, steps)
+    use_exact, exact_note = _exact_decision(
+        model,
+        exact,
+        max_exact_units,
+        n_test=test.shape[0],
+        estimator_macs=_estimator_macs(
+            model, steps, ais_chains, min(raise_examples, test.shape[0]) * raise_chains, test.shape[0],
+            log_f_method, log_f_samples, log_f_ais_steps * log_f_ais_chains,
+        ),
+    )
+    if exact_values is not None:
+        if exact_values.log_f is not None and tuple(exact_values.log_f.shape) != (test.shape[0],):
+            raise ValueError(
+                f"exact_values hold log f(v) of {tuple(exact_values.log_f.shape)} vectors; this run has "
+                f"{test.shape[0]} (pass the exact_values of a report on the same model and test data, or None)"
+            )
+        use_exact, exact_note = True, None
+    exact_log_f = family != "RBM" and use_exact
     if log_f is not None:
-        expected_method = "exact" if family == "RBM" else log_f_method
+        expected_method = "exact" if family == "RBM" or exact_log_f else log_f_method
         if log_f.method != expected_method or tuple(log_f.log_unnormalized.shape) != (test.shape[0],):
             raise ValueError(
                 f"log_f holds {log_f.method} estimates of {tuple(log_f.log_unnormalized.shape)} vectors; this run "
@@ -428,7 +507,6 @@ def evaluate(
             raise ValueError(
                 f"log_f used {log_f.num_samples} importance samples but log_f_samples={log_f_samples}; they must agree"
             )
-    betas, schedule_name, steps = _schedule_request(schedule, steps)
     if schedule_name != "adaptive" and (pilot_chains is not None or pilot_grid is not None):
         raise ValueError("pilot_chains and pilot_grid are for the adaptive schedule's pilot (schedule='adaptive')")
     if schedule_name == "adaptive":
@@ -445,7 +523,9 @@ def evaluate(
         ais_chains=ais_chains,
         raise_pairs=(min(raise_examples, test.shape[0]), raise_chains),
         n_test=test.shape[0],
-        log_f_samples=log_f_samples if family != "RBM" and log_f_method == "importance" and log_f is None else 0,
+        log_f_samples=log_f_samples
+        if family != "RBM" and log_f_method == "importance" and log_f is None and not exact_log_f
+        else 0,
         pilot_chains=pilot_chains if schedule_name == "adaptive" else 0,
     )
     rank, world = distributed.rank_and_world()
@@ -486,8 +566,11 @@ def evaluate(
         "ais_chains": ais_chains,
         "raise_examples": min(raise_examples, n_test),
         "raise_chains": raise_chains,
-        "log_f_method": "exact" if family == "RBM" else log_f_method,
-        "log_f_samples": 0 if family == "RBM" or log_f_method != "importance" else log_f_samples,
+        "log_f_method": "exact" if family == "RBM" or exact_log_f else log_f_method,
+        "log_f_samples": 0 if family == "RBM" or exact_log_f or log_f_method != "importance" else log_f_samples,
+        "log_f_ais_steps": log_f_ais_steps if family != "RBM" and not exact_log_f and log_f_method == "ais" else 0,
+        "log_f_ais_chains": log_f_ais_chains if family != "RBM" and not exact_log_f and log_f_method == "ais" else 0,
+        "log_f_check": log_f_check if family != "RBM" and not exact_log_f else 0,
         "cv_alpha": cv_alpha,
         "seed": seed,
         "device": str(device),
@@ -545,10 +628,13 @@ def evaluate(
                 "log_f_seconds": None if log_f is None else log_f.seconds,
                 "exact_seconds": done.get("exact_seconds"),
                 "pilot_seconds": done.get("pilot_seconds"),
+                "log_f_check_seconds": None if done.get("log_f_check") is None else done["log_f_check"].seconds,
             },
             notes=notes,
             interrupted=interrupted,
             distinct_test=distinct,
+            log_f_check=done.get("log_f_check"),
+            exact_values=done.get("exact"),
         )
 
     stage = "AIS"
@@ -575,20 +661,35 @@ def evaluate(
         )
         if ais_chains > shard_size:
             notes.append(f"AIS ran in {len(shard_bounds(ais_chains, shard_size))} shards of up to {shard_size} chains")
+        if use_exact:
+            stage = "the exact answer"
+            if exact_values is None:
+                exact_values = _exact_stage(model, test, exact_log_f, max_exact_units, max_memory, progress)
+            done["exact"] = exact_values
+            done["log_z_exact"] = exact_values.log_z
+            done["exact_seconds"] = exact_values.seconds
+        elif exact_note is not None:
+            notes.append(exact_note)
         stage = "the log f(v) estimates"
         # One stream (seed + 2) through chunks fixed by the settings, as always: not sharded, made on rank 0 (other
         # ranks go on to RAISE and receive the estimates afterwards).
         log_f_est = log_f
+        if log_f_est is None and exact_log_f:
+            log_f_est = LogUnnormalizedEstimate(
+                exact_values.log_f.to(device), torch.zeros_like(exact_values.log_f, device=device), "exact", 0, 0.0
+            )
         if log_f_est is None and store is not None and store.get("log_f") is not None:
             log_f_est = _log_f_to(LogUnnormalizedEstimate(**store.get("log_f")), device)
+        log_f_options = dict(
+            method=log_f_method, num_samples=log_f_samples, ais_steps=log_f_ais_steps, ais_chains=log_f_ais_chains
+        )
         if log_f_est is None and rank == 0:
             generator = torch.Generator(device=device).manual_seed(seed + 2)
             with deferred_interrupts() if store is not None else contextlib.nullcontext():
                 log_f_est = log_unnormalized_estimate(
                     model,
                     test,
-                    method=log_f_method,
-                    num_samples=log_f_samples,
+                    **log_f_options,
                     generator=generator,
                     progress=progress,
                     checkpoint=None if store is None else store.checkpoint("log_f", 0, generator),
@@ -597,6 +698,9 @@ def evaluate(
                 store.put("log_f", dict(vars(log_f_est)))
         if log_f_est is not None:
             done["log_f"] = log_f_est
+        if log_f_est is not None and rank == 0 and log_f_est.method != "exact" and log_f_check > 0:
+            stage = "the log f(v) check"
+            done["log_f_check"] = _check_stage(model, test, log_f_est, log_f_options, log_f_check, seed, progress)
         stage = "RAISE"
         # The subset has its own stream (seed + 3), independent of the chains' (seed + 1).
         if raise_examples >= n_test:
@@ -626,25 +730,91 @@ def evaluate(
         done["cv"] = done["raise"].control_variate_mean(
             log_f_all, log_f_all[subset.to(log_f_all.device)], alpha=cv_alpha
         )
-        stage = "the exact answer"
-        if exact == "always" or (exact == "auto" and needed <= max_exact_units):
-            t0 = time.perf_counter()
-            limit = max(max_exact_units, needed)
-            log_z_exact = exact_mod.log_partition(model, max_units=limit)
-            exact_log_f = log_f_all
-            if done["log_f"].method != "exact":
-                exact_log_f = exact_mod.log_unnormalized_visible(model, test, max_units=limit)
-            done["log_z_exact"] = log_z_exact
-            done["exact_mean"] = float(exact_log_f.mean()) - log_z_exact
-            done["exact_seconds"] = time.perf_counter() - t0
-        elif exact == "auto":
-            hint = " (use --exact always to force)" if needed <= ALWAYS_EXACT_LIMIT else ""
-            notes.append(f"exact values skipped: they would enumerate 2^{needed} states{hint}")
+        if use_exact:
+            done["exact_mean"] = float(_exact_log_f(done, log_f_all).mean()) - done["log_z_exact"]
     except KeyboardInterrupt:
         _note_continued(store, resume_file, notes)
         raise EvaluationInterrupted(report(interrupted=stage)) from None
     _note_continued(store, resume_file, notes)
     return report()
+
+
+def _estimator_macs(
+    model, steps: int, ais_chains: int, raise_chains_total: int, n_test: int, log_f_method: str, log_f_samples: int,
+    log_f_ais_work: int,
+) -> float:
+    """Multiply-adds of the estimators (AIS, RAISE, log f(v)): about two products with every weight matrix per
+    chain and step, and per importance sample or per AIS step and chain of log f(v)."""
+    per_pass = 2.0 * sum(w.numel() for w in model.weights)
+    total = per_pass * steps * (ais_chains + raise_chains_total)
+    if _family(model) != "RBM":
+        total += per_pass * n_test * (log_f_samples if log_f_method == "importance" else log_f_ais_work)
+    return total
+
+
+def _exact_decision(
+    model, exact: str, max_exact_units: int, *, n_test: int, estimator_macs: float
+) -> tuple[bool, Optional[str]]:
+    """Whether to compute the exact values, and the note that says why not (auto only)."""
+    if exact == "never":
+        return False, None
+    cost = exact_mod.exact_cost(model, n_test)
+    needed = max(cost.log_z_units, cost.log_f_units)
+    if exact == "always":
+        return True, None
+    if needed > max_exact_units:
+        hint = " (use --exact always to force)" if needed <= ALWAYS_EXACT_LIMIT else ""
+        return False, f"exact values skipped: they would enumerate 2^{needed} states{hint}"
+    if cost.multiply_adds > max(EXACT_AUTO_MIN_MACS, estimator_macs):
+        return False, (
+            f"exact values skipped: enumerating 2^{needed} states would cost about {cost.multiply_adds:.1e} "
+            f"multiply-adds, more than the estimators themselves ({estimator_macs:.1e}); use --exact always to force"
+        )
+    return True, None
+
+
+def _exact_stage(model, test: Tensor, with_log_f: bool, max_exact_units: int, max_memory, progress: bool) -> ExactValues:
+    """Exact log Z and (for DBMs and DBNs, when `with_log_f`) exact log f(v) of every test vector, enumerated in
+    chunks within `max_memory` bytes."""
+    t0 = time.perf_counter()
+    cost = exact_mod.exact_cost(model, test.shape[0])
+    limit = max(max_exact_units, cost.log_z_units, cost.log_f_units)
+    budget = {} if max_memory is None else {"max_bytes": max(int(max_memory) // 2, 1 << 20)}
+    log_z = exact_mod.log_partition(model, max_units=limit, progress=progress, **budget)
+    log_f = None
+    if with_log_f:
+        log_f = exact_mod.log_unnormalized_visible(model, test, max_units=limit, progress=progress, **budget)
+    route = f"log f(v) over 2^{cost.log_f_units} {cost.log_f_route} configurations" if with_log_f else ""
+    return ExactValues(float(log_z), log_f, time.perf_counter() - t0, route)
+
+
+def _exact_log_f(done: dict, log_f_all: Tensor) -> Tensor:
+    exact = done["exact"]
+    return log_f_all if exact.log_f is None else exact.log_f.to(log_f_all.device)
+
+
+def _check_stage(model, test: Tensor, main, options: dict, num_vectors: int, seed: int, progress: bool) -> LogFCheck:
+    """Re-estimate log f(v) LOG_F_CHECK_FACTOR times longer (a mean-field bound: by importance sampling) on a fixed
+    subset of the test vectors, from its own stream (seed + 5)."""
+    indices = check_subset(test.shape[0], num_vectors, seed + 5)
+    longer = dict(options)
+    factor = LOG_F_CHECK_FACTOR
+    if main.method == "importance":
+        longer["num_samples"] = options["num_samples"] * factor
+        budget = longer["num_samples"]
+    elif main.method == "ais":
+        longer["ais_steps"] = options["ais_steps"] * factor
+        budget = longer["ais_steps"]
+    else:  # the mean-field bound against the other estimator
+        longer["method"], factor, budget = "importance", 1, options["num_samples"]
+    generator = torch.Generator(device=test.device).manual_seed(seed + 5)
+
+    def estimate(v: Tensor) -> Tensor:
+        return log_unnormalized_estimate(model, v, **longer, generator=generator, progress=progress).log_unnormalized
+
+    return check_log_f(
+        estimate, test, main.log_unnormalized, indices=indices, method=longer["method"], budget=budget, factor=factor
+    )
 
 
 def _note_continued(store: Optional[ResumeFile], resume_file, notes: list[str]) -> None:
@@ -657,7 +827,8 @@ def _note_continued(store: Optional[ResumeFile], resume_file, notes: list[str]) 
 
 def _log_f_to(est: LogUnnormalizedEstimate, device) -> LogUnnormalizedEstimate:
     return LogUnnormalizedEstimate(
-        est.log_unnormalized.to(device), est.stderr.to(device), est.method, est.num_samples, est.seconds
+        est.log_unnormalized.to(device), est.stderr.to(device), est.method, est.num_samples, est.seconds,
+        getattr(est, "steps", 0),
     )
 
 

@@ -27,6 +27,7 @@ from torch import Tensor
 from raise_eval import exact as exact_mod
 from raise_eval.datasets import check_binary
 from raise_eval.diagnostics import GAP_NATS
+from raise_eval.certify import certify
 from raise_eval.evaluate import EvaluationReport, check_settings, evaluate
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
@@ -47,6 +48,7 @@ HISTORY_FIELDS = (
     "log_z_exact",
     "seconds",
     "warnings",
+    "verdict",
 )
 
 
@@ -58,7 +60,8 @@ class SandwichRecord:
     raise_, raise_se: RAISE's control-variate headline (conservative) and its standard error; gap = ais - raise_;
     exact: the exact average when enumeration was affordable (`exact='auto'`), else None; log_z: AIS's log Z-hat
     (for a DBN, the top RBM's), log_z_exact the exact one or None; seconds: wall time of the evaluation;
-    warnings: the codes of the report's warnings (README, "How to read the numbers").
+    warnings: the codes of the report's warnings (README, "How to read the numbers"); verdict: with a certified
+    monitor (`until_gap`), 'closed' or 'open' (`LikelihoodMonitor.last_certificate` says why), else None.
     """
 
     epoch: int
@@ -72,9 +75,10 @@ class SandwichRecord:
     log_z_exact: Optional[float]
     seconds: float
     warnings: tuple[str, ...] = ()
+    verdict: Optional[str] = None
 
     @classmethod
-    def from_report(cls, epoch: int, report: EvaluationReport) -> SandwichRecord:
+    def from_report(cls, epoch: int, report: EvaluationReport, verdict: Optional[str] = None) -> SandwichRecord:
         return cls(
             epoch=int(epoch),
             ais=float(report.ais_mean),
@@ -87,6 +91,7 @@ class SandwichRecord:
             log_z_exact=report.log_z_exact,
             seconds=float(report.timing["seconds"]),
             warnings=tuple(w.code for w in report.warnings),
+            verdict=verdict,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -103,6 +108,7 @@ class SandwichRecord:
             self.log_z_exact,
             self.seconds,
             list(self.warnings),
+            self.verdict,
         )
         return dict(zip(HISTORY_FIELDS, values))
 
@@ -127,6 +133,9 @@ class LikelihoodMonitor:
         plot_path: a PNG of the sandwich against the epoch, redrawn after every record (needs matplotlib, the
             "plot" extra).
         progress: tqdm progress bars during each evaluation.
+        until_gap, max_steps, time_budget: certify each evaluation (`raise_eval.certify`): K grows from `steps` until
+            the sandwich closes within `until_gap` nats, or `max_steps` or `time_budget` seconds would be passed;
+            the record's verdict says which, `last_certificate` why. None (the default): one evaluation at `steps`.
 
     `history` holds the `SandwichRecord`s, `last_report` the latest full `EvaluationReport`. The monitor never
     prints, never touches torch's global random state and never changes the model.
@@ -155,6 +164,9 @@ class LikelihoodMonitor:
         history_path: Optional[Union[str, os.PathLike]] = None,
         plot_path: Optional[Union[str, os.PathLike]] = None,
         progress: bool = False,
+        until_gap: Optional[float] = None,
+        max_steps: Optional[int] = None,
+        time_budget: Optional[float] = None,
     ):
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive integer (evaluate when epoch % every == 0), got {every!r}")
@@ -210,6 +222,14 @@ class LikelihoodMonitor:
             log_f_samples=log_f_samples,
             cv_alpha=cv_alpha,
         )
+        if until_gap is not None and not (isinstance(until_gap, (int, float)) and until_gap > 0):
+            raise ValueError(f"until_gap must be a positive number of nats, got {until_gap!r}")
+        if until_gap is None and (max_steps is not None or time_budget is not None):
+            raise ValueError("max_steps and time_budget bound a certified evaluation: pass until_gap too")
+        self.certify_kwargs = (
+            None if until_gap is None else dict(tolerance=until_gap, max_steps=max_steps, time_budget=time_budget)
+        )
+        self.last_certificate = None
         self.progress = progress
         self.history: list[SandwichRecord] = []
         self.last_report: Optional[EvaluationReport] = None
@@ -249,8 +269,14 @@ class LikelihoodMonitor:
             self._moved = (key, self.test_data.to(device=model.device, dtype=model.dtype))
         # No autograd graph through parameters that require grad (a Lightning module's); the numbers are the same.
         with torch.no_grad():
-            report = evaluate(model, self._moved[1], progress=self.progress, **self.evaluate_kwargs)
-        rec = SandwichRecord.from_report(epoch, report)
+            if self.certify_kwargs is None:
+                report = evaluate(model, self._moved[1], progress=self.progress, **self.evaluate_kwargs)
+                verdict = None
+            else:
+                cert = certify(model, self._moved[1], progress=self.progress, **self.certify_kwargs, **self.evaluate_kwargs)
+                self.last_certificate = cert
+                report, verdict = cert.report, cert.verdict
+        rec = SandwichRecord.from_report(epoch, report, verdict)
         self.history.append(rec)
         self.last_report = report
         if emit:

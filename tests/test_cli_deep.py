@@ -74,13 +74,21 @@ def test_log_f_options(tmp_path, data_files, capsys):
     model = DBM.random([12, 6, 5], weight_std=0.5, generator=torch.Generator().manual_seed(2))
     ckpt = tmp_path / "dbm.pt"
     save_checkpoint(ckpt, model)
-    args = ["evaluate", str(ckpt), "--data", str(folder / "test.npy"), "--init", "uniform", *FAST]
+    # --exact never: otherwise the exact log f(v) of this small DBM replaces every estimator
+    args = ["evaluate", str(ckpt), "--data", str(folder / "test.npy"), "--init", "uniform", "--exact", "never", *FAST]
     assert main([*args, "--log-f", "mean-field", "--cv-alpha", "optimal"]) == 0
     table = capsys.readouterr().out
     assert "mean-field bound" in table and "(optimal)" in table
     assert main([*args, "--log-f-samples", "7", "--cv-alpha", "0.5"]) == 0
     table = capsys.readouterr().out
     assert "7 importance samples" in table and "alpha = 0.5" in table
+    assert "AIS (log f-hat - log Z-hat)" in table and "not a bound" in table
+    assert main([*args, "--log-f", "ais", "--log-f-steps", "9", "--log-f-chains", "3", "--log-f-check", "5"]) == 0
+    table = capsys.readouterr().out
+    assert "AIS, 9 steps x 3 chains per vector" in table and "36 steps) on 5 test vectors" in table
+    assert main([*args[:3], str(folder / "test.npy"), "--init", "uniform", *FAST]) == 0
+    table = capsys.readouterr().out
+    assert "log f(v): exact, by enumeration" in table and "AIS (optimistic)" in table
     with pytest.raises(SystemExit):
         main([*args, "--cv-alpha", "best"])
     assert "--cv-alpha takes a finite number or 'optimal'" in capsys.readouterr().err
@@ -88,5 +96,6 @@ def test_log_f_options(tmp_path, data_files, capsys):
 
 def test_help_documents_the_deep_options():
     text = build_parser()._subparsers._group_actions[0].choices["evaluate"].format_help()
-    for option in ["--log-f", "--log-f-samples", "--cv-alpha", "DBM", "DBN"]:
+    for option in ["--log-f", "--log-f-samples", "--log-f-steps", "--log-f-chains", "--log-f-check", "--until-gap",
+                   "--time-budget", "--max-steps", "--cv-alpha", "DBM", "DBN"]:
         assert option in text

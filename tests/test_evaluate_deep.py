@@ -38,9 +38,13 @@ def test_dbm_report(test_vectors):
     )
     d = _check_report(report, model, test_vectors)
     assert d["log_likelihood"]["raise"]["start"] == "heating"
-    assert d["log_likelihood"]["log_unnormalized"]["method"] == "importance"
+    # --exact auto enumerates log f(v) too (its 8-unit even hidden layer), and AIS and the control variate use it
+    assert d["log_likelihood"]["log_unnormalized"]["method"] == "exact"
+    exact_log_f = exact.log_unnormalized_visible(model, test_vectors)
+    assert report.ais_mean == pytest.approx(float(exact_log_f.mean()) - report.ais.estimate, abs=1e-9)
     assert abs(report.ais.estimate - report.log_z_exact) < 4 * float(report.ais.stderr) + 1e-3
     table = report.format_table()
+    assert "log f(v): exact, by enumeration" in table and "AIS (optimistic)" in table
     assert "(heating), control variate log f(v), alpha = 1" in table and "without control variate" in table
     assert "DBM 20-10-8" in table
 
@@ -57,6 +61,7 @@ def test_dbm_mean_field_and_optimal_alpha(test_vectors):
         raise_chains=5,
         log_f_method="mean-field",
         cv_alpha="optimal",
+        exact="never",  # else the exact log f(v) replaces the bound
     )
     assert report.log_f.method == "mean-field"
     assert report.control_variate.alpha_rule == "optimal"
@@ -96,7 +101,9 @@ def test_reused_log_f_gives_the_same_report(test_vectors):
     """log f(v) estimates passed back in (as the table script does across K and starts) change no number; estimates
     of other vectors or with another sample count are refused before any work."""
     model = DBM.random([20, 6, 4], weight_std=0.7, generator=torch.Generator().manual_seed(2))
-    kwargs = dict(init="uniform", steps=20, ais_chains=10, raise_examples=5, raise_chains=2, log_f_samples=8, seed=3)
+    kwargs = dict(
+        init="uniform", steps=20, ais_chains=10, raise_examples=5, raise_chains=2, log_f_samples=8, seed=3, exact="never"
+    )
     first = evaluate(model, test_vectors, **kwargs)
     again = evaluate(model, test_vectors, **{**kwargs, "steps": 20}, log_f=first.log_f)
     assert again.ais_mean == first.ais_mean and again.raise_mean == first.raise_mean

@@ -92,9 +92,10 @@ def test_plain_loop_records_match_standalone_evaluate(data, tmp_path):
     for row, rec in zip(rows, monitor.history):
         assert int(row["epoch"]) == rec.epoch
         for key, value in rec.to_dict().items():
-            if key not in ("epoch", "warnings"):
+            if key not in ("epoch", "warnings", "verdict"):
                 assert float(row[key]) == value, key
         assert row["warnings"] == ";".join(rec.warnings)
+        assert row["verdict"] == "" and rec.verdict is None  # not a certified monitor
 
     assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob("*.tmp"))

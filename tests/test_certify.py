@@ -1,0 +1,219 @@
+"""The certified loop: its stopping rule (closes on an easy model, stops open and says why on a hard one, respects
+the step and time budgets), its trend, its resume file, the CLI and the hook.
+
+The runs are on tiny RBMs with exact answers and fixed seeds; the rule's conditions are also tested on reports
+built by hand, where nothing is random.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+from raise_eval.models import RBM
+
+from raise_eval import certify as certify_fn
+from raise_eval import exact
+from raise_eval.certify import CertifyStep, _trend, closure_reasons, parse_duration
+from raise_eval.diagnostics import Warning
+
+SMALL = dict(ais_chains=400, raise_examples=20, raise_chains=10, init="uniform", seed=0)
+
+
+def _easy_rbm() -> RBM:
+    """A 10-6 RBM with weak weights: its annealing path is short, so a small K closes the sandwich."""
+    g = torch.Generator().manual_seed(7)
+    return RBM.random(10, 6, weight_std=0.3, bias_std=0.5, generator=g, dtype=torch.float64)
+
+
+def _test_vectors(model: RBM, n: int = 60) -> torch.Tensor:
+    g = torch.Generator().manual_seed(8)
+    return (torch.rand(n, model.n_visible, generator=g, dtype=torch.float64) < 0.5).double()
+
+
+def test_closes_on_an_easy_model_and_the_interval_holds_the_exact_value():
+    model = _easy_rbm()
+    test = _test_vectors(model)
+    cert = certify_fn(model, test, tolerance=0.5, steps=10, max_steps=640, **SMALL)
+    truth = float(exact.log_likelihood(model, test).mean())
+    assert cert.verdict == "closed", cert.format_table()
+    assert cert.reasons == []
+    lo, hi = cert.interval
+    assert lo <= truth <= hi
+    last = cert.history[-1]
+    assert abs(last.gap) <= 0.5 and last.exact_mean == pytest.approx(truth, abs=1e-9)
+    assert "CLOSED" in cert.format_table()
+    from raise_eval.results import to_jsonable
+
+    doc = json.loads(json.dumps(to_jsonable(cert)))
+    assert doc["verdict"] == "closed" and doc["interval"] == [lo, hi]
+
+
+def test_stops_open_at_max_steps_and_says_why(tiny_rbm):
+    # A multimodal 8-6 RBM with strong weights: K = 2 and 4 leave a gap far above a 0.01-nat tolerance.
+    g = torch.Generator().manual_seed(1)
+    test = (torch.rand(40, 8, generator=g, dtype=torch.float64) < 0.5).double()
+    cert = certify_fn(tiny_rbm, test, tolerance=0.01, steps=2, max_steps=4, **SMALL)
+    assert cert.verdict == "open"
+    assert [s.steps for s in cert.history] == [2, 4]
+    assert any("--max-steps 4" in r for r in cert.reasons)
+    assert any("above the tolerance" in r or "standard error" in r for r in cert.reasons)
+    assert cert.interval is None
+    assert "OPEN" in cert.format_table()
+
+
+def test_respects_the_time_budget():
+    model = _easy_rbm()
+    test = _test_vectors(model)
+    # A budget that one K already spends: the next K is predicted not to fit, so the loop stops after one.
+    cert = certify_fn(model, test, tolerance=1e-6, steps=20, time_budget=1e-3, **SMALL)
+    assert [s.steps for s in cert.history] == [20]
+    assert any("time budget" in r for r in cert.reasons)
+
+
+def _fake_report(gap=0.05, ais_se=0.01, raise_se=0.01, codes=()):
+    return SimpleNamespace(
+        gap=gap,
+        ais=SimpleNamespace(stderr=torch.tensor(ais_se)),
+        raise_stderr=raise_se,
+        warnings=[Warning(c, "") for c in codes],
+    )
+
+
+@pytest.mark.parametrize(
+    "code",
+    ["low-ess", "interval-not-finite", "raise-above-ais", "log-z-below-test-mass", "exact-outside-sandwich",
+     "log-f-biased", "log-f-unchecked"],
+)
+def test_an_undermining_warning_keeps_the_sandwich_open(code):
+    assert closure_reasons(_fake_report(), 0.1) == []
+    reasons = closure_reasons(_fake_report(codes=(code,)), 0.1)
+    assert len(reasons) == 1
+
+
+def test_large_noise_or_gap_keeps_it_open():
+    assert any("above the tolerance" in r for r in closure_reasons(_fake_report(gap=0.2), 0.1))
+    assert any("standard error" in r for r in closure_reasons(_fake_report(ais_se=0.06), 0.1))
+    # RAISE above AIS within the tolerance and the noise is not a reason by itself
+    assert closure_reasons(_fake_report(gap=-0.02), 0.1) == []
+
+
+def _step(k, gap):
+    return CertifyStep(k, gap, 0.0, 0.0, 0.0, 100.0, None, 1.0, 1.0, [], ["x"])
+
+
+def test_trend_predicts_the_k_a_power_law_needs():
+    # gap = 400 / K: halves with each doubling; 0.1 nats at K = 4,000
+    history = [_step(k, 400.0 / k) for k in (100, 200, 400)]
+    assert _trend(history, 0.1) == pytest.approx(4000, rel=1e-6)
+    assert _trend([_step(100, 1.0), _step(200, 1.2)], 0.1) is None  # not shrinking
+    assert _trend([_step(100, 1.0)], 0.1) is None
+
+
+def test_resume_keeps_finished_k(tmp_path, monkeypatch):
+    model = _easy_rbm()
+    test = _test_vectors(model)
+    resume = str(tmp_path / "cert.json")
+    first = certify_fn(model, test, tolerance=1e-6, steps=5, max_steps=10, resume_file=resume, **SMALL)
+    assert [s.steps for s in first.history] == [5, 10]
+    import sys
+
+    ev = sys.modules["raise_eval.evaluate"]  # the package's `evaluate` attribute is the function
+
+    calls = []
+    real = ev.evaluate
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs["steps"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(ev, "evaluate", counting)
+    second = certify_fn(model, test, tolerance=1e-6, steps=5, max_steps=20, resume_file=resume, **SMALL)
+    assert calls == [20]  # K = 5 and 10 were read back
+    assert [s.to_dict() for s in second.history[:2]] == [s.to_dict() for s in first.history]
+    # the same K from scratch gives the same numbers as the resumed run's new K
+    fresh = certify_fn(model, test, tolerance=1e-6, steps=20, max_steps=20, **SMALL)
+    assert fresh.history[0].ais_mean == second.history[2].ais_mean
+    with pytest.raises(ValueError, match="other settings"):
+        certify_fn(model, test, tolerance=0.5, steps=5, max_steps=20, resume_file=resume, **SMALL)
+
+
+def test_bad_arguments_are_refused():
+    model = _easy_rbm()
+    test = _test_vectors(model)
+    for kwargs, match in (
+        (dict(tolerance=0.0), "tolerance"),
+        (dict(tolerance=0.1, steps=0), "steps"),
+        (dict(tolerance=0.1, growth=1), "growth"),
+        (dict(tolerance=0.1, steps=10, max_steps=5), "max_steps"),
+        (dict(tolerance=0.1, time_budget=-1.0), "time_budget"),
+        (dict(tolerance=0.1, log_f=None), "log_f"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            certify_fn(model, test, **kwargs)
+
+
+def test_parse_duration():
+    assert parse_duration("90") == 90.0
+    assert parse_duration("90s") == 90.0
+    assert parse_duration("30m") == 1800.0
+    assert parse_duration("1.5h") == 5400.0
+    for bad in ("soon", "-5m", "0"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+
+
+def test_cli_until_gap_writes_the_verdict_and_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    from raise_eval.cli import main
+
+    model = _easy_rbm()
+    test = _test_vectors(model)
+    import numpy as np
+
+    np.save(tmp_path / "test.npy", test.numpy())
+    from raise_eval import save_checkpoint
+
+    save_checkpoint(str(tmp_path / "rbm.pt"), model)
+    out = tmp_path / "cert.json"
+    code = main(
+        [
+            "evaluate", str(tmp_path / "rbm.pt"), "--data", str(tmp_path / "test.npy"), "--init", "uniform",
+            "--steps", "10", "--ais-chains", "400", "--raise-chains", "10", "--raise-examples", "20",
+            "--until-gap", "0.5", "--max-steps", "640", "--json", str(out), "--no-progress", "--threads", "1",
+        ]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "K = 10:" in printed and "verdict: CLOSED" in printed
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "closed" and doc["history"][0]["steps"] == 10
+    assert (tmp_path / "cert.png").stat().st_size > 1000
+
+
+def test_cli_refuses_certify_options_without_until_gap(tmp_path, capsys):
+    from raise_eval.cli import main
+
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "checkpoints/rbm_digits_64-16.pt", "--max-steps", "100"])
+    assert stop.value.code == 2
+    assert "--until-gap" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["evaluate", "checkpoints/rbm_digits_64-16.pt", "--until-gap", "0.1", "--time-budget", "soon"])
+    assert "duration" in capsys.readouterr().err
+
+
+def test_monitor_certifies_when_asked():
+    from raise_eval import LikelihoodMonitor
+
+    model = _easy_rbm()
+    test = _test_vectors(model)
+    monitor = LikelihoodMonitor(test, steps=10, until_gap=0.5, max_steps=640, **SMALL)
+    rec = monitor(0, model)
+    assert rec.verdict == "closed" and monitor.last_certificate.closed
+    assert math.isfinite(rec.ais)
+    with pytest.raises(ValueError, match="until_gap"):
+        LikelihoodMonitor(test, max_steps=100)
