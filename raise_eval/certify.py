@@ -57,6 +57,9 @@ class CertifyStep:
     total_seconds: float
     warnings: list[str]
     reasons_open: list[str]
+    interval_low: Optional[float] = None
+    interval_high: Optional[float] = None
+    fixed_seconds: float = 0.0  # of this K's time, what does not grow with K (the adaptive pilot)
 
     @property
     def gap(self) -> Optional[float]:
@@ -75,8 +78,9 @@ class Certificate:
     """The verdict of `certify` and every K it tried.
 
     verdict: 'closed' (the log-likelihood lies in `interval`) or 'open' (`reasons` say why).
-    interval: (low, high) in nats when closed: [min(AIS, RAISE) - 2σ, max(AIS, RAISE) + 2σ], σ their combined
-        standard error; None when open.
+    interval: (low, high) in nats when closed: [min(AIS, RAISE) - 2σ, max(AIS, RAISE) + 2σ + a], σ their combined
+        standard error and a the log f(v) allowance (`log_f_allowance`: the AIS side rests on log f-hat, which errs
+        low, when log f(v) is estimated); None when open.
     needed_steps: when open and the gap shrank, the K at which it would reach the tolerance if the trend of the
         last Ks (gap ~ K^-a) holds; None when it cannot be said.
     report: the `EvaluationReport` of the last K (the full table and warnings).
@@ -93,6 +97,7 @@ class Certificate:
     seconds: float
     report: Any = None
     notes: list[str] = field(default_factory=list)
+    model: str = ""  # e.g. 'DBM 784-20-500'
 
     @property
     def closed(self) -> bool:
@@ -100,6 +105,7 @@ class Certificate:
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "model": self.model,
             "verdict": self.verdict,
             "reasons": list(self.reasons),
             "interval": None if self.interval is None else list(self.interval),
@@ -114,7 +120,7 @@ class Certificate:
         }
 
     def format_table(self) -> str:
-        lines = [f"certified sandwich, tolerance {self.tolerance:g} nats", ""]
+        lines = [f"certified sandwich{' of ' + self.model if self.model else ''}, tolerance {self.tolerance:g} nats", ""]
         lines.append(f"{'K':>8}{'AIS':>12}{'± s.e.':>9}{'RAISE':>12}{'± s.e.':>9}{'gap':>9}{'ESS':>7}{'secs':>8}")
         for s in self.history:
             lines.append(
@@ -129,7 +135,9 @@ class Certificate:
             lo, hi = self.interval
             lines.append(
                 f"verdict: CLOSED at K = {self.history[-1].steps}: the average test log-likelihood lies in "
-                f"[{lo:.4f}, {hi:.4f}] (RAISE to AIS, ±2 standard errors)"
+                f"[{lo:.4f}, {hi:.4f}] (RAISE to AIS, ±2 standard errors"
+                + (", and the log f(v) check's rise above" if self.report is not None and log_f_allowance(self.report) > 0 else "")
+                + ")"
             )
         else:
             lines.append(f"verdict: OPEN after K = {self.history[-1].steps if self.history else 0}")
@@ -169,11 +177,13 @@ class Certificate:
         if self.closed:
             ax.axhspan(*self.interval, color="tab:green", alpha=0.15, label="certified interval")
         ax.set_xscale("log", base=2)
+        ax.set_xticks(ks, [f"{k:,}" for k in ks])  # the Ks tried, not powers of two
+        ax.minorticks_off()
         ax.set_xlabel("K (intermediate distributions)")
         ax.set_ylabel("average test log-likelihood (nats)")
-        model = "" if self.report is None else self.report.settings.get("model", "")
         verdict = "closed" if self.closed else "open"
-        ax.set_title(f"{model}: sandwich {verdict} (tolerance {self.tolerance:g} nats)", fontsize=10)
+        title = f"sandwich {verdict} (tolerance {self.tolerance:g} nats)"
+        ax.set_title(f"{self.model}: {title}" if self.model else title, fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
@@ -187,6 +197,24 @@ def _f(x: Optional[float], width: int, digits: int = 4) -> str:
     return f"{x:{width}.{digits}f}"
 
 
+def log_f_allowance(report) -> float:
+    """Nats by which the AIS side may sit below the truth because log f(v) is estimated (it errs low): the rise of
+    the log f(v) check, mean + 3 standard errors, at least 0; 0 when log f(v) is exact or not checked."""
+    check = getattr(report, "log_f_check", None)
+    if check is None:
+        return 0.0
+    se = check.mean_rise_stderr if math.isfinite(check.mean_rise_stderr) else 0.0
+    return max(0.0, check.mean_rise + 3.0 * se)
+
+
+def sandwich_interval(report) -> tuple[float, float]:
+    """[min(AIS, RAISE) - 2σ, max(AIS, RAISE) + 2σ + the log f(v) allowance], σ the combined standard error."""
+    noise = math.hypot(float(report.ais.stderr), report.raise_stderr)
+    lo = min(report.ais_mean, report.raise_mean) - 2 * noise
+    hi = max(report.ais_mean, report.raise_mean) + 2 * noise + log_f_allowance(report)
+    return lo, hi
+
+
 def closure_reasons(report, tolerance: float) -> list[str]:
     """Why the sandwich of one `EvaluationReport` is not closed at `tolerance` nats (empty: closed)."""
     reasons = []
@@ -194,6 +222,17 @@ def closure_reasons(report, tolerance: float) -> list[str]:
     if gap is None:
         return ["AIS or RAISE did not finish"]
     noise = math.hypot(float(report.ais.stderr), report.raise_stderr if math.isfinite(report.raise_stderr) else math.inf)
+    allowance = log_f_allowance(report)
+    if allowance > tolerance / 2:
+        reasons.append(
+            f"log f(v) is estimated and its check rose by up to {allowance:.3f} nats (mean + 3 s.e.), more than half "
+            "the tolerance: the AIS side may be that much too low. Raise --log-f-steps or --log-f-samples"
+        )
+    exact = getattr(report, "exact_mean", None)
+    if exact is not None and math.isfinite(noise):
+        lo, hi = sandwich_interval(report)
+        if not lo <= exact <= hi:
+            reasons.append(f"the exact log-likelihood {exact:.4f} lies outside the interval [{lo:.4f}, {hi:.4f}]")
     if gap > tolerance:
         reasons.append(f"the gap AIS - RAISE is {gap:.3f} nats, above the tolerance {tolerance:g}")
     if not noise <= tolerance / 2:
@@ -230,8 +269,9 @@ def _trend(history: list[CertifyStep], tolerance: float) -> Optional[int]:
 
 def _step_of(report, steps: int, tolerance: float) -> CertifyStep:
     t = report.timing
-    varying = sum(t.get(k) or 0.0 for k in ("ais_seconds", "raise_seconds", "pilot_seconds"))
+    varying = sum(t.get(k) or 0.0 for k in ("ais_seconds", "raise_seconds"))
     a = report.ais
+    interval = (None, None) if report.gap is None or not math.isfinite(report.raise_stderr) else sandwich_interval(report)
     return CertifyStep(
         steps=steps,
         ais_mean=report.ais_mean,
@@ -244,6 +284,9 @@ def _step_of(report, steps: int, tolerance: float) -> CertifyStep:
         total_seconds=float(t["seconds"]),
         warnings=[w.code for w in report.warnings],
         reasons_open=closure_reasons(report, tolerance),
+        interval_low=interval[0],
+        interval_high=interval[1],
+        fixed_seconds=t.get("pilot_seconds") or 0.0,
     )
 
 
@@ -290,23 +333,28 @@ def certify(
     on_step=None,
     **evaluate_kwargs,
 ) -> Certificate:
-    """Run `raise_eval.evaluate.evaluate` at K = steps, growth x steps, ... until the sandwich closes within
+    """Run the evaluation (`raise_eval.evaluate`) at K = steps, growth x steps, ... until the sandwich closes within
     `tolerance` nats (see the module docstring for every condition) or the next K would pass `max_steps` or the
     `time_budget` (seconds, for the whole certified run, predicted from the measured seconds per step).
 
     Args:
-        model, test_data, evaluate_kwargs: as for `evaluate` (not `steps`, `log_f` or `resume_file`).
+        model, test_data, evaluate_kwargs: as for `evaluate` (not `log_f`, `exact_values` or `resume_file`);
+            validated once (`plan_evaluation`), and each K is a `run_evaluation` of that plan at K, handed the
+            exact values, log f(v) estimates and log f(v) check of the first.
+        time_budget: seconds for this invocation (a resumed run starts a new budget).
         resume_file: a JSON file that keeps every finished K (and the evaluation in progress is resumed through
             `evaluate`'s own resume file, `<resume_file>.K<k>.pt`): the same call continues where it stopped.
         on_step: called with each finished `CertifyStep` (e.g. to print a line).
     Returns:
         a `Certificate` (verdict, interval or reasons, every K tried, the last evaluation's report).
     """
-    from raise_eval.evaluate import evaluate
+    from raise_eval.evaluate import DEFAULT_RESUME_INTERVAL, plan_evaluation, run_evaluation
+    from raise_eval.resume import model_digest, tensor_digest
 
-    for name in ("log_f", "resume_file"):
+    for name in ("log_f", "resume_file", "exact_values"):
         if name in evaluate_kwargs:
             raise ValueError(f"certify manages {name} itself; do not pass it")
+    resume_interval = evaluate_kwargs.pop("resume_interval", DEFAULT_RESUME_INTERVAL)
     if not (isinstance(tolerance, (int, float)) and math.isfinite(tolerance) and tolerance > 0):
         raise ValueError(f"tolerance must be a positive number of nats, got {tolerance!r}")
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
@@ -320,15 +368,20 @@ def certify(
     if isinstance(evaluate_kwargs.get("schedule"), Tensor):
         raise ValueError("certify needs a named schedule (it grows K); an explicit schedule fixes K")
     start = time.perf_counter()
+    # The settings are validated once; the K-independent stages (exact values, log f(v), its check) run once, in
+    # the first evaluation, and are handed to the later ones.
+    plan = plan_evaluation(model, test_data, steps=steps, progress=progress, **evaluate_kwargs)
     fingerprint = {
         "tolerance": float(tolerance),
         "first_steps": steps,
         "growth": growth,
-        "num_test": int(test_data.shape[0]),
-        "test_sum": float(test_data.double().sum()),
-        "model": repr(model),
-        **{k: (v if isinstance(v, (int, float, str, type(None))) else repr(v)) for k, v in sorted(evaluate_kwargs.items())
-           if k not in ("progress", "settings", "max_memory")},
+        "test_data": tensor_digest([plan.test]),
+        "parameters": model_digest(model),
+        **{
+            k: v if isinstance(v, (int, float, str, type(None))) else tensor_digest([torch.as_tensor(v)])
+            for k, v in sorted(evaluate_kwargs.items())
+            if k not in ("settings", "max_memory")  # neither changes the numbers
+        },
     }
     finished = _load_progress(resume_file, fingerprint)
     history: list[CertifyStep] = []
@@ -345,17 +398,18 @@ def certify(
             if on_step is not None:
                 on_step(history[-1])
         else:
-            kwargs = dict(evaluate_kwargs)
-            if "log_f" in reused:
-                kwargs["log_f"] = reused["log_f"]
-            if "exact" in reused:
-                kwargs["exact_values"] = reused["exact"]
             inner_resume = None if resume_file is None else f"{resume_file}.K{k}.pt"
-            report = evaluate(model, test_data, steps=k, resume_file=inner_resume, progress=progress, **kwargs)
-            if report.log_f is not None:
-                reused["log_f"] = report.log_f
-            if getattr(report, "exact_values", None) is not None:
-                reused["exact"] = report.exact_values
+            report = run_evaluation(
+                plan.at_steps(k),
+                log_f=reused.get("log_f"),
+                exact_values=reused.get("exact"),
+                log_f_check=reused.get("log_f_check") if "log_f" in reused else None,
+                resume_file=inner_resume,
+                resume_interval=resume_interval,
+            )
+            reused.update(log_f=report.log_f, exact=report.exact_values, log_f_check=report.log_f_check)
+            if reused["exact"] is None:
+                del reused["exact"]
             history.append(_step_of(report, k, tolerance))
             _save_progress(resume_file, fingerprint, history)
             if inner_resume is not None and os.path.exists(inner_resume):
@@ -375,7 +429,7 @@ def certify(
         if time_budget is not None:
             elapsed = time.perf_counter() - start
             per_step = current.seconds / k
-            predicted = per_step * next_k
+            predicted = per_step * next_k + current.fixed_seconds
             if elapsed + predicted > time_budget:
                 reasons.append(
                     f"the next K ({next_k:,}) would take about {predicted:.0f} s "
@@ -387,10 +441,7 @@ def certify(
     interval = None
     last = history[-1]
     if verdict == "closed":
-        noise = math.hypot(last.ais_stderr, last.raise_stderr)
-        lo = min(last.ais_mean, last.raise_mean) - 2 * noise
-        hi = max(last.ais_mean, last.raise_mean) + 2 * noise
-        interval = (lo, hi)
+        interval = (last.interval_low, last.interval_high)
     if report is None and finished:
         notes.append(f"every K was read back from {resume_file}; the last evaluation's full report is not kept")
     return Certificate(
@@ -405,6 +456,7 @@ def certify(
         seconds=time.perf_counter() - start,
         report=report,
         notes=notes,
+        model=plan.settings.get("model", ""),
     )
 
 

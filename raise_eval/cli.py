@@ -24,11 +24,11 @@ from raise_eval.datasets import (
     load_dataset,
 )
 from raise_eval.distributed import init_from_env, launched_by_torchrun, rank_and_world
-from raise_eval.estimators.unnormalized import METHODS as LOG_F_METHODS
 from raise_eval.evaluate import (
     EVALUATE_SCHEDULES,
     EXACT_MODES,
     INITS,
+    LOG_F_METHODS,
     EvaluationInterrupted,
     evaluate,
     recognition_means,
@@ -194,26 +194,36 @@ def build_parser() -> argparse.ArgumentParser:
     deep.add_argument(
         "--log-f",
         choices=LOG_F_METHODS,
-        default="importance",
-        help="estimator of log f(v) for DBMs and DBNs when it is not exact: importance sampling (DBM: mean-field "
+        default="auto",
+        help="estimator of log f(v) for DBMs and DBNs when it is not exact: auto (ais for DBMs; for DBNs ais "
+        "unless its unit-wise sweeps would take more than a few minutes, then importance), importance sampling (DBM: mean-field "
         "proposal over the even hidden layers, odd layers summed out; DBN: recognition proposal), ais (per test "
         "vector, AIS from that proposal to the posterior with v clamped: --log-f-steps x --log-f-chains; unbiased for "
         "f(v) and not fooled by modes the proposal misses, as importance sampling can be) or the DBM mean-field bound "
-        "(default: importance; RBMs always use the exact value, and DBMs and DBNs the exact one whenever --exact "
-        "computes it)",
+        "(default: auto, chosen by measured error against exact values at equal time; RBMs always use the exact "
+        "value, and DBMs and DBNs the exact one whenever --exact computes it)",
     )
     deep.add_argument(
         "--log-f-samples",
         type=int,
-        default=500,
+        default=None,
         metavar="S",
-        help="importance samples per test vector for log f(v) (default: 500)",
+        help="importance samples per test vector for log f(v) (default: 500; with --log-f auto, giving it chooses "
+        "importance sampling)",
     )
     deep.add_argument(
-        "--log-f-steps", type=int, default=100, metavar="K", help="--log-f ais: steps K of each vector's AIS (default: 100)"
+        "--log-f-steps",
+        type=int,
+        default=None,
+        metavar="K",
+        help="--log-f ais: steps K of each vector's AIS (default: 100; with --log-f auto, giving it chooses ais)",
     )
     deep.add_argument(
-        "--log-f-chains", type=int, default=10, metavar="C", help="--log-f ais: chains per test vector (default: 10)"
+        "--log-f-chains",
+        type=int,
+        default=None,
+        metavar="C",
+        help="--log-f ais: chains per test vector (default: 10; with --log-f auto, giving it chooses ais)",
     )
     deep.add_argument(
         "--log-f-check",
@@ -240,7 +250,9 @@ def build_parser() -> argparse.ArgumentParser:
         choices=EXACT_MODES,
         default="auto",
         help="exact log Z and log-likelihood by "
-        "enumeration: auto (if the smaller layer has <= 25 units), always (up to 30 units), never (default: auto)",
+        "enumeration (for DBMs and DBNs also their log f(v), which then replaces the estimate): auto (if at most 25 "
+        "units must be enumerated and it costs no more than the estimators), always (up to 30 units), never "
+        "(default: auto). It runs in chunks within --max-memory",
     )
     run.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
@@ -599,6 +611,7 @@ def cmd_evaluate(args) -> int:
     from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
     from raise_eval.models.io.checkpoints import load_checkpoint
 
+    _resolve_log_f_options(args)
     device = _setup_run(
         args,
         ("steps", "ais_chains", "raise_examples", "raise_chains", "log_f_samples", "log_f_steps", "log_f_chains"),
@@ -693,6 +706,28 @@ def cmd_evaluate(args) -> int:
         dump_json(report, args.json)
         print(f"wrote {args.json}")
     return 0
+
+
+def _resolve_log_f_options(args) -> None:
+    """--log-f and its budget options: an option given for one estimator chooses it under --log-f auto, and one
+    given for another estimator than the --log-f named is refused (never silently ignored)."""
+    importance = args.log_f_samples is not None
+    ais = args.log_f_steps is not None or args.log_f_chains is not None
+    if args.log_f == "auto":
+        if importance and ais:
+            _die("--log-f-samples sets importance sampling, --log-f-steps/--log-f-chains per-vector AIS: choose one "
+                 "with --log-f importance or --log-f ais")
+        if importance:
+            args.log_f = "importance"
+        elif ais:
+            args.log_f = "ais"
+    elif importance and args.log_f != "importance":
+        _die(f"--log-f-samples sets importance sampling, but --log-f is {args.log_f}; drop it or use --log-f importance")
+    elif ais and args.log_f != "ais":
+        _die(f"--log-f-steps and --log-f-chains set per-vector AIS, but --log-f is {args.log_f}; use --log-f ais")
+    args.log_f_samples = 500 if args.log_f_samples is None else args.log_f_samples
+    args.log_f_steps = 100 if args.log_f_steps is None else args.log_f_steps
+    args.log_f_chains = 10 if args.log_f_chains is None else args.log_f_chains
 
 
 def _check_certify_options(args) -> tuple[Optional[float], Optional[str]]:

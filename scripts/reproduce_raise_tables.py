@@ -304,6 +304,7 @@ def run_all(args, entries: list[dict], settings: dict) -> list[dict]:
                 ais_chains=settings["ais_chains"],
                 raise_examples=settings["raise_examples"],
                 raise_chains=settings["raise_chains"],
+                log_f_method="importance",  # the tables' settings: importance samples of log f(v)
                 log_f_samples=settings_of[entry["name"]]["log_f_samples"],
                 seed=args.seed,
                 log_f=loaded[entry["name"]].get("log_f"),

@@ -124,13 +124,13 @@ def test_resume_keeps_finished_k(tmp_path, monkeypatch):
     ev = sys.modules["raise_eval.evaluate"]  # the package's `evaluate` attribute is the function
 
     calls = []
-    real = ev.evaluate
+    real = ev.run_evaluation
 
-    def counting(*args, **kwargs):
-        calls.append(kwargs["steps"])
-        return real(*args, **kwargs)
+    def counting(plan, **kwargs):
+        calls.append(plan.steps)
+        return real(plan, **kwargs)
 
-    monkeypatch.setattr(ev, "evaluate", counting)
+    monkeypatch.setattr(ev, "run_evaluation", counting)
     second = certify_fn(model, test, tolerance=1e-6, steps=5, max_steps=20, resume_file=resume, **SMALL)
     assert calls == [20]  # K = 5 and 10 were read back
     assert [s.to_dict() for s in second.history[:2]] == [s.to_dict() for s in first.history]

@@ -86,6 +86,16 @@ def test_log_f_options(tmp_path, data_files, capsys):
     assert main([*args, "--log-f", "ais", "--log-f-steps", "9", "--log-f-chains", "3", "--log-f-check", "5"]) == 0
     table = capsys.readouterr().out
     assert "AIS, 9 steps x 3 chains per vector" in table and "36 steps) on 5 test vectors" in table
+    assert main([*args, "--log-f-steps", "9"]) == 0  # under --log-f auto, an AIS option chooses AIS
+    assert "AIS, 9 steps x 10 chains per vector" in capsys.readouterr().out
+    for bad, says in (
+        (["--log-f", "ais", "--log-f-samples", "7"], "--log-f-samples sets importance sampling, but --log-f is ais"),
+        (["--log-f", "importance", "--log-f-chains", "3"], "set per-vector AIS, but --log-f is importance"),
+        (["--log-f-samples", "7", "--log-f-steps", "3"], "choose one"),
+    ):
+        with pytest.raises(SystemExit):
+            main([*args, *bad])
+        assert says in capsys.readouterr().err
     assert main([*args[:3], str(folder / "test.npy"), "--init", "uniform", *FAST]) == 0
     table = capsys.readouterr().out
     assert "log f(v): exact, by enumeration" in table and "AIS (optimistic)" in table
