@@ -248,6 +248,8 @@ def closure_reasons(report, tolerance: float) -> list[str]:
 def _trend(history: list[CertifyStep], tolerance: float) -> Optional[int]:
     """K at which the gap would reach `tolerance` if log gap is linear in log K over the last (up to 3) Ks with a
     positive gap; None when fewer than two such Ks or the gap is not shrinking."""
+    if not history or history[-1].gap is None or history[-1].gap <= tolerance:
+        return None  # the gap is not what keeps the sandwich open
     pts = [(s.steps, s.gap) for s in history if s.gap is not None and s.gap > 0][-3:]
     if len(pts) < 2:
         return None
