@@ -260,13 +260,15 @@ def _trend(history: list[CertifyStep], tolerance: float) -> Optional[int]:
     if sxx == 0:
         return None
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
-    if slope >= -1e-3:
+    if slope >= -0.1:  # shrinking by less than 7% per doubling: too flat to extrapolate
         return None
     k_last, g_last = pts[-1]
     if g_last <= tolerance:
         return None
     needed = k_last * (tolerance / g_last) ** (1.0 / slope)
-    return int(math.ceil(min(needed, 1e15) * (1 - 1e-9)))
+    if needed > 1e4 * k_last:
+        return None
+    return int(math.ceil(needed * (1 - 1e-9)))
 
 
 def _step_of(report, steps: int, tolerance: float) -> CertifyStep:
@@ -440,6 +442,13 @@ def certify(
                 )
                 break
         k = next_k
+    gaps = [h.gap for h in history[-3:] if h.gap is not None]
+    if verdict == "open" and len(gaps) == 3 and gaps[-1] > tolerance and gaps[-1] >= 0.9 * gaps[0]:
+        reasons.append(
+            f"the gap stopped shrinking ({', '.join(f'{g:.3f}' for g in gaps)} at the last three K): more K alone may "
+            "not close it (for a DBN, RAISE bounds the unrolled model, whose recognition proposal may cost a fixed "
+            "amount; more RAISE chains per vector narrow that)"
+        )
     interval = None
     last = history[-1]
     if verdict == "closed":

@@ -785,7 +785,8 @@ def exact_stage(plan: EvaluationPlan) -> ExactValues:
     t0 = time.perf_counter()
     cost = exact_mod.exact_cost(model, test.shape[0])
     limit = max(plan.max_exact_units, cost.log_z_units, cost.log_f_units)
-    budget = {"max_bytes": max(int(plan.max_memory) // 2, 1 << 20)}
+    # Chunks beyond a few hundred MB are no faster: at most exact.DEFAULT_MAX_BYTES, and half the memory bound.
+    budget = {"max_bytes": max(min(int(plan.max_memory) // 2, exact_mod.DEFAULT_MAX_BYTES), 1 << 20)}
     log_z = exact_mod.log_partition(model, max_units=limit, progress=plan.progress, **budget)
     log_f = None
     if plan.exact_log_f:

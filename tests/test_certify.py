@@ -65,6 +65,25 @@ def test_stops_open_at_max_steps_and_says_why(tiny_rbm):
     assert "OPEN" in cert.format_table()
 
 
+def test_says_when_the_gap_stopped_shrinking(monkeypatch):
+    import sys
+
+    ev = sys.modules["raise_eval.evaluate"]
+    gaps = iter([0.60, 0.55, 0.56])
+    real = ev.run_evaluation
+
+    def fixed_gap(plan, **kwargs):
+        report = real(plan, **kwargs)
+        report.ais_mean = report.raise_mean + next(gaps)
+        return report
+
+    monkeypatch.setattr(ev, "run_evaluation", fixed_gap)
+    model = _easy_rbm()
+    cert = certify_fn(model, _test_vectors(model), tolerance=0.1, steps=5, max_steps=20, **SMALL)
+    assert cert.verdict == "open" and any("stopped shrinking (0.600, 0.550, 0.560" in r for r in cert.reasons)
+    assert cert.needed_steps is None
+
+
 def test_respects_the_time_budget():
     model = _easy_rbm()
     test = _test_vectors(model)
