@@ -40,6 +40,18 @@ UNDERMINING = {
     "log-f-unchecked": "log f(v) is estimated and was not checked for bias",
 }
 FILE_FORMAT = "raise-eval certify 1"
+# Reasons that no K can remove: log f(v) and its check are made once, whatever K is.
+K_INDEPENDENT = ("log-f-biased", "log-f-unchecked")
+
+
+class CertifyInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `certify`: `certificate` holds the finished Ks (verdict 'interrupted'), `report` the partial
+    evaluation of the K in progress."""
+
+    def __init__(self, certificate: "Certificate", report):
+        super().__init__("certified run interrupted")
+        self.certificate = certificate
+        self.report = report
 
 
 @dataclass
@@ -99,6 +111,8 @@ class Certificate:
     notes: list[str] = field(default_factory=list)
     model: str = ""  # e.g. 'DBM 784-20-500'
 
+    ais_label: str = "AIS"  # 'AIS (log f-hat - log Z-hat)' when log f(v) is estimated
+
     @property
     def closed(self) -> bool:
         return self.verdict == "closed"
@@ -139,6 +153,9 @@ class Certificate:
                 + (", and the log f(v) check's rise above" if self.report is not None and log_f_allowance(self.report) > 0 else "")
                 + ")"
             )
+        elif self.verdict == "interrupted":
+            lines.append("verdict: INTERRUPTED (no verdict)")
+            lines += [f"  - {r}" for r in self.reasons]
         else:
             lines.append(f"verdict: OPEN after K = {self.history[-1].steps if self.history else 0}")
             lines += [f"  - {r}" for r in self.reasons]
@@ -162,7 +179,7 @@ class Certificate:
         ks = [s.steps for s in self.history]
         fig, ax = plt.subplots(figsize=(6.4, 4.2))
         for name, means, errs, colour in (
-            ("AIS", [s.ais_mean for s in self.history], [s.ais_stderr for s in self.history], "tab:red"),
+            (self.ais_label, [s.ais_mean for s in self.history], [s.ais_stderr for s in self.history], "tab:red"),
             ("RAISE", [s.raise_mean for s in self.history], [s.raise_stderr for s in self.history], "tab:blue"),
         ):
             pts = [(k, m, e or 0.0) for k, m, e in zip(ks, means, errs) if m is not None and math.isfinite(m)]
@@ -181,8 +198,7 @@ class Certificate:
         ax.minorticks_off()
         ax.set_xlabel("K (intermediate distributions)")
         ax.set_ylabel("average test log-likelihood (nats)")
-        verdict = "closed" if self.closed else "open"
-        title = f"sandwich {verdict} (tolerance {self.tolerance:g} nats)"
+        title = f"sandwich {self.verdict} (tolerance {self.tolerance:g} nats)"
         ax.set_title(f"{self.model}: {title}" if self.model else title, fontsize=10)
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
@@ -224,9 +240,15 @@ def closure_reasons(report, tolerance: float) -> list[str]:
     noise = math.hypot(float(report.ais.stderr), report.raise_stderr if math.isfinite(report.raise_stderr) else math.inf)
     allowance = log_f_allowance(report)
     if allowance > tolerance / 2:
+        method = getattr(getattr(report, "log_f", None), "method", "")
+        advice = {
+            "ais": "raise --log-f-steps (or --log-f-chains)",
+            "importance": "use --log-f ais, or raise --log-f-samples",
+            "mean-field": "use --log-f ais (the mean-field bound is loose by design)",
+        }.get(method, "use --log-f ais")
         reasons.append(
             f"log f(v) is estimated and its check rose by up to {allowance:.3f} nats (mean + 3 s.e.), more than half "
-            "the tolerance: the AIS side may be that much too low. Raise --log-f-steps or --log-f-samples"
+            f"the tolerance: the AIS side may be that much too low, at any K; {advice}"
         )
     exact = getattr(report, "exact_mean", None)
     if exact is not None and math.isfinite(noise):
@@ -302,13 +324,17 @@ def _load_progress(path: Optional[str], fingerprint: dict) -> list[dict]:
             doc = json.load(f)
     except (OSError, ValueError) as e:
         raise ValueError(f"{path} is not a certified run's resume file ({e}); delete it or name another file") from e
-    if doc.get("format") != FILE_FORMAT:
+    if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
         raise ValueError(f"{path} is not a certified run's resume file (format {doc.get('format')!r})")
     if doc.get("fingerprint") != fingerprint:
-        differs = sorted(k for k in set(fingerprint) | set(doc.get("fingerprint", {}))
-                         if fingerprint.get(k) != doc.get("fingerprint", {}).get(k))
+        old = doc.get("fingerprint", {})
+        differs = [
+            f"{k}: {old.get(k)!r} in the file, {fingerprint.get(k)!r} now"
+            for k in sorted(set(fingerprint) | set(old))
+            if fingerprint.get(k) != old.get(k)
+        ]
         raise ValueError(
-            f"{path} was written by a certified run with other settings ({', '.join(differs)} differ); delete it "
+            f"{path} was written by a certified run with other settings ({'; '.join(differs)}); delete it "
             "or name another file"
         )
     return doc["history"]
@@ -352,7 +378,7 @@ def certify(
     Returns:
         a `Certificate` (verdict, interval or reasons, every K tried, the last evaluation's report).
     """
-    from raise_eval.evaluate import DEFAULT_RESUME_INTERVAL, plan_evaluation, run_evaluation
+    from raise_eval.evaluate import DEFAULT_RESUME_INTERVAL, EvaluationInterrupted, plan_evaluation, run_evaluation
     from raise_eval.resume import model_digest, tensor_digest
 
     for name in ("log_f", "resume_file", "exact_values"):
@@ -367,8 +393,21 @@ def certify(
         raise ValueError(f"growth must be an integer of at least 2, got {growth!r}")
     if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < steps):
         raise ValueError(f"max_steps must be an integer of at least the first K ({steps}), got {max_steps!r}")
-    if time_budget is not None and not (math.isfinite(time_budget) and time_budget > 0):
-        raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget!r}")
+    if time_budget is not None and not (
+        isinstance(time_budget, (int, float)) and not isinstance(time_budget, bool) and math.isfinite(time_budget)
+        and time_budget > 0
+    ):
+        raise ValueError(f"time_budget must be a positive number of seconds (parse_duration reads '30m'), got {time_budget!r}")
+    if resume_file is not None:
+        folder = os.path.dirname(os.path.abspath(resume_file))
+        if not os.path.isdir(folder):
+            raise ValueError(f"resume_file {resume_file}: the folder {folder} does not exist; create it first")
+    import inspect
+
+    known = set(inspect.signature(plan_evaluation).parameters) - {"model", "test_data", "steps", "progress"}
+    unknown = sorted(set(evaluate_kwargs) - known - {"resume_interval"})
+    if unknown:
+        raise TypeError(f"certify() got unexpected keyword arguments: {', '.join(unknown)} (it takes evaluate's settings)")
     if isinstance(evaluate_kwargs.get("schedule"), Tensor):
         raise ValueError("certify needs a named schedule (it grows K); an explicit schedule fixes K")
     start = time.perf_counter()
@@ -403,14 +442,32 @@ def certify(
                 on_step(history[-1])
         else:
             inner_resume = None if resume_file is None else f"{resume_file}.K{k}.pt"
-            report = run_evaluation(
-                plan.at_steps(k),
-                log_f=reused.get("log_f"),
-                exact_values=reused.get("exact"),
-                log_f_check=reused.get("log_f_check") if "log_f" in reused else None,
-                resume_file=inner_resume,
-                resume_interval=resume_interval,
-            )
+            try:
+                report = run_evaluation(
+                    plan.at_steps(k),
+                    log_f=reused.get("log_f"),
+                    exact_values=reused.get("exact"),
+                    log_f_check=reused.get("log_f_check") if "log_f" in reused else None,
+                    resume_file=inner_resume,
+                    resume_interval=resume_interval,
+                )
+            except EvaluationInterrupted as stop:
+                partial = Certificate(
+                    verdict="interrupted",
+                    reasons=[f"interrupted during K = {k:,} ({stop.report.interrupted}); the finished Ks are above"],
+                    interval=None,
+                    tolerance=float(tolerance),
+                    time_budget=time_budget,
+                    max_steps=max_steps,
+                    history=history,
+                    needed_steps=None,
+                    seconds=time.perf_counter() - start,
+                    report=None,
+                    notes=notes,
+                    model=plan.settings.get("model", ""),
+                )
+                raise CertifyInterrupted(partial, stop.report) from None
+            notes += [f"K = {k:,}: {n}" for n in report.notes if n.startswith("continued from")]
             reused.update(log_f=report.log_f, exact=report.exact_values, log_f_check=report.log_f_check)
             if reused["exact"] is None:
                 del reused["exact"]
@@ -426,6 +483,9 @@ def certify(
             reasons = []
             break
         reasons = list(current.reasons_open)
+        if any(c in current.warnings for c in K_INDEPENDENT) or any("at any K" in r for r in reasons):
+            reasons.append("stopped: no larger K can remove the log f(v) reason above (it is made once)")
+            break
         next_k = k * growth
         if max_steps is not None and next_k > max_steps:
             reasons.append(f"the next K ({next_k:,}) would pass --max-steps {max_steps:,}")
@@ -468,6 +528,7 @@ def certify(
         report=report,
         notes=notes,
         model=plan.settings.get("model", ""),
+        ais_label="AIS" if plan.log_f_method == "exact" else "AIS (log f-hat - log Z-hat)",
     )
 
 
@@ -480,8 +541,16 @@ def parse_duration(text: str) -> float:
     except ValueError:
         raise ValueError(f"{text!r} is not a duration; write seconds (90, 90s), minutes (30m) or hours (1.5h)") from None
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{text!r}: the duration must be positive")
+        raise ValueError(f"{text!r}: the duration must be a finite positive number")
     return value
 
 
-__all__ = ["Certificate", "CertifyStep", "certify", "closure_reasons", "parse_duration", "UNDERMINING"]
+__all__ = [
+    "Certificate",
+    "CertifyInterrupted",
+    "CertifyStep",
+    "certify",
+    "closure_reasons",
+    "parse_duration",
+    "UNDERMINING",
+]

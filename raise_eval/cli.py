@@ -306,7 +306,13 @@ def build_parser() -> argparse.ArgumentParser:
         "next K would not fit --time-budget or --max-steps; the verdict says closed (with the interval) or open "
         "(why, and the K the trend needs)",
     )
-    cert.add_argument("--until-gap", type=float, metavar="TOL", help="certify the sandwich to TOL nats")
+    cert.add_argument(
+        "--until-gap",
+        type=float,
+        metavar="TOL",
+        help="certify the sandwich to TOL nats (AIS - RAISE <= TOL; the reported interval adds ±2 standard errors). "
+        "Exit status: 0 closed, 3 open",
+    )
     cert.add_argument(
         "--time-budget", metavar="DURATION", help="with --until-gap: wall-time budget, e.g. 600, 90s, 30m, 1.5h"
     )
@@ -602,7 +608,13 @@ def _train_pixel_means(args, ckpt, data_name: str) -> Optional[torch.Tensor]:
         train = check_binary(train, ckpt.model.n_visible, f"{data_name} training data")
         args.base_rates_from = f"the {data_name} training split"
     if train is None:
-        _die("--init base-rates needs training data: pass --train-data FILE (or --init uniform)")
+        why = (
+            " (a DBN's base rates are the recognition means of its top RBM's visible layer over the training vectors, "
+            "so the pixel means a checkpoint keeps are not enough)"
+            if is_dbn
+            else ""
+        )
+        _die(f"--init base-rates needs training data{why}: pass --train-data FILE (or --init uniform)")
     return recognition_means(ckpt.model, train) if is_dbn else train.double().mean(0)
 
 
@@ -711,6 +723,9 @@ def cmd_evaluate(args) -> int:
 def _resolve_log_f_options(args) -> None:
     """--log-f and its budget options: an option given for one estimator chooses it under --log-f auto, and one
     given for another estimator than the --log-f named is refused (never silently ignored)."""
+    if args.log_f_check < 0:
+        _die(f"--log-f-check must be at least 0 (0 turns the check off), got {args.log_f_check}")
+    args.log_f_explicit = args.log_f != "auto"
     importance = args.log_f_samples is not None
     ais = args.log_f_steps is not None or args.log_f_chains is not None
     if args.log_f == "auto":
@@ -759,12 +774,14 @@ def _check_certify_options(args) -> tuple[Optional[float], Optional[str]]:
         have_matplotlib = False
     if args.plot and not have_matplotlib:
         _die("--plot needs matplotlib: pip install matplotlib (or the extra: pip install -e .[plot])")
+    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):
+        _die(f"--plot {args.plot}: name a .png, .pdf, .svg or .jpg file")
     plot_path = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json and have_matplotlib else None)
     return time_budget, plot_path
 
 
 def _run_certified(args, ckpt, test, options: dict, time_budget, plot_path, rank: int) -> int:
-    from raise_eval.certify import certify
+    from raise_eval.certify import CertifyInterrupted, certify
 
     if launched_by_torchrun() and rank_and_world()[1] > 1:
         _die("--until-gap runs in one process; run it without torchrun")
@@ -790,10 +807,15 @@ def _run_certified(args, ckpt, test, options: dict, time_budget, plot_path, rank
             on_step=show,
             **options,
         )
-    except EvaluationInterrupted as stop:
+    except CertifyInterrupted as stop:
+        # Ctrl-C: no traceback; show and keep the finished Ks (JSON and plot) and the K in progress's table.
         print("\n" + stop.report.format_table())
+        print()
+        print(stop.certificate.format_table())
+        _write_certificate(args, stop.certificate, plot_path)
         if args.resume_file:
-            print(f"the finished K are kept in {args.resume_file}: run the same command to continue")
+            print(f"the finished Ks (and the K in progress) are kept in {args.resume_file}: run the same command to "
+                  "continue")
         print(f"raise-eval: interrupted during {stop.report.interrupted}", file=sys.stderr)
         return 130
     if cert.report is not None:
@@ -801,13 +823,23 @@ def _run_certified(args, ckpt, test, options: dict, time_budget, plot_path, rank
         print(cert.report.format_table())
     print()
     print(cert.format_table())
+    _write_certificate(args, cert, plot_path)
+    # The exit status carries the verdict, for scripts: 0 closed, 3 open (2 is a usage error, 130 Ctrl-C).
+    return 0 if cert.closed else EXIT_OPEN
+
+
+EXIT_OPEN = 3
+
+
+def _write_certificate(args, cert, plot_path) -> None:
     if args.json:
         dump_json(cert, args.json)
-        print(f"wrote {args.json}")
-    if plot_path:
+        print(f"wrote {args.json}{' (interrupted: the finished Ks)' if cert.verdict == 'interrupted' else ''}")
+    if plot_path and cert.history:
         cert.plot(plot_path)
         print(f"wrote {plot_path}")
-    return 0
+    elif args.json and not plot_path:
+        print("note: no plot of AIS and RAISE against K (matplotlib is not installed; pip install -e .[plot])")
 
 
 def _check_scale_options(args) -> Optional[int]:

@@ -51,14 +51,17 @@ def diagnose(
     of an estimated log f(v) (`log_f_estimated`), or None when it was not run."""
     out = []
     if log_f_check is not None and log_f_check.biased:
-        other = "--log-f ais (per-vector AIS to the posterior), or " if log_f_method == "importance" else ""
+        other = {
+            "importance": "--log-f ais (per-vector AIS to the posterior), or a larger --log-f-samples",
+            "ais": "a larger --log-f-steps (or --log-f-chains)",
+            "mean-field": "--log-f ais (the mean-field bound is loose by design)",
+        }.get(log_f_method, "--log-f ais")
         out.append(
             Warning(
                 "log-f-biased",
                 f"the estimates of log f(v) are not trustworthy: {log_f_check.describe()}. The estimator misses "
                 "posterior mass (its own standard errors cannot show this), so log f-hat is too low and the AIS "
-                f"log-likelihood is off by at least about the rise. Use {other}a larger budget "
-                "(--log-f-samples, --log-f-steps) until the check stops rising.",
+                f"log-likelihood is off by at least about the rise. Use {other}, until the check stops rising.",
             )
         )
     elif log_f_estimated and log_f_check is None:

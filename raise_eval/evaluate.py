@@ -78,7 +78,8 @@ LOG_F_METHODS = ("auto", *LOG_F_ESTIMATORS)
 AUTO_DBN_AIS_MAX_UPDATES = 5e10
 DEFAULT_LOG_F_CHECK = 100  # test vectors on which log f-hat is re-estimated LOG_F_CHECK_FACTOR times longer
 LOG_F_CHECK_FACTOR = 4
-# --exact auto skips an enumeration that costs more multiply-adds than this and than the estimators themselves
+# --exact auto skips an enumeration that costs more multiply-add equivalents than this (about 10 s on one core) and
+# than the estimators themselves
 EXACT_AUTO_MIN_MACS = 2e11
 
 
@@ -630,6 +631,8 @@ def plan_evaluation(
                 raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}")
     estimated = family != "RBM" and not exact_log_f
     auto_note = None
+    if log_f_method != "auto" and family != "RBM" and not estimated:
+        auto_note = f"log f(v) is exact here (enumerated), so log_f_method={log_f_method!r} was not used"
     if log_f_method == "auto":
         log_f_method, auto_note = _auto_log_f_method(model, family, n_test, log_f_ais_steps, log_f_ais_chains)
         if not estimated:
@@ -639,7 +642,7 @@ def plan_evaluation(
             f"log_f_method='ais' supports DBNs with two hidden layers; this DBN has {len(model.weights)} (use "
             "log_f_method='importance')"
         )
-    if estimated and log_f_method == "mean-field" and family == "DBN":
+    if log_f_method == "mean-field" and family == "DBN":
         raise ValueError("the mean-field bound is for DBMs; a DBN's log f(v) is estimated by importance or ais")
     shard_size, max_memory = _check_memory(
         model,
@@ -791,7 +794,8 @@ def exact_stage(plan: EvaluationPlan) -> ExactValues:
     log_f = None
     if plan.exact_log_f:
         log_f = exact_mod.log_unnormalized_visible(model, test, max_units=limit, progress=plan.progress, **budget)
-    route = f"log f(v) over 2^{cost.log_f_units} {cost.log_f_route} configurations" if plan.exact_log_f else ""
+    words = {"odd": "odd-layer", "even": "even-hidden-layer", "dbn": "directed-layer"}.get(cost.log_f_route, "")
+    route = f"log f(v) over 2^{cost.log_f_units} {words} configurations" if plan.exact_log_f else ""
     return ExactValues(float(log_z), log_f, time.perf_counter() - t0, route)
 
 
@@ -1061,10 +1065,12 @@ def _exact_decision(
     if needed > max_exact_units:
         hint = " (use --exact always to force)" if needed <= ALWAYS_EXACT_LIMIT else ""
         return False, f"exact values skipped: they would enumerate 2^{needed} states{hint}"
-    if cost.multiply_adds > max(EXACT_AUTO_MIN_MACS, estimator_macs):
+    # A transcendental function (softplus, exp) costs about as much as 10 multiply-adds in a product.
+    work = cost.multiply_adds + 10.0 * (cost.log_z_exps + cost.log_f_exps)
+    if work > max(EXACT_AUTO_MIN_MACS, estimator_macs):
         return False, (
-            f"exact values skipped: enumerating 2^{needed} states would cost about {cost.multiply_adds:.1e} "
-            f"multiply-adds, more than the estimators themselves ({estimator_macs:.1e}); use --exact always to force"
+            f"exact values skipped: enumerating 2^{needed} states would cost about {work:.1e} multiply-add "
+            f"equivalents, more than the estimators themselves ({estimator_macs:.1e}); use --exact always to force"
         )
     return True, None
 

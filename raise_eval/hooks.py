@@ -222,8 +222,23 @@ class LikelihoodMonitor:
             log_f_samples=log_f_samples,
             cv_alpha=cv_alpha,
         )
-        if until_gap is not None and not (isinstance(until_gap, (int, float)) and until_gap > 0):
-            raise ValueError(f"until_gap must be a positive number of nats, got {until_gap!r}")
+        import math
+
+        if until_gap is not None and not (
+            isinstance(until_gap, (int, float)) and not isinstance(until_gap, bool) and math.isfinite(until_gap)
+            and until_gap > 0
+        ):
+            raise ValueError(f"until_gap must be a positive finite number of nats, got {until_gap!r}")
+        if time_budget is not None and not (
+            isinstance(time_budget, (int, float)) and not isinstance(time_budget, bool) and math.isfinite(time_budget)
+            and time_budget > 0
+        ):
+            raise ValueError(
+                f"time_budget must be a positive number of seconds, got {time_budget!r} "
+                "(raise_eval.certify.parse_duration('30m') converts a duration)"
+            )
+        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < steps):
+            raise ValueError(f"max_steps must be an integer of at least steps ({steps}), got {max_steps!r}")
         if until_gap is None and (max_steps is not None or time_budget is not None):
             raise ValueError("max_steps and time_budget bound a certified evaluation: pass until_gap too")
         self.certify_kwargs = (

@@ -71,8 +71,13 @@ class LogFCheck:
 
     def describe(self) -> str:
         what = "samples" if self.method == "importance" else "steps"
+        how = (
+            f"importance sampling ({self.budget} samples) against the mean-field bound"
+            if self.factor == 1
+            else f"a {self.factor}x longer estimate ({self.budget} {what})"
+        )
         return (
-            f"a {self.factor}x longer estimate ({self.budget} {what}) on {self.num_vectors} test vectors rose by "
+            f"{how} on {self.num_vectors} test vectors rose by "
             f"{self.mean_rise:.3f} ± {self.mean_rise_stderr:.3f} nats on average, {self.quantile_95:.3f} at the 95th "
             f"percentile, {self.worst_rise:.3f} at worst"
         )

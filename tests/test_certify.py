@@ -238,3 +238,67 @@ def test_monitor_certifies_when_asked():
     assert math.isfinite(rec.ais)
     with pytest.raises(ValueError, match="until_gap"):
         LikelihoodMonitor(test, max_steps=100)
+
+
+def test_a_reason_no_k_can_remove_stops_after_the_first_k():
+    """log f(v) is made once: with its check off (log-f-unchecked), a larger K cannot close the sandwich."""
+    from raise_eval import DBM
+
+    dbm = DBM.random([12, 6, 5], weight_std=0.5, generator=torch.Generator().manual_seed(2))
+    test = (torch.rand(60, 12, generator=torch.Generator().manual_seed(3)) < 0.5).float()
+    cert = certify_fn(dbm, test, tolerance=0.5, steps=5, max_steps=80, exact="never", log_f_check=0, **SMALL)
+    assert [s.steps for s in cert.history] == [5]
+    assert any("not checked for bias" in r for r in cert.reasons)
+    assert any("no larger K can remove" in r for r in cert.reasons)
+
+
+def test_cli_open_exits_3_and_ctrl_c_keeps_the_finished_ks(tmp_path, capsys, monkeypatch):
+    import sys
+
+    from raise_eval.cli import main
+    from raise_eval.evaluate import EvaluationInterrupted
+
+    model = _easy_rbm()
+    import numpy as np
+
+    from raise_eval import save_checkpoint
+
+    np.save(tmp_path / "test.npy", _test_vectors(model).numpy())
+    save_checkpoint(str(tmp_path / "rbm.pt"), model)
+    args = ["evaluate", str(tmp_path / "rbm.pt"), "--data", str(tmp_path / "test.npy"), "--init", "uniform",
+            "--steps", "5", "--ais-chains", "100", "--raise-chains", "4", "--raise-examples", "10", "--no-progress",
+            "--threads", "1", "--until-gap", "1e-6"]  # fmt: skip
+    assert main([*args, "--max-steps", "10"]) == 3  # open
+    assert "verdict: OPEN" in capsys.readouterr().out
+    ev = sys.modules["raise_eval.evaluate"]
+    real = ev.run_evaluation
+
+    def ctrl_c_at_k20(plan, **kwargs):
+        report = real(plan, **kwargs)
+        if plan.steps == 20:
+            raise EvaluationInterrupted(report) from None
+        return report
+
+    monkeypatch.setattr(ev, "run_evaluation", ctrl_c_at_k20)
+    out = tmp_path / "c.json"
+    assert main([*args, "--max-steps", "40", "--json", str(out)]) == 130
+    printed = capsys.readouterr().out
+    assert "verdict: INTERRUPTED" in printed and "interrupted: the finished Ks" in printed
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "interrupted" and [h["steps"] for h in doc["history"]] == [5, 10]
+    with pytest.raises(SystemExit):
+        main([*args, "--plot", str(tmp_path / "p.txt")])
+    assert "name a .png" in capsys.readouterr().err
+
+
+def test_monitor_checks_its_certify_settings_when_made():
+    from raise_eval import LikelihoodMonitor
+
+    test = _test_vectors(_easy_rbm())
+    for kwargs, says in (
+        (dict(until_gap=float("inf")), "until_gap"),
+        (dict(until_gap=0.5, time_budget="soon"), "time_budget"),
+        (dict(until_gap=0.5, max_steps=10), "max_steps"),
+    ):
+        with pytest.raises(ValueError, match=says):
+            LikelihoodMonitor(test, steps=100, **kwargs)

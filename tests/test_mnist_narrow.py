@@ -91,7 +91,7 @@ def test_exact_values_replace_the_estimates_when_enumerable(mnist_test):
     truth = exact.log_unnormalized_visible(model, v)
     assert torch.allclose(report.log_f.log_unnormalized, truth, rtol=0, atol=1e-9)
     assert report.log_z_exact == pytest.approx(exact.log_partition(model), abs=1e-9)
-    assert "log f(v): exact, by enumeration (log f(v) over 2^20 dbn configurations)" in report.format_table()
+    assert "log f(v): exact, by enumeration (log f(v) over 2^20 directed-layer configurations)" in report.format_table()
 
 
 @pytest.mark.slow
