@@ -44,14 +44,18 @@ EVALUATE_DESCRIPTION = """\
 Estimate the average test log-likelihood of an RBM, DBM or DBN checkpoint three ways:
 
   AIS    log Z by annealed importance sampling, a stochastic lower bound on log Z, so the log-likelihood
-         mean log f(v) - log Z-hat is optimistic (it tends to overestimate). log f(v) is exact for an RBM and
-         estimated for a DBM or DBN (importance sampling, --log-f); a DBN's log Z is its top RBM's.
+         mean log f(v) - log Z-hat is optimistic (it tends to overestimate). log f(v) is exact for an RBM, exact
+         for a DBM or DBN when enumeration is cheap (--exact), else estimated (--log-f: per-vector AIS or
+         importance sampling, checked for bias by --log-f-check); a DBN's log Z is its top RBM's.
   RAISE  reverse AIS from each test vector: a stochastic lower bound on the log-likelihood of the annealing
          model, in practice a conservative estimate (DBMs: heating; DBNs: unrolling). Run on a random subset
          of the test set and extended to the whole set with the control variate log f(v).
-  exact  by enumeration, when at most 25 units must be enumerated (e.g. the smaller layer of an RBM).
+  exact  by enumeration, when at most 25 units must be enumerated (an RBM's smaller layer, a DBM's or DBN's
+         narrow first hidden layer) and it costs no more than the estimators.
 
 AIS and RAISE agreeing is evidence that both are accurate; a large gap means at least one is not (raise K).
+--until-gap TOL turns this into a verdict: K grows until the sandwich closes within TOL nats, or the run says why
+it is still open.
 
 Checkpoints: raise-eval .pt files (RBM, DBM, DBN), .npz files with W, vbias, hbias (RBM) or with model_type,
 weights_l, biases_l (DBM, DBN), or MATLAB .mat RBMs with vishid, hidbiases, visbiases (see the README).
@@ -68,6 +72,7 @@ examples:
   raise-eval evaluate ../shared/data/checkpoints/rbm_mnist_small_grosse_salakhutdinov_2015.npz --data mnist14
   raise-eval evaluate model.npz --data binarized_mnist --steps 10000 --json result.json
   raise-eval evaluate model.npz --data test.npy --train-data train.npy --device cuda
+  raise-eval evaluate checkpoints/rbm_digits_64-16.pt --until-gap 0.05 --steps 50 --time-budget 5m --json cert.json
 """
 
 
@@ -418,15 +423,7 @@ def cmd_bdmc(args) -> int:
         ("examples", "chains", "leapfrog", "pilot_chains", "elbo_samples", "real_examples", "steps", "iwae"),
         outputs=("json", "plot"),
     )
-    try:
-        import matplotlib  # noqa: F401
-
-        have_matplotlib = True
-    except ImportError:
-        have_matplotlib = False
-    if args.plot and not have_matplotlib:
-        _die("--plot needs matplotlib: pip install matplotlib (or the extra: pip install -e .[plot])")
-    plot_path = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json and have_matplotlib else None)
+    plot_path = _plot_path(args)
     ckpt = load_checkpoint(args.checkpoint, dtype=getattr(torch, args.dtype), device=device)
     if not hasattr(ckpt.model, "sample_joint"):
         _die(
@@ -745,6 +742,22 @@ def _resolve_log_f_options(args) -> None:
     args.log_f_chains = 10 if args.log_f_chains is None else args.log_f_chains
 
 
+def _plot_path(args) -> Optional[str]:
+    """--plot, checked before any work (matplotlib installed, a picture format), or by default a PNG next to
+    --json when matplotlib is installed; None for no plot."""
+    try:
+        import matplotlib  # noqa: F401
+
+        have_matplotlib = True
+    except ImportError:
+        have_matplotlib = False
+    if args.plot and not have_matplotlib:
+        _die("--plot needs matplotlib: pip install matplotlib (or the extra: pip install -e .[plot])")
+    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):
+        _die(f"--plot {args.plot}: name a .png, .pdf, .svg or .jpg file")
+    return args.plot or (str(Path(args.json).with_suffix(".png")) if args.json and have_matplotlib else None)
+
+
 def _check_certify_options(args) -> tuple[Optional[float], Optional[str]]:
     """--until-gap and its companions, before any work: (time budget in seconds, plot path)."""
     from raise_eval.certify import parse_duration
@@ -766,18 +779,7 @@ def _check_certify_options(args) -> tuple[Optional[float], Optional[str]]:
             _die(f"--time-budget: {e}")
     if args.max_steps is not None and args.max_steps < args.steps:
         _die(f"--max-steps ({args.max_steps}) must be at least the first K, --steps ({args.steps})")
-    try:
-        import matplotlib  # noqa: F401
-
-        have_matplotlib = True
-    except ImportError:
-        have_matplotlib = False
-    if args.plot and not have_matplotlib:
-        _die("--plot needs matplotlib: pip install matplotlib (or the extra: pip install -e .[plot])")
-    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg", ".jpg", ".jpeg"):
-        _die(f"--plot {args.plot}: name a .png, .pdf, .svg or .jpg file")
-    plot_path = args.plot or (str(Path(args.json).with_suffix(".png")) if args.json and have_matplotlib else None)
-    return time_budget, plot_path
+    return time_budget, _plot_path(args)
 
 
 def _run_certified(args, ckpt, test, options: dict, time_budget, plot_path, rank: int) -> int:

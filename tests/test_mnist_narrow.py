@@ -118,10 +118,11 @@ def test_ais_log_z_within_its_error_of_the_exact_value(mnist_test, name, steps):
 
 @pytest.mark.slow
 def test_certified_interval_contains_the_exact_value_on_the_narrow_dbn(mnist_test):
-    """certify on 500 test vectors to 0.5 nats: closed, and the interval holds the exact average log-likelihood."""
+    """certify on 500 test vectors to 1 nat: closed, and the interval holds the exact average log-likelihood (RAISE
+    bounds the unrolled model, about 0.5 nats below this DBN at every K: a 0.1-nat certificate stays open)."""
     model = _model("dbn_mnist_20-500.pt")
     v = mnist_test[:500]
-    cert = certify(model, v, tolerance=0.5, steps=250, max_steps=8000, init="uniform", raise_examples=100)
+    cert = certify(model, v, tolerance=1.0, steps=250, max_steps=8000, init="uniform", raise_examples=100)
     truth = float(exact.log_likelihood(model, v).mean())
     assert cert.closed, cert.format_table()
     lo, hi = cert.interval
