@@ -118,11 +118,13 @@ def test_ais_log_z_within_its_error_of_the_exact_value(mnist_test, name, steps):
 
 @pytest.mark.slow
 def test_certified_interval_contains_the_exact_value_on_the_narrow_dbn(mnist_test):
-    """certify on 500 test vectors to 1 nat: closed, and the interval holds the exact average log-likelihood (RAISE
-    bounds the unrolled model, about 0.5 nats below this DBN at every K: a 0.1-nat certificate stays open)."""
+    """certify on 500 test vectors to 1.5 nats from the uniform start: closed, and the interval holds the exact
+    average log-likelihood. RAISE bounds the unrolled model, which from this start sits about 1.0 to 1.2 nats below
+    the DBN at K = 250 to 8,000 (0.5 from the base rates on the whole test set): a tighter certificate stays open,
+    as the run in results/certify shows."""
     model = _model("dbn_mnist_20-500.pt")
     v = mnist_test[:500]
-    cert = certify(model, v, tolerance=1.0, steps=250, max_steps=8000, init="uniform", raise_examples=100)
+    cert = certify(model, v, tolerance=1.5, steps=250, max_steps=2000, init="uniform", raise_examples=100)
     truth = float(exact.log_likelihood(model, v).mean())
     assert cert.closed, cert.format_table()
     lo, hi = cert.interval
