@@ -24,6 +24,7 @@ from raise_eval.datasets import (
     load_dataset,
 )
 from raise_eval.distributed import init_from_env, launched_by_torchrun, rank_and_world
+from raise_eval.distributed import shutdown as shutdown_process_group
 from raise_eval.evaluate import (
     EVALUATE_SCHEDULES,
     EXACT_MODES,
@@ -868,7 +869,10 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if args.command == "evaluate":
-            return cmd_evaluate(args)
+            code = cmd_evaluate(args)
+            if code in (0, EXIT_OPEN):  # a finished run (not Ctrl-C): leave a torchrun process group cleanly
+                shutdown_process_group()
+            return code
         if args.command == "bdmc":
             return cmd_bdmc(args)
     except (DataError, FileNotFoundError, ValueError, NotImplementedError) as e:

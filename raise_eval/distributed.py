@@ -84,3 +84,12 @@ def broadcast_from_rank0(obj: Any) -> Any:
 def barrier() -> None:
     if rank_and_world()[1] > 1:
         dist.barrier()
+
+
+def shutdown() -> None:
+    """Leave the process group cleanly after a finished run: every rank waits for the others, then the group is
+    destroyed. Left to interpreter exit, a rank that exits first closes gloo's connections under the other's
+    background threads, which can abort that process ("terminate called without an active exception")."""
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()

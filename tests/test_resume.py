@@ -267,7 +267,8 @@ def test_the_log_f_estimates_continue_from_their_saved_chunk(tmp_path, monkeypat
     import raise_eval.estimators.unnormalized as unnormalized
 
     model, test = _tiny("DBM")
-    settings = dict(ONE_SHARD, log_f_samples=20, log_f_check=0)  # the check, made after RAISE, is not counted here
+    # importance sampling (the chunks counted here), and no check (made after RAISE, it is not counted here)
+    settings = dict(ONE_SHARD, log_f_method="importance", log_f_samples=20, log_f_check=0)
     monkeypatch.setattr(unnormalized, "_CHUNK_ELEMENTS", 20 * 12 * 5)  # 5 test vectors a chunk: 8 chunks
     whole = evaluate(model, test, **settings)
     real, calls = unnormalized._propose_dbm, []
