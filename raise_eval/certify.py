@@ -72,6 +72,8 @@ class CertifyStep:
     interval_low: Optional[float] = None
     interval_high: Optional[float] = None
     fixed_seconds: float = 0.0  # of this K's time, what does not grow with K (the adaptive pilot)
+    log_f_allowance: float = 0.0  # `log_f_allowance` of the report: with the rest, the reasons at any tolerance
+    log_f_method: str = ""
 
     @property
     def gap(self) -> Optional[float]:
@@ -233,14 +235,44 @@ def sandwich_interval(report) -> tuple[float, float]:
 
 def closure_reasons(report, tolerance: float) -> list[str]:
     """Why the sandwich of one `EvaluationReport` is not closed at `tolerance` nats (empty: closed)."""
-    reasons = []
-    gap = report.gap
-    if gap is None:
+    if report.gap is None:
         return ["AIS or RAISE did not finish"]
     noise = math.hypot(float(report.ais.stderr), report.raise_stderr if math.isfinite(report.raise_stderr) else math.inf)
-    allowance = log_f_allowance(report)
+    exact = getattr(report, "exact_mean", None)
+    interval = sandwich_interval(report) if exact is not None and math.isfinite(noise) else None
+    return _reasons(
+        gap=report.gap,
+        noise=noise,
+        codes={w.code for w in report.warnings},
+        exact=exact,
+        interval=interval,
+        allowance=log_f_allowance(report),
+        method=getattr(getattr(report, "log_f", None), "method", ""),
+        tolerance=tolerance,
+    )
+
+
+def _reasons_of_step(step: CertifyStep, tolerance: float) -> list[str]:
+    """`closure_reasons` from what a `CertifyStep` keeps (for a resumed run at another tolerance)."""
+    if step.gap is None:
+        return ["AIS or RAISE did not finish"]
+    raise_se = step.raise_stderr if step.raise_stderr is not None and math.isfinite(step.raise_stderr) else math.inf
+    interval = None if step.interval_low is None else (step.interval_low, step.interval_high)
+    return _reasons(
+        gap=step.gap,
+        noise=math.hypot(step.ais_stderr, raise_se),
+        codes=set(step.warnings),
+        exact=step.exact_mean,
+        interval=interval,
+        allowance=step.log_f_allowance,
+        method=step.log_f_method,
+        tolerance=tolerance,
+    )
+
+
+def _reasons(*, gap, noise, codes, exact, interval, allowance, method, tolerance) -> list[str]:
+    reasons = []
     if allowance > tolerance / 2:
-        method = getattr(getattr(report, "log_f", None), "method", "")
         advice = {
             "ais": "raise --log-f-steps (or --log-f-chains)",
             "importance": "use --log-f ais, or raise --log-f-samples",
@@ -250,9 +282,8 @@ def closure_reasons(report, tolerance: float) -> list[str]:
             f"log f(v) is estimated and its check rose by up to {allowance:.3f} nats (mean + 3 s.e.), more than half "
             f"the tolerance: the AIS side may be that much too low, at any K; {advice}"
         )
-    exact = getattr(report, "exact_mean", None)
-    if exact is not None and math.isfinite(noise):
-        lo, hi = sandwich_interval(report)
+    if exact is not None and interval is not None:
+        lo, hi = interval
         if not lo <= exact <= hi:
             reasons.append(f"the exact log-likelihood {exact:.4f} lies outside the interval [{lo:.4f}, {hi:.4f}]")
     if gap > tolerance:
@@ -262,7 +293,6 @@ def closure_reasons(report, tolerance: float) -> list[str]:
             f"the combined standard error {noise:.3f} is more than half the tolerance: run more chains "
             "(--ais-chains, --raise-examples, --raise-chains)"
         )
-    codes = {w.code for w in report.warnings}
     reasons += [UNDERMINING[c] for c in UNDERMINING if c in codes]
     return reasons
 
@@ -313,6 +343,8 @@ def _step_of(report, steps: int, tolerance: float) -> CertifyStep:
         interval_low=interval[0],
         interval_high=interval[1],
         fixed_seconds=t.get("pilot_seconds") or 0.0,
+        log_f_allowance=log_f_allowance(report),
+        log_f_method=getattr(report.log_f, "method", "") if report.log_f is not None else "",
     )
 
 
@@ -414,8 +446,7 @@ def certify(
     # The settings are validated once; the K-independent stages (exact values, log f(v), its check) run once, in
     # the first evaluation, and are handed to the later ones.
     plan = plan_evaluation(model, test_data, steps=steps, progress=progress, **evaluate_kwargs)
-    fingerprint = {
-        "tolerance": float(tolerance),
+    fingerprint = {  # what the numbers at each K depend on (not the tolerance: the reasons are recomputed)
         "first_steps": steps,
         "growth": growth,
         "test_data": tensor_digest([plan.test]),
@@ -436,8 +467,10 @@ def certify(
     verdict = "open"
     while True:
         saved = next((h for h in finished if h["steps"] == k), None)
-        if saved is not None:  # finished in an earlier invocation: kept, not recomputed
-            history.append(CertifyStep(**saved))
+        if saved is not None:  # finished in an earlier invocation: kept, not recomputed (reasons at this tolerance)
+            step = CertifyStep(**saved)
+            step.reasons_open = _reasons_of_step(step, tolerance)
+            history.append(step)
             if on_step is not None:
                 on_step(history[-1])
         else:

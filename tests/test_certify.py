@@ -158,8 +158,13 @@ def test_resume_keeps_finished_k(tmp_path, monkeypatch):
     # the same K from scratch gives the same numbers as the resumed run's new K
     fresh = certify_fn(model, test, tolerance=1e-6, steps=20, max_steps=20, **SMALL)
     assert fresh.history[0].ais_mean == second.history[2].ais_mean
-    with pytest.raises(ValueError, match="other settings"):
-        certify_fn(model, test, tolerance=0.5, steps=5, max_steps=20, resume_file=resume, **SMALL)
+    # another tolerance reuses every finished K and judges it anew (here: it closes at K = 5)
+    calls.clear()
+    looser = certify_fn(model, test, tolerance=0.5, steps=5, max_steps=20, resume_file=resume, **SMALL)
+    assert calls == [] and looser.verdict == "closed" and len(looser.history) == 1
+    assert looser.history[0].reasons_open == []
+    with pytest.raises(ValueError, match="other settings .*seed: 0 in the file, 1 now"):
+        certify_fn(model, test, tolerance=0.5, steps=5, max_steps=20, resume_file=resume, **{**SMALL, "seed": 1})
 
 
 def test_bad_arguments_are_refused():
