@@ -19,6 +19,7 @@ paper's Figures 3-7) and a run continued from a resume file re-runs no finished 
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import os
@@ -28,6 +29,8 @@ from typing import Any, Optional
 
 import torch
 from torch import Tensor
+
+from raise_eval.diagnostics import log_f_advice
 
 # The warnings that undermine one side of the sandwich: a sandwich with any of them is never called closed.
 UNDERMINING = {
@@ -273,14 +276,9 @@ def _reasons_of_step(step: CertifyStep, tolerance: float) -> list[str]:
 def _reasons(*, gap, noise, codes, exact, interval, allowance, method, tolerance) -> list[str]:
     reasons = []
     if allowance > tolerance / 2:
-        advice = {
-            "ais": "raise --log-f-steps (or --log-f-chains)",
-            "importance": "use --log-f ais, or raise --log-f-samples",
-            "mean-field": "use --log-f ais (the mean-field bound is loose by design)",
-        }.get(method, "use --log-f ais")
         reasons.append(
             f"log f(v) is estimated and its check rose by up to {allowance:.3f} nats (mean + 3 s.e.), more than half "
-            f"the tolerance: the AIS side may be that much too low, at any K; {advice}"
+            f"the tolerance: the AIS side may be that much too low, at any K; use {log_f_advice(method)}"
         )
     if exact is not None and interval is not None:
         lo, hi = interval
@@ -434,8 +432,6 @@ def certify(
         folder = os.path.dirname(os.path.abspath(resume_file))
         if not os.path.isdir(folder):
             raise ValueError(f"resume_file {resume_file}: the folder {folder} does not exist; create it first")
-    import inspect
-
     known = set(inspect.signature(plan_evaluation).parameters) - {"model", "test_data", "steps", "progress"}
     unknown = sorted(set(evaluate_kwargs) - known - {"resume_interval"})
     if unknown:

@@ -771,8 +771,6 @@ def _check_certify_options(args) -> tuple[Optional[float], Optional[str]]:
         return None, None
     if not (math.isfinite(args.until_gap) and args.until_gap > 0):
         _die(f"--until-gap must be a positive number of nats, got {args.until_gap:g}")
-    if args.schedule == "adaptive":
-        pass  # each K gets its own pilot
     time_budget = None
     if args.time_budget is not None:
         try:

@@ -16,6 +16,15 @@ SIGMAS = 3.0  # "beyond the noise": more than 3 combined standard errors
 TEST_MASS_MARGIN = 1.0  # nats of slack for the noise of estimated log f(v) in the test-mass check
 
 
+def log_f_advice(log_f_method: str) -> str:
+    """What to change when an estimate of log f(v) by `log_f_method` is not to be trusted."""
+    return {
+        "importance": "--log-f ais (per-vector AIS to the posterior), or a larger --log-f-samples",
+        "ais": "a larger --log-f-steps (or --log-f-chains)",
+        "mean-field": "--log-f ais (the mean-field bound is loose by design)",
+    }.get(log_f_method, "--log-f ais")
+
+
 @dataclass(frozen=True)
 class Warning:
     """One diagnostic: a stable code and a sentence for the reader."""
@@ -51,17 +60,13 @@ def diagnose(
     of an estimated log f(v) (`log_f_estimated`), or None when it was not run."""
     out = []
     if log_f_check is not None and log_f_check.biased:
-        other = {
-            "importance": "--log-f ais (per-vector AIS to the posterior), or a larger --log-f-samples",
-            "ais": "a larger --log-f-steps (or --log-f-chains)",
-            "mean-field": "--log-f ais (the mean-field bound is loose by design)",
-        }.get(log_f_method, "--log-f ais")
         out.append(
             Warning(
                 "log-f-biased",
                 f"the estimates of log f(v) are not trustworthy: {log_f_check.describe()}. The estimator misses "
                 "posterior mass (its own standard errors cannot show this), so log f-hat is too low and the AIS "
-                f"log-likelihood is off by at least about the rise. Use {other}, until the check stops rising.",
+                f"log-likelihood is off by at least about the rise. Use {log_f_advice(log_f_method)}, until the check "
+                "stops rising.",
             )
         )
     elif log_f_estimated and log_f_check is None:

@@ -16,6 +16,7 @@ hook): epoch e is the state after e + 1 passes over the data. With `every=k` the
 from __future__ import annotations
 
 import csv
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -222,8 +223,6 @@ class LikelihoodMonitor:
             log_f_samples=log_f_samples,
             cv_alpha=cv_alpha,
         )
-        import math
-
         if until_gap is not None and not (
             isinstance(until_gap, (int, float)) and not isinstance(until_gap, bool) and math.isfinite(until_gap)
             and until_gap > 0

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from raise_eval.annealing import anneal
 from raise_eval.paths.posterior import posterior_path
+from raise_eval.schedules import linear_schedule, validate_schedule
 from raise_eval.stats import summarize_log_weights
 
 METHODS = ("importance", "ais", "mean-field")
@@ -104,14 +105,13 @@ def _check_positive_int(name: str, value) -> None:
 
 
 def _check_betas(betas) -> Tensor:
-    betas = torch.as_tensor(betas, dtype=torch.float64).cpu()
-    if betas.dim() != 1 or betas.numel() < 2:
-        raise ValueError(f"betas must be a vector of at least two inverse temperatures, got shape {tuple(betas.shape)}")
-    if not bool(torch.isfinite(betas).all()) or float(betas[0]) != 0.0 or float(betas[-1]) != 1.0:
-        raise ValueError("betas must be finite, start at 0 and end at 1")
-    if bool((betas[1:] < betas[:-1]).any()):
-        raise ValueError("betas must be non-decreasing")
-    return betas
+    """An explicit schedule for 'ais', checked by `schedules.validate_schedule` (float64 on the CPU, (K + 1,))."""
+    if torch.as_tensor(betas).dim() != 1:
+        raise ValueError(f"betas must be a vector (K + 1,), got shape {tuple(torch.as_tensor(betas).shape)}")
+    try:
+        return validate_schedule(betas)
+    except ValueError as e:
+        raise ValueError(f"betas: {e}") from None
 
 
 def _ais_log_weights(path, v: Tensor, chains: int, betas: Tensor, generator: torch.Generator) -> Tensor:
@@ -172,7 +172,7 @@ def log_unnormalized_estimate(
     if method == "ais":
         path = posterior_path(model)  # refuses DBNs deeper than two hidden layers
         if betas is None:
-            betas = torch.linspace(0.0, 1.0, ais_steps + 1, dtype=torch.float64)
+            betas = linear_schedule(ais_steps)
         steps, per_example = betas.numel() - 1, ais_chains
         chunk = max(1, _CHUNK_ELEMENTS // (ais_chains * path.state_elements()))
 

@@ -62,6 +62,8 @@ class DBMPosteriorState(NamedTuple):
     base_logits: per hidden layer l, q's logits lambda_l shaped (N, 1, n_l) (None for l = 0).
     visible_input: v W_0, shaped (N, 1, n_1).
     visible_bias_term: v . b_0 in float64, shaped (N, 1).
+    base_logits64, slopes64: per hidden layer, lambda_l and b_l - lambda_l in float64, shaped (N, 1, n_l): the
+        weight update's per-vector constants, converted once rather than at every step.
     """
 
     layers: tuple
@@ -69,6 +71,8 @@ class DBMPosteriorState(NamedTuple):
     base_logits: tuple
     visible_input: Tensor
     visible_bias_term: Tensor
+    base_logits64: tuple = ()
+    slopes64: tuple = ()
 
 
 class DBMPosteriorPath:
@@ -114,13 +118,17 @@ class DBMPosteriorPath:
         n = v.shape[0]
         # Logits in the model's dtype: that rounding defines q, and log Z_0 is computed from the same numbers.
         logits = [None] + [x.to(m.dtype).unsqueeze(1) for x in mean_field_logits(m.mean_field(v)[1:])]
-        log_z0 = sum(F.softplus(logits[l].squeeze(1).double()).sum(-1) for l in range(1, m.num_layers))
+        log_z0 = sum(F.softplus(logits[l].squeeze(1).double()).sum(-1) for l in range(1, m.num_layers))  # (N,)
         layers = [None] * m.num_layers
         for l in self._even:
             layers[l] = sample_bernoulli_logits(logits[l].expand(n, num_chains, -1), generator)  # a new tensor
         visible_input = torch.matmul(v, m.weights[0]).unsqueeze(1)
         visible_bias_term = torch.mv(v.double(), m.biases[0].double()).unsqueeze(1)
-        state = DBMPosteriorState(tuple(layers), (), tuple(logits), visible_input, visible_bias_term)
+        logits64 = [None] + [x.double() for x in logits[1:]]
+        slopes64 = [None] + [m.biases[l].double() - logits64[l] for l in range(1, m.num_layers)]
+        state = DBMPosteriorState(
+            tuple(layers), (), tuple(logits), visible_input, visible_bias_term, tuple(logits64), tuple(slopes64)
+        )
         return state._replace(odd_inputs=self._odd_inputs(state.layers, visible_input)), log_z0
 
     def _odd_inputs(self, layers, visible_input: Tensor) -> tuple:
@@ -139,15 +147,14 @@ class DBMPosteriorPath:
         Term by term: the even layers and v are linear in beta; each odd unit contributes softplus(z_to) -
         softplus(z_from) by `softplus_increment`, z = lambda + beta (b + u - lambda) in float64.
         """
-        m = self.model
         d = beta_to - beta_from
         total = d * state.visible_bias_term
         for l in self._even:
-            slope = m.biases[l].double() - state.base_logits[l].double()  # (N, 1, n_l)
-            total = total + d * (state.layers[l].double() * slope).sum(-1)
+            total = total + d * (state.layers[l].double() * state.slopes64[l]).sum(-1)
         for l in self._odd:
-            lam = state.base_logits[l].double()
-            slope = state.odd_inputs[l].double() + m.biases[l].double() - lam  # d z / d beta, (N, C, n_l)
+            lam = state.base_logits64[l]
+            # d z / d beta = u + b - lambda, (N, C, n_l); out of place: in float64 .double() is odd_inputs itself
+            slope = state.odd_inputs[l].double() + state.slopes64[l]
             z_from = torch.add(lam, slope, alpha=beta_from)
             z_to = torch.add(lam, slope, alpha=beta_to)
             total = total + softplus_increment(z_from, z_to).sum(-1)
