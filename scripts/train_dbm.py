@@ -54,6 +54,15 @@ def main(argv=None) -> None:
     parser.add_argument("--chains", type=int, default=100, help="persistent chains")
     parser.add_argument("--gibbs-steps", type=int, default=5, help="Gibbs sweeps of the chains per update")
     parser.add_argument("--mean-field-iterations", type=int, default=10)
+    parser.add_argument(
+        "--centering",
+        action="store_true",
+        help="joint training in the centered parametrization (Montavon & Mueller 2012): a better-conditioned "
+        "gradient; the saved model is a plain DBM",
+    )
+    parser.add_argument(
+        "--offset-rate", type=float, default=0.01, help="with --centering: moving-average rate of the offsets"
+    )
     parser.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget for training")
     parser.add_argument("--pretrain-budget-fraction", type=float, default=0.2)
     parser.add_argument("--train-size", type=int, default=None, help="use the first N training vectors only")
@@ -84,6 +93,8 @@ def main(argv=None) -> None:
         gibbs_steps=args.gibbs_steps,
         mean_field_iterations=args.mean_field_iterations,
         pretrain_budget_fraction=args.pretrain_budget_fraction,
+        centering=args.centering,
+        offset_rate=args.offset_rate,
     )
     report: dict = {}
     max_seconds = None if args.max_minutes is None else 60.0 * args.max_minutes

@@ -30,6 +30,18 @@ Layers x_0 = v, x_1, ..., x_L (L >= 2 hidden layers), weights W_l shaped (n_l, n
    the odd layers' conditional probabilities given the sampled even layers). Minibatch SGD with momentum, L2
    weight decay on the weights and a learning rate decaying linearly to `final_learning_rate_fraction` of itself.
 
+4. Centering (optional, `centering=True`; Montavon & Mueller, 2012; Melchior, Fischer & Wiskott, 2016). The
+   same model family written around offsets o_l (running means of the data-phase marginals):
+
+       -E(x) = sum_l (x_l - o_l)^T W_l (x_{l+1} - o_{l+1}) + sum_l a_l^T (x_l - o_l),
+
+   so the plain biases are b_l = a_l - W_l o_{l+1} - W_{l-1}^T o_{l-1} (plus a constant). Gradient steps are taken
+   in (W, a): the weight gradient is the difference of *centered* second moments, and a step (dW, da) is the
+   plain step db_l = da_l - dW_l o_{l+1} - dW_{l-1}^T o_{l-1}. The weights' gradient then no longer mixes in the
+   units' mean activities, which conditions the problem far better (a DBM's layers no longer fight over the
+   biases), and the model stays a plain DBM: evaluation needs nothing new. The offsets move by an exponential
+   average with rate `offset_rate` (the plain parameters, hence the model, do not change when they move).
+
 Every random draw takes the `torch.Generator` passed in.
 """
 
@@ -83,6 +95,8 @@ class DBMTrainingConfig:
     num_chains: int = 100
     gibbs_steps: int = 5
     pretrain_budget_fraction: float = 0.3
+    centering: bool = False
+    offset_rate: float = 0.01
 
     def pretrain_config(self, n_hidden: int) -> RBMTrainingConfig:
         return RBMTrainingConfig(
@@ -168,6 +182,34 @@ def mean_field_fixed(model: LayeredBoltzmannMachine, v: Tensor, iterations: int)
     return mu
 
 
+def centered_gradients(
+    data_layers: list[Tensor], model_layers: list[Tensor], weights: list[Tensor], offsets: list[Tensor],
+    weight_decay: float,
+) -> list[Tensor]:
+    """The centered gradient (step 4 of the module docstring) expressed in the plain parameters: the weight
+    gradients [dW_0, ..., dW_{L-1}] followed by the bias gradients [db_0, ..., db_L].
+
+    `data_layers` and `model_layers` are the data- and model-phase layers [x_0, ..., x_L], each (batch, n_l);
+    `offsets` [o_0, ..., o_L], each (n_l,)."""
+    centered_data = [x - o for x, o in zip(data_layers, offsets)]
+    centered_model = [x - o for x, o in zip(model_layers, offsets)]
+    grad_w = [
+        d.t() @ d_next / len(d) - m.t() @ m_next / len(m) - weight_decay * w
+        for d, d_next, m, m_next, w in zip(
+            centered_data, centered_data[1:], centered_model, centered_model[1:], weights
+        )
+    ]
+    grad_b = []
+    for l, (d, m) in enumerate(zip(data_layers, model_layers)):
+        g = d.mean(0) - m.mean(0)
+        if l < len(weights):
+            g = g - grad_w[l] @ offsets[l + 1]
+        if l > 0:
+            g = g - offsets[l - 1] @ grad_w[l - 1]
+        grad_b.append(g)
+    return grad_w + grad_b
+
+
 def gibbs_sweep(model: LayeredBoltzmannMachine, layers: list[Tensor], generator: torch.Generator) -> None:
     """One block-Gibbs sweep in place: the odd layers given the even ones, then the even ones (v included)."""
     for parity in (1, 0):
@@ -208,6 +250,11 @@ def train_dbm_joint(
     for l in range(1, L + 1):
         logits = torch.addmm(biases[l], chains[l - 1], weights[l - 1], alpha=2.0 if l < L else 1.0)
         chains.append(sample_bernoulli_logits(logits, generator))
+    if config.centering:
+        if not 0 < config.offset_rate <= 1:
+            raise ValueError(f"offset_rate must be in (0, 1]; got {config.offset_rate}")
+        # Offsets start at the data-phase marginals of (up to) the first 1000 training vectors.
+        offsets = [m.mean(0) for m in mean_field_fixed(current, data[:1000], config.mean_field_iterations)]
     batches = max(1, n // config.batch_size)
     total_updates = config.epochs * batches
     update, stopped = 0, False
@@ -226,11 +273,17 @@ def train_dbm_joint(
                 gibbs_sweep(current, chains, generator)
             neg = [current.layer_probs(chains, l) if l % 2 == 1 else x for l, x in enumerate(chains)]
             error_sum += float((current.layer_probs(mu, 0) - v).pow(2).mean())
-            grads = [
-                (mu[l].t() @ mu[l + 1]) / len(v) - (neg[l].t() @ neg[l + 1]) / len(neg[l]) - config.weight_decay * w
-                for l, w in enumerate(weights)
-            ]
-            grads += [m.mean(0) - x.mean(0) for m, x in zip(mu, neg)]
+            if config.centering:
+                grads = centered_gradients(mu, neg, weights, offsets, config.weight_decay)
+                for o, m in zip(offsets, mu):
+                    o.lerp_(m.mean(0), config.offset_rate)
+            else:
+                grads = [
+                    (mu[l].t() @ mu[l + 1]) / len(v) - (neg[l].t() @ neg[l + 1]) / len(neg[l])
+                    - config.weight_decay * w
+                    for l, w in enumerate(weights)
+                ]
+                grads += [m.mean(0) - x.mean(0) for m, x in zip(mu, neg)]
             lr = config.learning_rate * (1 - (1 - config.final_learning_rate_fraction) * update / total_updates)
             for p, vel, grad in zip(params, velocity, grads):
                 vel.mul_(momentum).add_(grad, alpha=lr)

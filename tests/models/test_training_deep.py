@@ -9,6 +9,7 @@ from raise_eval.models import DBM, DBN, RBM
 from raise_eval.models.sampling import sample_bernoulli_probs
 from raise_eval.models.training.dbm import (
     DBMTrainingConfig,
+    centered_gradients,
     dbm_from_pretrained,
     pretrain_dbm,
     train_dbm,
@@ -126,6 +127,57 @@ def test_joint_training_raises_the_exact_likelihood(data):
     trained = train_dbm_joint(data, pretrained, config, generator=g)
     before, after = exact_log_likelihood(pretrained, data), exact_log_likelihood(trained, data)
     assert after > before + 0.3, (before, after)
+
+
+def test_centered_gradient_is_the_plain_step_of_a_centered_gradient_step():
+    """The centered gradient in the plain parameters equals J dtheta_c, where dtheta_c = J^T g is the autograd
+    gradient in the centered parameters (W, a) of the plain objective whose plain gradient g is the moment
+    difference, and J the Jacobian of (W, a) -> (W, b = a - W o_next - W_prev^T o_prev)."""
+    g = torch.Generator().manual_seed(0)
+    sizes = [5, 4, 3, 2]
+    data_layers = [torch.rand(7, n, generator=g, dtype=torch.float64) for n in sizes]
+    model_layers = [(torch.rand(9, n, generator=g, dtype=torch.float64) < 0.5).double() for n in sizes]
+    offsets = [torch.rand(n, generator=g, dtype=torch.float64) for n in sizes]
+    weights = [torch.randn(a, b, generator=g, dtype=torch.float64) for a, b in zip(sizes, sizes[1:])]
+    centered_biases = [torch.randn(n, generator=g, dtype=torch.float64) for n in sizes]
+
+    def plain_biases(ws, a):
+        return [
+            a[l]
+            - (ws[l] @ offsets[l + 1] if l < len(ws) else 0)
+            - (offsets[l - 1] @ ws[l - 1] if l > 0 else 0)
+            for l in range(len(a))
+        ]
+
+    def objective(ws, a):
+        # Its plain gradient is the data-minus-model moment difference (the log-likelihood gradient's form).
+        bs = plain_biases(ws, a)
+        total = 0
+        for layers, sign in ((data_layers, 1), (model_layers, -1)):
+            pairs = sum(((x.t() @ y) * w).sum() / len(x) for x, y, w in zip(layers, layers[1:], ws))
+            total = total + sign * (pairs + sum((x.mean(0) * b).sum() for x, b in zip(layers, bs)))
+        return total
+
+    ws = [w.clone().requires_grad_(True) for w in weights]
+    a = [b.clone().requires_grad_(True) for b in centered_biases]
+    grads = torch.autograd.grad(objective(ws, a), ws + a)
+    step_w, step_a = list(grads[: len(ws)]), list(grads[len(ws) :])
+    expected = step_w + plain_biases(step_w, step_a)  # J is linear: the plain step of the centered step
+    got = centered_gradients(data_layers, model_layers, weights, offsets, weight_decay=0.0)
+    assert len(got) == len(expected)
+    for x, y in zip(got, expected):
+        torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-12)
+
+
+def test_centered_joint_training_raises_the_exact_likelihood(data):
+    config = small_dbm_config(epochs=30, learning_rate=0.05, final_learning_rate_fraction=0.2, centering=True)
+    g = torch.Generator().manual_seed(5)
+    pretrained = pretrain_dbm(data, config, generator=g)
+    trained = train_dbm_joint(data, pretrained, config, generator=g)
+    before, after = exact_log_likelihood(pretrained, data), exact_log_likelihood(trained, data)
+    assert after > before + 0.3, (before, after)
+    with pytest.raises(ValueError, match="offset_rate"):
+        train_dbm_joint(data, pretrained, small_dbm_config(centering=True, offset_rate=0.0), generator=g)
 
 
 def test_budget_stops_cleanly(data):
