@@ -63,3 +63,22 @@ def test_dbn_script_monitors_the_top_rbm_epochs(shared_data, tmp_path):
     assert ckpt.metadata["dataset"] == "binarized_mnist" and ckpt.train_pixel_means.shape == (784,)
     assert [r["epoch"] for r in ckpt.metadata["monitor_history"]] == [0, 1]
     assert torch.isfinite(torch.tensor([r["raise"] for r in ckpt.metadata["monitor_history"]])).all()
+
+
+def test_dbm_script_certifiable_recipe(shared_data, tmp_path, capsys):
+    """The recipe sets centering and the chains; an explicit option overrides it; the checkpoint records both."""
+    script = load_script("train_dbm")
+    out = tmp_path / "dbm.pt"
+    script.main(
+        ["--recipe", "certifiable", "--hidden", "6", "5", "--chains", "7", "--pretrain-epochs", "1", "--epochs", "1"]
+        + ["--train-size", "200", "--data-root", str(shared_data), "--out", str(out), "--no-progress"]
+    )
+    training = load_checkpoint(out).metadata["training"]
+    assert training["recipe"] == "certifiable" and training["centering"] is True
+    assert training["num_chains"] == 7 and training["hidden"] == [6, 5]
+    script.main(
+        ["--recipe", "certifiable", "--no-centering", "--hidden", "6", "5", "--pretrain-epochs", "1", "--epochs", "1"]
+        + ["--train-size", "200", "--data-root", str(shared_data), "--out", str(out), "--no-progress"]
+    )
+    training = load_checkpoint(out).metadata["training"]
+    assert training["centering"] is False and training["num_chains"] == 300
