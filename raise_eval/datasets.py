@@ -68,7 +68,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from raise_eval.models.io.files import check_magic
+from raise_eval.models.io.files import EMPTY_ZIP_MAGIC, check_magic
 
 DATA_ROOT_ENV = "RAISE_EVAL_DATA"
 _PACKAGE_DATA = Path(__file__).resolve().parent / "data"
@@ -349,7 +349,7 @@ DATASET_SPECS: dict[str, DatasetSpec] = {
             (OMNIGLOT_SIZE, OMNIGLOT_SIZE),
             load_omniglot,
             "Omniglot (Lake et al.), area-averaged 105x105 to 28x28, ink = 1, fixed-seed Bernoulli(ink "
-            "fraction) binarization, fixed-seed split of the RAISE paper's sizes (below)",
+            "fraction) binarization, fixed-seed split of the RAISE paper's sizes (recipe in docs/datasets.md)",
         ),
     )
 }
@@ -411,6 +411,23 @@ def load_dataset(
     return data if spec.image_shape is None else to_pixel_order(data, spec.image_shape, pixel_order)
 
 
+def dataset_files(name: str, split: str = "test", data_root: Optional[Union[str, Path]] = None) -> list[Path]:
+    """The files `load_dataset(name, split, data_root)` reads, so that a command can refuse an output path that
+    would overwrite one; [] when no data root is found (then nothing is read either)."""
+    check_dataset_request(name, split)
+    if name == "digits":
+        return [_PACKAGE_DATA / "digits.npz"]
+    try:
+        root = resolve_data_root(data_root)
+    except FileNotFoundError:
+        return []
+    if name in ("mnist", "mnist14"):
+        return [root / "MNIST" / "raw" / _MNIST_FILES[split][0]]
+    if name == "binarized_mnist":
+        return [root / "binarized_mnist" / f"binarized_mnist_{split}.amat"]
+    return [root / "omniglot" / file for file in OMNIGLOT_FILES]  # omniglot: every split reads both files
+
+
 def dataset_table() -> str:
     """The README's markdown table of the named datasets, made from `DATASET_SPECS`."""
     rows = ["| name | units | splits | what |", "|---|---|---|---|"]
@@ -426,27 +443,49 @@ def load_array_file(path: Union[str, Path]) -> Tensor:
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(f"data file {path} does not exist")
+    if path.suffix == ".npz" and _is_empty_zip(path):
+        raise DataError(
+            f"{path} is an empty .npz archive (it holds no arrays); save the vectors in it, e.g. "
+            "numpy.savez(path, data=x) with x shaped (N, n_visible)"
+        )
     if path.suffix in (".npy", ".npz"):
         try:
             check_magic(path, path.suffix[1:])
         except ValueError as e:
             raise DataError(str(e)) from None
-    if path.suffix == ".npy":
-        array = np.load(path, allow_pickle=False)
-    elif path.suffix == ".npz":
-        with np.load(path, allow_pickle=False) as z:
-            keys = list(z.keys())
-            chosen = next((k for k in ("data", "x", "images") if k in keys), keys[0] if len(keys) == 1 else None)
-            if chosen is None:
-                raise DataError(f"{path} holds arrays {keys}; name the data array 'data' (or save a single array)")
-            array = z[chosen]
-    else:
-        raise DataError(f"{path}: data files must be .npy or .npz (got {path.suffix or 'no extension'})")
+    try:
+        if path.suffix == ".npy":
+            array = np.load(path, allow_pickle=False)
+        elif path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                keys = list(z.keys())
+                chosen = next((k for k in ("data", "x", "images") if k in keys), keys[0] if len(keys) == 1 else None)
+                if chosen is None:
+                    raise DataError(f"{path} holds arrays {keys}; name the data array 'data' (or save a single array)")
+                array = z[chosen]
+        else:
+            raise DataError(f"{path}: data files must be .npy or .npz (got {path.suffix or 'no extension'})")
+    except ValueError as e:
+        if isinstance(e, DataError) or "allow_pickle" not in str(e):
+            raise
+        # An object array is read only by unpickling, which can run any code: never done for a data file.
+        save = "numpy.save(path, " if path.suffix == ".npy" else "numpy.savez(path, data="
+        raise DataError(
+            f"{path} holds a NumPy object array (dtype=object: Python objects such as lists or None, not numbers), "
+            f"which raise-eval does not unpickle; convert it to numbers and save it again, e.g. "
+            f"{save}numpy.asarray(x, dtype=numpy.uint8))"
+        ) from None
     if array.dtype == np.bool_:
         array = array.astype(np.uint8)
     if not np.issubdtype(array.dtype, np.number):
         raise DataError(f"{path} holds {array.dtype} values; expected numbers 0 and 1")
     return torch.from_numpy(np.ascontiguousarray(array).astype(np.float32, copy=False))
+
+
+def _is_empty_zip(path: Path) -> bool:
+    """Whether `path` is a zip archive with no members (what numpy.savez writes when given no arrays)."""
+    with open(path, "rb") as f:
+        return f.read(len(EMPTY_ZIP_MAGIC)) == EMPTY_ZIP_MAGIC
 
 
 def check_binary(data: Tensor, n_visible: Optional[int] = None, what: str = "data") -> Tensor:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 LOW_ESS_FRACTION = 0.1  # AIS ESS below this fraction of the chains
+FEW_CHAINS = 30  # an ESS below this is "a few chains": too few for the standard error of log Z to be trusted
 GAP_NATS = 1.0  # models are commonly compared by differences of about a nat
 SIGMAS = 3.0  # "beyond the noise": more than 3 combined standard errors
 TEST_MASS_MARGIN = 1.0  # nats of slack for the noise of estimated log f(v) in the test-mass check
@@ -52,13 +53,24 @@ def diagnose(
     log_f_method: str = "exact",
     log_f_check=None,
     log_f_estimated: bool = False,
+    num_test: Optional[int] = None,
 ) -> list[Warning]:
     """The warnings that apply to one evaluation (average test log-likelihoods in nats; RAISE may be missing when
     it did not run; `ais_mean` is None when log f(v) did not finish). `log_z` is AIS's log Z-hat and
     `log_test_mass` is log sum_v f(v) over the distinct test vectors: Z is at least that sum, so a smaller log Z-hat
     is impossible. `init` and `log_f_method` tailor the advice. `log_f_check` is the `raise_eval.log_f_check.LogFCheck`
-    of an estimated log f(v) (`log_f_estimated`), or None when it was not run."""
+    of an estimated log f(v) (`log_f_estimated`), or None when it was not run. `num_test` is the number of test
+    vectors (None: not known)."""
     out = []
+    if num_test == 1:
+        out.append(
+            Warning(
+                "one-test-vector",
+                "the test data holds a single vector: the average test log-likelihood is that one vector's, and "
+                "RAISE's standard error, taken over test vectors, is undefined (NaN; null in the JSON). Evaluate on "
+                "a test set of many vectors (a .npy/.npz file shaped (N, n_visible) with N > 1).",
+            )
+        )
     if log_f_check is not None and log_f_check.biased:
         out.append(
             Warning(
@@ -90,12 +102,20 @@ def diagnose(
             )
         )
     if ais_ess < LOW_ESS_FRACTION * ais_chains:
+        if ais_ess < FEW_CHAINS:  # few in number: more chains help as well as a larger K
+            why = "log Z rests on a few chains, its standard error is unreliable"
+            fix = f"Raise K (--steps) or run more chains{base_rates_hint}"
+        else:  # many chains, but a small share of them: the annealing is too coarse, whatever the chain count
+            why = (
+                f"the weights are as uneven as if only {ais_ess / ais_chains:.1%} of the chains counted, a sign that "
+                "the annealing is too coarse; the standard error of log Z may understate its error"
+            )
+            fix = f"Raise K (--steps){base_rates_hint}"
         out.append(
             Warning(
                 "low-ess",
-                f"AIS's effective sample size is {ais_ess:.0f} of {ais_chains} chains: log Z rests on a few chains, "
-                "its standard error is unreliable and AIS probably still overestimates the log-likelihood. Raise K "
-                f"(--steps) or run more chains{base_rates_hint}.",
+                f"AIS's effective sample size is {ais_ess:,.0f} of {ais_chains:,} chains: {why}, and AIS "
+                f"probably still overestimates the log-likelihood. {fix}.",
             )
         )
     if not math.isfinite(ais_lower):

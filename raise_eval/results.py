@@ -5,9 +5,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from typing import Any
 
 import torch
+
+from raise_eval._version import __version__
+
+TOOL = "raise-eval"  # the "tool" key of every JSON document raise-eval writes (`raise_eval.outputs` reads it)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -32,10 +37,22 @@ def to_jsonable(obj: Any) -> Any:
 
 
 def dump_json(obj: Any, path: str) -> None:
-    """Write `obj` as indented JSON (strictly valid: no NaN/Infinity tokens)."""
-    with open(path, "w", encoding="utf-8") as f:
-        json.dump(to_jsonable(obj), f, indent=2, allow_nan=False)
-        f.write("\n")
+    """Write `obj` as indented JSON (strictly valid: no NaN/Infinity tokens). A document (a dict) begins with
+    "tool": "raise-eval" and "raise_eval_version", the mark by which a later run knows it may replace the file. The
+    file is replaced atomically (a temporary file, then os.replace): a failed write leaves the old file whole."""
+    doc = to_jsonable(obj)
+    if isinstance(doc, dict):
+        doc = {"tool": TOOL, "raise_eval_version": __version__, **doc}
+    path = os.path.realpath(path)  # through a symbolic link, as open(path, "w") would write
+    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(doc, f, indent=2, allow_nan=False)
+            f.write("\n")
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def scalar(t: torch.Tensor) -> float:

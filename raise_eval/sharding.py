@@ -60,13 +60,14 @@ _SIZE_UNITS = {
 def parse_size(text: str) -> int:
     """Bytes in a size such as '512MB', '8GB', '1.5GiB' or '1000000' (decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB,
     case-insensitive)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    # Signed, so that "-1GB" is told it is not positive rather than not a size.
+    m = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
     unit = m.group(2).lower() if m else None
     if m is None or unit not in _SIZE_UNITS:
         raise ValueError(f"{text!r} is not a size; write e.g. 512MB, 8GB or 1.5GiB")
     value = float(m.group(1)) * _SIZE_UNITS[unit]
     if not math.isfinite(value) or value < 1:
-        raise ValueError(f"{text!r} is not a positive size")
+        raise ValueError(f"{text!r} is not a positive size; write e.g. 512MB, 8GB or 1.5GiB")
     return int(value)
 
 

@@ -9,12 +9,26 @@ only the cores that are idle avoids that. The measurement reads /proc/stat twice
 The thread count does not enter the random streams, and the results for the shapes tried here were bit-identical
 with 1 and 2 threads; it is recorded in the JSON settings all the same, since a BLAS may split a reduction
 differently with another count.
+
+The command line sets the count once per run (--threads, default auto); the Python API's entry points
+(`raise_eval.evaluate`, `raise_eval.certify`, `raise_eval.bdmc_report.evaluate_bdmc`) take `threads` ('auto' by
+default, a count, or None to leave torch's setting alone) and apply it for the call only (`with_threads`), putting
+the caller's count back on return.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import os
 import time
+from collections.abc import Iterator
+from typing import Optional, Union
+
+import torch
+
+Threads = Optional[Union[int, str]]  # 'auto', a count, or None (torch's setting unchanged)
 
 
 def _cpu_times() -> tuple[int, int]:
@@ -41,5 +55,49 @@ def busy_cores(interval: float = 0.1) -> float:
 
 def default_threads(available: int) -> int:
     """Threads for torch: the idle cores, at least 1 and at most `available` (torch's own default)."""
+    if available <= 1:
+        return 1  # nothing to choose: no measurement (it takes a tenth of a second)
     idle = (os.cpu_count() or 1) - round(busy_cores())
     return max(1, min(available, idle))
+
+
+def resolve_threads(threads: Threads, current: int) -> int:
+    """The thread count `threads` asks for when torch now uses `current`: 'auto' gives `default_threads(current)`
+    (never more than the caller's setting), None keeps `current`, a positive int is taken as it is. ValueError for
+    anything else."""
+    if threads is None:
+        return current
+    if threads == "auto":
+        return default_threads(current)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be 'auto', a positive integer or None (torch's setting), got {threads!r}")
+    return threads
+
+
+@contextlib.contextmanager
+def using_threads(threads: Threads = "auto") -> Iterator[int]:
+    """Run the block with torch's thread count chosen by `threads` (see `resolve_threads`); the previous count is
+    put back afterwards, also after an exception or Ctrl-C. Yields the count in use."""
+    previous = torch.get_num_threads()
+    count = resolve_threads(threads, previous)
+    if count != previous:
+        torch.set_num_threads(count)
+    try:
+        yield count
+    finally:
+        if torch.get_num_threads() != previous:
+            torch.set_num_threads(previous)
+
+
+def with_threads(function):
+    """Decorator of an API entry point with a `threads` parameter: the call runs `using_threads(threads)`."""
+    signature = inspect.signature(function)
+    default = signature.parameters["threads"].default
+
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        threads = signature.bind(*args, **kwargs).arguments.get("threads", default)
+        with using_threads(threads):
+            return function(*args, **kwargs)
+
+    return wrapper

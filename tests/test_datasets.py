@@ -280,3 +280,41 @@ def test_read_amat_fast_path_equals_loadtxt(tmp_path):
     irregular = tmp_path / "irregular.amat"
     irregular.write_text("0 1 1\n1 0 0.5")
     assert torch.equal(read_amat(irregular), torch.tensor([[0.0, 1, 1], [1, 0, 0.5]]))
+
+
+def test_an_empty_npz_is_called_empty_not_text(tmp_path):
+    path = tmp_path / "empty.npz"
+    np.savez(path)
+    with pytest.raises(DataError) as e:
+        load_array_file(path)
+    message = str(e.value)
+    assert message.startswith(f"{path} is an empty .npz archive") and "numpy.savez(path, data=x)" in message
+    assert "text file" not in message
+
+
+@pytest.mark.parametrize(
+    "suffix, fix", [(".npy", "numpy.save(path, numpy.asarray("), (".npz", "numpy.savez(path, data=numpy.asarray(")]
+)
+def test_an_object_array_names_the_file_and_the_fix(tmp_path, suffix, fix):
+    path = tmp_path / f"ragged{suffix}"
+    rows = np.array([[0, 1], [1, None]], dtype=object)
+    np.save(path, rows, allow_pickle=True) if suffix == ".npy" else np.savez(path, data=rows)
+    with pytest.raises(DataError) as e:
+        load_array_file(path)
+    message = str(e.value)
+    assert message.startswith(f"{path} holds a NumPy object array") and f"{fix}x, dtype=numpy.uint8" in message
+
+
+def test_dataset_files_are_the_files_load_dataset_reads(tmp_path, monkeypatch):
+    from raise_eval.datasets import dataset_files
+
+    assert dataset_files("digits", "test") == [ROOT / "raise_eval" / "data" / "digits.npz"]
+    monkeypatch.setenv("RAISE_EVAL_DATA", str(tmp_path))
+    (amat,) = dataset_files("binarized_mnist", "valid")
+    amat.parent.mkdir()
+    amat.write_text("0 1 1\n1 0 0\n")
+    assert load_dataset("binarized_mnist", "valid").tolist() == [[0, 1, 1], [1, 0, 0]]
+    assert dataset_files("mnist14", "train") == [tmp_path / "MNIST" / "raw" / "train-images-idx3-ubyte.gz"]
+    assert [p.name for p in dataset_files("omniglot", "test")] == ["images_background.npz", "images_evaluation.npz"]
+    monkeypatch.setenv("RAISE_EVAL_DATA", str(tmp_path / "absent"))
+    assert dataset_files("mnist", "test") == []  # no data root: nothing is read either

@@ -126,3 +126,32 @@ def test_an_interrupted_report_keeps_the_warnings_of_finished_stages():
     table = report.format_table()
     assert "warning [low-ess]" in table and "interrupted during the log f(v) estimates" in table
     assert to_jsonable(report)["complete"] is False
+
+
+def test_low_ess_wording_fits_the_chain_count():
+    """At millions of chains a low ESS is not "a few chains": the message speaks of the share of the chains, and
+    more chains (which do not raise the share) are not the advice; at a handful it is a few chains."""
+    def low_ess(ess, chains):
+        warnings = diagnose(**{**HEALTHY, "ais_ess": ess, "ais_chains": chains}, raise_mean=None, raise_stderr=None)
+        return next(w for w in warnings if w.code == "low-ess")
+
+    many = low_ess(400_371, 5_000_000)
+    assert "400,371 of 5,000,000 chains" in many.message and "as if only 8.0% of the chains counted" in many.message
+    assert "a few chains" not in many.message and "more chains" not in many.message
+    assert "Raise K (--steps)" in many.message
+    few = low_ess(4, 1000)
+    assert "4 of 1,000 chains: log Z rests on a few chains" in few.message and "run more chains" in few.message
+
+
+def test_one_test_vector_is_warned_about():
+    codes = {w.code for w in diagnose(**HEALTHY, raise_mean=-18.08, raise_stderr=math.nan, num_test=1)}
+    assert "one-test-vector" in codes
+    assert diagnose(**HEALTHY, raise_mean=-18.08, raise_stderr=0.007, num_test=2) == []
+    # Through evaluate: RAISE's standard error over one vector is NaN, and the report says why.
+    from raise_eval.models.io.checkpoints import load_checkpoint
+
+    ckpt = load_checkpoint(Path(__file__).resolve().parents[1] / "checkpoints" / "rbm_digits_64-16.pt")
+    one = load_dataset("digits", "test")[:1]
+    report = evaluate(ckpt.model, one, train_pixel_means=ckpt.train_pixel_means, steps=30, ais_chains=100)
+    assert math.isnan(report.raise_stderr) and "one-test-vector" in _codes(report.warnings)
+    assert "warning [one-test-vector]" in report.format_table()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 NPY_MAGIC = b"\x93NUMPY"
 ZIP_MAGIC = b"PK\x03\x04"
+EMPTY_ZIP_MAGIC = b"PK\x05\x06"  # a zip archive with no members is only its end record (e.g. numpy.savez(path))
 
 
 def describe(path: Path) -> str:
@@ -18,6 +19,8 @@ def describe(path: Path) -> str:
         head = f.read(256)
     if head.startswith(ZIP_MAGIC):
         return f"a zip archive of {size} bytes" + ("" if zipfile.is_zipfile(path) else ", truncated or corrupt")
+    if head.startswith(EMPTY_ZIP_MAGIC):
+        return "an empty zip archive (no arrays in it; numpy.savez(path) with no arrays writes one)"
     if head.startswith(NPY_MAGIC):
         return f"a NumPy .npy array file of {size} bytes"
     if head.startswith(b"MATLAB"):
@@ -25,6 +28,8 @@ def describe(path: Path) -> str:
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError:
+        return f"binary data of {size} bytes"
+    if any(ord(c) < 32 and c not in "\t\n\r\f" for c in text):  # control characters: valid UTF-8, but not text
         return f"binary data of {size} bytes"
     first = text.strip().splitlines()[0][:40] if text.strip() else ""
     return f"a text file of {size} bytes starting {first!r}"
