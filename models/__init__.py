@@ -8,6 +8,7 @@ Folders by family: boltzmann/ (the layered energy, RBM, DBM, DBN), directed/ (p(
 from raise_eval.models.boltzmann import DBM, DBN, RBM, LayeredBoltzmannMachine
 from raise_eval.models.directed import (
     VAE,
+    DecoderModel,
     DiagonalGaussianPosterior,
     DirectedLatentModel,
     GaussianPosterior,
@@ -21,6 +22,7 @@ __all__ = [
     "DBN",
     "RBM",
     "VAE",
+    "DecoderModel",
     "DiagonalGaussianPosterior",
     "DirectedLatentModel",
     "GaussianPosterior",

@@ -16,6 +16,7 @@ never sees the exact posterior sample.
 
 from __future__ import annotations
 
+import bisect
 import math
 from typing import Optional, Union
 
@@ -40,6 +41,7 @@ class StepSizeSchedule:
         self.log_step_sizes = log_step_sizes
         if self.betas.dim() != 1 or self.betas.numel() != log_step_sizes.shape[0]:
             raise ValueError("one log step size (set) per beta grid point is needed")
+        self._grid = self.betas.tolist()  # Python floats: the lookup at each transition touches no tensor
 
     @classmethod
     def constant(cls, step_size: Union[float, Tensor]) -> StepSizeSchedule:
@@ -48,12 +50,11 @@ class StepSizeSchedule:
 
     def __call__(self, beta: float) -> Tensor:
         """Step sizes at `beta` (clamped to the grid's range)."""
-        g = self.betas
-        if g.numel() == 1:
+        g = self._grid
+        if len(g) == 1:
             return self.log_step_sizes[0].exp()
-        i = int(torch.searchsorted(g, torch.tensor(beta, dtype=torch.float64), right=True)) - 1
-        i = min(max(i, 0), g.numel() - 2)
-        lo, hi = g[i].item(), g[i + 1].item()
+        i = min(max(bisect.bisect_right(g, beta) - 1, 0), len(g) - 2)
+        lo, hi = g[i], g[i + 1]
         t = min(max((beta - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 0.0
         return torch.lerp(self.log_step_sizes[i], self.log_step_sizes[i + 1], t).exp()
 
@@ -82,11 +83,21 @@ class HMCKernel:
         self.step_sizes = step_sizes
         self.num_leapfrog = num_leapfrog
         self.last_accept_prob: Optional[Tensor] = None
+        self._fixed: Optional[tuple] = None  # (source, dtype, device, tensor): a fixed step size converted once
 
     def step_size(self, beta: float, like: Tensor) -> Tensor:
         s = self.step_sizes
-        eps = s(beta) if isinstance(s, StepSizeSchedule) else torch.as_tensor(s)
-        eps = eps.to(dtype=like.dtype, device=like.device)
+        if isinstance(s, StepSizeSchedule):
+            return self._shaped(s(beta).to(dtype=like.dtype, device=like.device))
+        cached = self._fixed
+        if cached is None or cached[0] is not s or cached[1] != like.dtype or cached[2] != like.device:
+            # converted once, not at every transition (a host-to-device copy on a GPU)
+            eps = self._shaped(torch.as_tensor(s).to(dtype=like.dtype, device=like.device))
+            cached = self._fixed = (s, like.dtype, like.device, eps)
+        return cached[3]
+
+    @staticmethod
+    def _shaped(eps: Tensor) -> Tensor:
         return eps.reshape(eps.shape + (1,) * max(0, 3 - eps.dim())) if eps.dim() in (1, 2) else eps
 
     def __call__(self, state: DirectedState, beta: float, generator: torch.Generator) -> DirectedState:
@@ -102,7 +113,13 @@ def hmc_step(
     generator: torch.Generator,
     record=None,
 ) -> DirectedState:
-    """One HMC transition leaving p_beta invariant; `step_size` broadcasts to (N, C, 1)."""
+    """One HMC transition leaving p_beta invariant; `step_size` broadcasts to (N, C, 1).
+
+    Cost: exactly `num_leapfrog` model evaluations (for a `DecoderModel`, decoder forward and backward passes), one
+    per leapfrog position. The log-density and gradient at the start come from the state's caches (computed where
+    the previous transition ended, or kept by its rejection), those at the end from the last leapfrog position. No
+    value is read back to the host: acceptance is a `torch.where` per chain.
+    """
     z0 = state.z
     p0 = torch.randn(z0.shape, generator=generator, dtype=z0.dtype, device=z0.device)
     log_f0 = path.log_density(state, beta)

@@ -58,6 +58,8 @@ class DirectedPath:
     def __init__(self, model: DirectedLatentModel, x: Tensor, kernel=None):
         if x.dim() != 2 or x.shape[1] != model.data_dim:
             raise ValueError(f"x must be shaped (N, {model.data_dim}), got {tuple(x.shape)}")
+        if hasattr(model, "check_data"):  # e.g. a DecoderModel: data outside its likelihood's support, once per path
+            model.check_data(x, "x")
         self.model = model
         self.x = x
         self._x = x.unsqueeze(1)  # (N, 1, D): broadcasts over chains
