@@ -25,13 +25,15 @@ from raise_eval.estimators import (
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
 from raise_eval.certify import Certificate, certify
-from raise_eval.evaluate import EvaluationReport, evaluate
+from raise_eval.cost import CostEstimate, estimate_cost
+from raise_eval.evaluate import EvaluationPlan, EvaluationReport, evaluate, plan_evaluation, run_evaluation
 from raise_eval.hooks import LikelihoodMonitor, SandwichRecord
 from raise_eval.models import (
     DBM,
     DBN,
     RBM,
     VAE,
+    DecoderModel,
     GaussianPosterior,
     LayeredBoltzmannMachine,
     LinearGaussianModel,
@@ -48,8 +50,11 @@ __all__ = [
     "RBM",
     "VAE",
     "Checkpoint",
+    "DecoderModel",
     "CheckpointError",
     "ControlVariateEstimate",
+    "CostEstimate",
+    "EvaluationPlan",
     "EvaluationReport",
     "GaussianPosterior",
     "LayeredBoltzmannMachine",
@@ -60,7 +65,10 @@ __all__ = [
     "SigmoidBeliefNet",
     "VAEConfig",
     "control_variate_mean",
+    "estimate_cost",
     "evaluate",
+    "plan_evaluation",
+    "run_evaluation",
     "certify",
     "Certificate",
     "load_checkpoint",

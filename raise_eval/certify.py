@@ -30,11 +30,14 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from raise_eval.diagnostics import log_f_advice
+from raise_eval.diagnostics import LOW_ESS_FRACTION, log_f_advice
+from raise_eval.outputs import plot_metadata
+from raise_eval.threads import Threads, with_threads
 
 # The warnings that undermine one side of the sandwich: a sandwich with any of them is never called closed.
 UNDERMINING = {
-    "low-ess": "AIS's effective sample size is low: log Z-hat rests on a few chains and may still be far too low",
+    "low-ess": f"AIS's effective sample size is under {LOW_ESS_FRACTION:.0%} of its chains: the weights are uneven, so "
+    "log Z-hat may still be far too low",
     "interval-not-finite": "AIS's ±3σ interval of Z-hat reaches zero: log Z is not pinned down",
     "log-z-below-test-mass": "AIS's log Z is below the test vectors' own mass: AIS has missed most of the model",
     "raise-above-ais": "RAISE is above AIS beyond noise: RAISE bounds the annealing model, not the model",
@@ -208,7 +211,7 @@ class Certificate:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
+        fig.savefig(path, dpi=120, **plot_metadata(path))  # marked: a later run may replace it
         plt.close(fig)
 
 
@@ -379,6 +382,7 @@ def _save_progress(path: Optional[str], fingerprint: dict, history: list[Certify
     os.replace(tmp, path)
 
 
+@with_threads
 def certify(
     model,
     test_data: Tensor,
@@ -391,6 +395,7 @@ def certify(
     resume_file: Optional[str] = None,
     progress: bool = False,
     on_step=None,
+    threads: Threads = "auto",
     **evaluate_kwargs,
 ) -> Certificate:
     """Run the evaluation (`raise_eval.evaluate`) at K = steps, growth x steps, ... until the sandwich closes within
@@ -405,6 +410,8 @@ def certify(
         resume_file: a JSON file that keeps every finished K (and the evaluation in progress is resumed through
             `evaluate`'s own resume file, `<resume_file>.K<k>.pt`): the same call continues where it stopped.
         on_step: called with each finished `CertifyStep` (e.g. to print a line).
+        threads: torch threads for the whole certified run, as for `evaluate`: 'auto' (default: the idle cores,
+            at most torch's current count), an int, or None (torch's setting); the caller's count is restored.
     Returns:
         a `Certificate` (verdict, interval or reasons, every K tried, the last evaluation's report).
     """
@@ -442,6 +449,8 @@ def certify(
     # The settings are validated once; the K-independent stages (exact values, log f(v), its check) run once, in
     # the first evaluation, and are handed to the later ones.
     plan = plan_evaluation(model, test_data, steps=steps, progress=progress, **evaluate_kwargs)
+    if max_steps is not None:
+        plan.checked_at_steps(max_steps)  # the largest K must fit max_memory too: refused now, not hours from now
     fingerprint = {  # what the numbers at each K depend on (not the tolerance: the reasons are recomputed)
         "first_steps": steps,
         "growth": growth,

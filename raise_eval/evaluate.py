@@ -33,6 +33,7 @@ from raise_eval import distributed
 from raise_eval import exact as exact_mod
 from raise_eval._version import __version__
 from raise_eval.adaptive import DEFAULT_PILOT_CHAINS, DEFAULT_PILOT_GRID, adaptive_pilot
+from raise_eval.cost import CostEstimate, check_memory, plan_memory
 from raise_eval.datasets import check_binary
 from raise_eval.diagnostics import Warning, diagnose
 from raise_eval.estimators.ais import AISResult
@@ -41,7 +42,7 @@ from raise_eval.estimators.raise_ import RAISEResult
 from raise_eval.estimators.unnormalized import _CHUNK_ELEMENTS as LOG_F_CHUNK_ELEMENTS
 from raise_eval.estimators.unnormalized import METHODS as LOG_F_ESTIMATORS
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
-from raise_eval.log_f_check import LogFCheck, check_log_f, check_subset
+from raise_eval.log_f_check import LOG_F_CHECK_FACTOR, LogFCheck, check_log_f, check_subset
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.resume import DEFAULT_INTERVAL as DEFAULT_RESUME_INTERVAL
@@ -65,6 +66,7 @@ from raise_eval.sharding import (
     sharded_ais,
     sharded_raise,
 )
+from raise_eval.threads import Threads, with_threads
 
 INITS = ("base-rates", "uniform")
 EXACT_MODES = ("auto", "always", "never")
@@ -77,7 +79,6 @@ LOG_F_METHODS = ("auto", *LOG_F_ESTIMATORS)
 # (1.4e8 a second measured on the 784-20-500 DBN); beyond it, importance sampling, checked.
 AUTO_DBN_AIS_MAX_UPDATES = 5e10
 DEFAULT_LOG_F_CHECK = 100  # test vectors on which log f-hat is re-estimated LOG_F_CHECK_FACTOR times longer
-LOG_F_CHECK_FACTOR = 4
 # --exact auto skips an enumeration that costs more multiply-add equivalents than this (about 10 s on one core) and
 # than the estimators themselves
 EXACT_AUTO_MIN_MACS = 2e11
@@ -122,6 +123,7 @@ class EvaluationReport:
     distinct_test: Optional[Tensor] = None  # indices of the distinct test vectors (for the test-mass check)
     log_f_check: Optional[LogFCheck] = None  # the longer re-estimate of log f(v) on a subset (estimated log f only)
     exact_values: Optional[ExactValues] = None
+    cost_estimate: Optional[CostEstimate] = None  # what the run was predicted to cost (`estimate_cost`), if asked
 
     @property
     def complete(self) -> bool:
@@ -147,6 +149,7 @@ class EvaluationReport:
             log_f_method="exact" if self.log_f is None else self.log_f.method,
             log_f_check=self.log_f_check,
             log_f_estimated=self.log_f is not None and self.log_f.method != "exact",
+            num_test=self.num_test,
         )
 
     @property
@@ -207,6 +210,7 @@ class EvaluationReport:
             "notes": list(self.notes),
             "warnings": [w.to_dict() for w in self.warnings],
             "log_test_mass": self.log_test_mass,
+            "cost_estimate": None if self.cost_estimate is None else self.cost_estimate.to_dict(),
         }
 
     def format_table(self) -> str:
@@ -216,7 +220,8 @@ class EvaluationReport:
         lines = [
             f"raise-eval evaluate{' ' + s['checkpoint'] if s.get('checkpoint') else ''}: {model}, {s['dtype']} on "
             f"{s['device']}",
-            f"data: {s['data'] + ' (' + s['split'] + ', ' if s.get('data') else '('}{self.num_test} vectors); "
+            f"data: {s['data'] + ' (' + s['split'] + ', ' if s.get('data') else '('}"
+            f"{_vectors_words(s, self.num_test)}); "
             f"start: {s['init']}; "
             f"{_schedule_words(s, self.timing)}, K = {s['steps']}; seed {s['seed']}",
             "",
@@ -301,6 +306,13 @@ def _schedule_words(s: dict[str, Any], timing: dict[str, Optional[float]]) -> st
     return f"adaptive schedule (pilot: {s.get('pilot_chains')} chains{took})"
 
 
+def _vectors_words(s: dict[str, Any], num_test: int) -> str:
+    """'10000 vectors', or for a test subset '1000 of 10000 vectors, a fixed random subset (seed 6)'."""
+    if not s.get("test_subset"):
+        return f"{num_test} vectors"
+    return f"{num_test} of {s['test_vectors_total']} vectors, a fixed random subset (seed {s['test_subset_seed']})"
+
+
 def _secs(x: Optional[float]) -> str:
     return f"{x:8.1f}s" if x is not None else f"{'':9}"
 
@@ -368,6 +380,7 @@ def check_settings(
         raise ValueError(f"cv_alpha must be a finite number or 'optimal', got {cv_alpha!r}")
 
 
+@with_threads
 def evaluate(
     model,
     test_data: Tensor,
@@ -398,6 +411,8 @@ def evaluate(
     log_f_ais_chains: int = 10,
     log_f_check: int = DEFAULT_LOG_F_CHECK,
     exact_values: Optional[ExactValues] = None,
+    threads: Threads = "auto",
+    test_subset: Optional[int] = None,
 ) -> EvaluationReport:
     """Estimate the average test log-likelihood of an RBM, DBM or DBN with AIS and RAISE (and exactly when
     tractable).
@@ -420,8 +435,9 @@ def evaluate(
         raise_examples: test vectors n for RAISE (a random subset, without replacement; all when n >= N).
         raise_chains: RAISE chains per vector C.
         seed: AIS uses a generator seeded with `seed`, RAISE one seeded with `seed + 1`, the log f(v) estimates
-            one seeded with `seed + 2`, the choice of RAISE's test subset one seeded with `seed + 3` and the
-            adaptive schedule's pilot one seeded with `seed + 4`.
+            one seeded with `seed + 2`, the choice of RAISE's test subset one seeded with `seed + 3`, the
+            adaptive schedule's pilot one seeded with `seed + 4` (the log f(v) check's subset `seed + 5`, the
+            test_subset `seed + 6`).
         exact: 'auto' (when enumeration needs at most `max_exact_units` units and, if it would cost more than
             EXACT_AUTO_MIN_MACS multiply-adds, no more than the estimators), 'always' (up to 30 units; refused
             beyond) or 'never'. For DBMs and DBNs the exact log f(v), when computed, replaces the estimate of log f(v)
@@ -438,6 +454,14 @@ def evaluate(
             the check (the report then warns 'log-f-unchecked').
         exact_values: exact values from an earlier run on the same model and test data (`report.exact_values`),
             reused instead of recomputed.
+        threads: torch threads for this call: 'auto' (default) takes the cores no other process is using now, at
+            most torch's current count, as the command line does (`raise_eval.threads`; on a loaded machine torch's
+            spinning threads can make a run many times slower); an int takes that many; None leaves torch's setting
+            alone. The caller's count is restored on return; the count used is in `settings["threads"]`.
+        test_subset: evaluate on a fixed random subset of this many test vectors (all when at least N): drawn
+            from its own stream (seed + 6), the indices in `settings["test_subset_indices"]`. Trades precision for
+            time: every stage that runs over the test vectors (the log f(v) estimates of DBMs and DBNs, which do not
+            depend on K, and the exact log f(v)) shrinks with it.
 
     The work is `run_evaluation(plan_evaluation(...))`: the settings validated once into an `EvaluationPlan`, then
     the stages (`pilot_stage`, `ais_stage`, `exact_stage`, `log_f_stage`, `raise_stage`, `log_f_check_stage`) as
@@ -451,8 +475,9 @@ def evaluate(
         pilot_chains, pilot_grid: the adaptive pilot's chains (default: min(ais_chains, 200)) and grid cells
             (default: 200); it costs pilot_chains x pilot_grid transitions of one chain, whatever K is. Only with
             schedule='adaptive'.
-        max_memory: bytes the states of one batch (one shard) may occupy (default: half the memory free now,
-            `sharding.default_max_memory`); a run whose shard cannot fit is refused before any work (ValueError).
+        max_memory: bytes the run may occupy at its peak (default: half the memory free now,
+            `sharding.default_max_memory`): every stage's peak is counted before any work (`raise_eval.cost`,
+            `plan.cost`) and a run that cannot fit is refused (ValueError naming the option to lower).
         shard_size: AIS chains per shard and RAISE chains per shard (whole test vectors: max(1, shard_size //
             raise_chains) vectors); default `sharding.default_shard_size(model)`, which keeps the default runs one
             shard per stage. Shard i has its own generator (`sharding.shard_seed`; shard 0 keeps the seeds above), so
@@ -491,6 +516,7 @@ def evaluate(
         log_f_ais_steps=log_f_ais_steps,
         log_f_ais_chains=log_f_ais_chains,
         log_f_check=log_f_check,
+        test_subset=test_subset,
     )
     return run_evaluation(
         plan, log_f=log_f, exact_values=exact_values, resume_file=resume_file, resume_interval=resume_interval
@@ -533,6 +559,7 @@ class EvaluationPlan:
     rank: int
     world: int
     log_f_note: Optional[str] = None  # what --log-f auto chose, and why
+    cost: Optional[CostEstimate] = None  # every stage's peak memory, checked against max_memory (not yet timed)
 
     @property
     def n_test(self) -> int:
@@ -551,8 +578,18 @@ class EvaluationPlan:
         """This plan at K = `steps` (a named schedule; 'adaptive' gets its own pilot at that K)."""
         if self.schedule_name == "explicit":
             raise ValueError("an explicit schedule fixes K; name a schedule to change K")
+        plan = self.checked_at_steps(steps)
         betas, _, steps = _schedule_request(self.schedule_name, steps)
-        return dataclasses.replace(self, betas=betas, steps=steps, settings={**self.settings, "steps": steps})
+        return dataclasses.replace(plan, betas=betas)
+
+    def checked_at_steps(self, steps: int) -> EvaluationPlan:
+        """This plan at K = `steps` with its memory counted and checked (ValueError when it passes max_memory), its
+        schedule not made yet (betas None): what `at_steps` and `certify` (for max_steps) check before any work."""
+        _, steps = _schedule_name_and_steps(self.schedule_name, steps)
+        plan = dataclasses.replace(self, betas=None, steps=steps, settings={**self.settings, "steps": steps})
+        plan.cost = CostEstimate(plan_memory(plan), plan.max_memory)
+        check_memory(plan.cost.stages, plan.max_memory)
+        return plan
 
 
 def plan_evaluation(
@@ -581,10 +618,13 @@ def plan_evaluation(
     log_f_ais_steps: int = 100,
     log_f_ais_chains: int = 10,
     log_f_check: int = DEFAULT_LOG_F_CHECK,
+    test_subset: Optional[int] = None,
 ) -> EvaluationPlan:
     """Validate `evaluate`'s settings (the same arguments; ValueError saying what is wrong, before any work) and
     decide what follows from them: the path, the schedule, the shard size within the memory bound, whether the
-    exact values are computed."""
+    exact values are computed. The peak memory of every stage is counted (`plan.cost`, `raise_eval.cost`) and a
+    plan that would pass `max_memory` is refused, naming the option to lower, before anything is allocated;
+    `raise_eval.estimate_cost(plan)` adds the predicted seconds."""
     check_settings(
         init=init,
         exact=exact,
@@ -608,8 +648,10 @@ def plan_evaluation(
             "use --exact auto or never"
         )
     test = check_binary(test_data, model.n_visible, "test data").to(device=model.device, dtype=model.dtype)
+    test, subset_settings = _test_subset(test, test_subset, seed)
     n_test = test.shape[0]
-    betas, schedule_name, steps = _schedule_request(schedule, steps)
+    schedule_name, steps = _schedule_name_and_steps(schedule, steps)  # the betas come after the memory check
+    explicit_betas = validate_schedule(schedule) if schedule_name == "explicit" else None
     use_exact, exact_note = _exact_decision(
         model,
         exact,
@@ -680,17 +722,18 @@ def plan_evaluation(
         "split": "",
     }
     all_settings.update(shard_size=shard_size, max_memory=max_memory, processes=world)
+    all_settings.update(subset_settings)
     if schedule_name == "adaptive":
         all_settings.update(pilot_chains=pilot_chains, pilot_grid=pilot_grid, pilot_seed=seed + 4)
     if schedule_name == "explicit":
-        all_settings["schedule_betas"] = betas.tolist()  # a named schedule is its name and K; these are not
+        all_settings["schedule_betas"] = explicit_betas.tolist()  # a named schedule is its name and K: not these
     all_settings.update(settings or {})
-    return EvaluationPlan(
+    plan = EvaluationPlan(
         model=model,
         family=family,
         test=test,
         path=path,
-        betas=betas,
+        betas=None,
         schedule_name=schedule_name,
         steps=steps,
         settings=all_settings,
@@ -715,6 +758,31 @@ def plan_evaluation(
         world=world,
         log_f_note=auto_note,
     )
+    plan.cost = CostEstimate(plan_memory(plan), max_memory)
+    check_memory(plan.cost.stages, max_memory)
+    if schedule_name != "adaptive":
+        plan.betas = explicit_betas if schedule_name == "explicit" else make_schedule(schedule_name, steps)
+    return plan
+
+
+def _test_subset(test: Tensor, size: Optional[int], seed: int) -> tuple[Tensor, dict[str, Any]]:
+    """The test vectors to evaluate on: a fixed random subset of `size` of them (their own stream, seed + 6; all
+    when size is None or at least N), and the settings that record it."""
+    n = test.shape[0]
+    if size is None:
+        return test, {"test_subset": None}
+    if isinstance(size, bool) or not isinstance(size, int) or size < 2:
+        raise ValueError(f"--test-subset (test_subset) must be an integer of at least 2 (a standard error needs two), "
+                         f"got {size!r}")  # fmt: skip
+    if size >= n:
+        return test, {"test_subset": None}
+    indices = torch.randperm(n, generator=torch.Generator().manual_seed(seed + 6))[:size].sort().values
+    return test[indices.to(test.device)], {
+        "test_subset": size,
+        "test_subset_seed": seed + 6,
+        "test_vectors_total": n,
+        "test_subset_indices": indices.tolist(),
+    }
 
 
 def _auto_log_f_method(model, family: str, n_test: int, steps: int, chains: int) -> tuple[str, Optional[str]]:
@@ -908,10 +976,11 @@ def run_evaluation(
     log_f_check: Optional[LogFCheck] = None,
     resume_file: Optional[str] = None,
     resume_interval: float = DEFAULT_RESUME_INTERVAL,
+    cost_estimate: Optional[CostEstimate] = None,
 ) -> EvaluationReport:
     """Run the stages of one evaluation (pilot, AIS, exact values, log f(v), RAISE, the log f(v) check, control
     variate) on a plan, reusing `log_f`, `exact_values` and `log_f_check` (of the same `log_f`) when given; see
-    `evaluate`."""
+    `evaluate`. `cost_estimate` (`estimate_cost(plan)`) is kept in the report (its JSON's "cost_estimate")."""
     if log_f_check is not None and log_f is None:
         raise ValueError("log_f_check is the check of a reused log_f: pass that log_f too")
     _check_reused(plan, log_f, exact_values)
@@ -972,6 +1041,7 @@ def run_evaluation(
             distinct_test=distinct,
             log_f_check=check,
             exact_values=exact,
+            cost_estimate=cost_estimate,
         )
 
     stage = "AIS"
@@ -1093,7 +1163,7 @@ def _log_f_to(est: LogUnnormalizedEstimate, device) -> LogUnnormalizedEstimate:
 RESUME_KEYS = (
     "model", "init", "schedule", "steps", "ais_chains", "raise_examples", "raise_chains", "log_f_method",
     "log_f_samples", "log_f_ais_steps", "log_f_ais_chains", "seed", "device", "dtype", "shard_size", "pilot_chains",
-    "pilot_grid",
+    "pilot_grid", "test_subset",
 )  # fmt: skip
 
 
@@ -1169,17 +1239,26 @@ def _check_memory(
 
 def _schedule_request(schedule: Union[str, Tensor], steps: Optional[int]) -> tuple[Optional[Tensor], str, int]:
     """(betas, name, K) for evaluate's `schedule` and `steps`; betas is None for 'adaptive' (chosen by the pilot)."""
+    name, steps = _schedule_name_and_steps(schedule, steps)
+    if name == "explicit":
+        return validate_schedule(schedule), name, steps
+    return (None if name == "adaptive" else make_schedule(name, steps)), name, steps
+
+
+def _schedule_name_and_steps(schedule: Union[str, Tensor], steps: Optional[int]) -> tuple[str, int]:
+    """(name, K) for evaluate's `schedule` and `steps`, checked; a named schedule's betas are not made yet (their
+    memory is checked first)."""
     if isinstance(schedule, str):
         if schedule not in EVALUATE_SCHEDULES:
             raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(EVALUATE_SCHEDULES)}")
         steps = DEFAULT_STEPS if steps is None else steps
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise ValueError(f"the number of annealing steps K must be a positive integer, got {steps!r}")
-        return (None if schedule == "adaptive" else make_schedule(schedule, steps)), schedule, steps
+        return schedule, steps
     betas = validate_schedule(schedule)
     if steps is not None and steps != betas.numel() - 1:
         raise ValueError(f"steps={steps} but the explicit schedule has K = {betas.numel() - 1} steps; leave steps out")
-    return betas, "explicit", betas.numel() - 1
+    return "explicit", betas.numel() - 1
 
 
 def _unique_rows(x: Tensor) -> tuple[Tensor, Tensor]:

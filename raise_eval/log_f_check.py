@@ -24,6 +24,7 @@ from torch import Tensor
 MEAN_RISE_NATS = 0.05  # a mean rise below this is negligible next to the usual comparisons of models
 WORST_RISE_NATS = 1.0  # one vector whose estimate rose by a nat: the estimator misses modes there
 SIGMAS = 3.0
+LOG_F_CHECK_FACTOR = 4  # evaluate's check: the same estimator with 4 times the samples or steps
 
 
 @dataclass

@@ -16,6 +16,7 @@ RUN_DEPENDENT = ("processes", "max_memory", "threads")  # settings that do not e
 def _numbers(path: Path) -> dict:
     doc = json.loads(path.read_text())
     doc.pop("timing")
+    doc.pop("cost_estimate")  # timed before the run, like "timing"
     for key in RUN_DEPENDENT:
         doc["settings"].pop(key)
     return doc
