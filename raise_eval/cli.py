@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import decimal
 import math
 import os
+import re
 import sys
 import tempfile
 from pathlib import Path
@@ -12,7 +14,9 @@ from typing import Optional
 
 import torch
 
+from raise_eval._version import __version__
 from raise_eval.adaptive import DEFAULT_PILOT_CHAINS, DEFAULT_PILOT_GRID
+from raise_eval.cost import estimate_cost
 from raise_eval.datasets import (
     DATASET_SPECS,
     DATASETS,
@@ -20,6 +24,7 @@ from raise_eval.datasets import (
     DataError,
     check_binary,
     check_dataset_request,
+    dataset_files,
     load_array_file,
     load_dataset,
 )
@@ -31,9 +36,11 @@ from raise_eval.evaluate import (
     INITS,
     LOG_F_METHODS,
     EvaluationInterrupted,
-    evaluate,
+    plan_evaluation,
     recognition_means,
+    run_evaluation,
 )
+from raise_eval.outputs import Output, OutputError, check_outputs
 from raise_eval.results import dump_json
 from raise_eval.resume import DEFAULT_INTERVAL as DEFAULT_RESUME_INTERVAL
 from raise_eval.resume import rank_resume_file
@@ -59,13 +66,21 @@ AIS and RAISE agreeing is evidence that both are accurate; a large gap means at 
 it is still open.
 
 Checkpoints: raise-eval .pt files (RBM, DBM, DBN), .npz files with W, vbias, hbias (RBM) or with model_type,
-weights_l, biases_l (DBM, DBN), or MATLAB .mat RBMs with vishid, hidbiases, visbiases (see the README).
+weights_l, biases_l (DBM, DBN), or MATLAB .mat RBMs with vishid, hidbiases, visbiases (see docs/checkpoints.md).
 """
+
+OVERWRITE_HELP = (
+    "replace an existing --json or --plot file that raise-eval did not write (without it such a file is refused "
+    "before any work; raise-eval's own results are replaced without asking). The run's inputs (the checkpoint, the "
+    "data) are never overwritten"
+)
 
 THREADS_HELP = (
     "torch threads (default: auto, the cores no other process is using right now; results are bit-identical for "
     "the same seed, device, dtype and thread count)"
 )
+
+LONG_RUN_SECONDS = 60  # a run predicted to take longer prints its cost estimate (stderr) before it starts
 
 EVALUATE_EPILOG = """\
 examples:
@@ -75,6 +90,18 @@ examples:
   raise-eval evaluate model.npz --data test.npy --train-data train.npy --device cuda
   raise-eval evaluate checkpoints/rbm_digits_64-16.pt --until-gap 0.05 --steps 50 --time-budget 5m --json cert.json
 """
+
+
+def _count(text: str) -> int:
+    """A whole-number option: digits, or a whole number in scientific notation (1e6), so that a size written 1e12
+    reaches the size checks (which say what it would cost) rather than 'invalid int value'."""
+    try:
+        value = decimal.Decimal(text.strip().replace("_", ""))
+    except decimal.InvalidOperation:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not value.is_finite() or value != value.to_integral_value():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number")
+    return int(value)
 
 
 def _splits_help() -> str:
@@ -94,6 +121,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="raise-eval",
         description="Log-likelihoods of deep generative models that can be trusted: AIS, RAISE and BDMC.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"raise-eval {__version__} (torch {torch.__version__}, Python {sys.version.split()[0]})",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
@@ -134,6 +166,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="folder with MNIST/raw, binarized_mnist and omniglot (default: $RAISE_EVAL_DATA, else ../shared/data)",
     )
     data.add_argument(
+        "--test-subset",
+        type=_count,
+        metavar="N",
+        help="evaluate on a fixed random subset of N test vectors (drawn with seed + 6, its indices in the JSON; all "
+        "when N is at least the test set's size): trades precision for time where the time grows with the test set, "
+        "as a DBM's or DBN's log f(v) estimates do (they do not depend on --steps)",
+    )
+    data.add_argument(
         "--train-data",
         metavar="FILE",
         help="binary training vectors (.npy/.npz) for the data base rates; when given they are used instead of "
@@ -161,33 +201,33 @@ def build_parser() -> argparse.ArgumentParser:
     anneal.add_argument(
         "--steps",
         "-K",
-        type=int,
+        type=_count,
         default=1000,
         metavar="K",
         help="number of intermediate distributions K (default: 1000); accuracy grows with K",
     )
     anneal.add_argument(
         "--pilot-chains",
-        type=int,
+        type=_count,
         metavar="M",
         help=f"--schedule adaptive: chains of the pilot run (default: the AIS chains, at most {DEFAULT_PILOT_CHAINS})",
     )
     anneal.add_argument(
         "--pilot-grid",
-        type=int,
+        type=_count,
         metavar="G",
         help=f"--schedule adaptive: grid cells the pilot measures, whatever K is (default: {DEFAULT_PILOT_GRID})",
     )
-    anneal.add_argument("--ais-chains", type=int, default=1000, metavar="M", help="AIS chains (default: 1000)")
+    anneal.add_argument("--ais-chains", type=_count, default=1000, metavar="M", help="AIS chains (default: 1000)")
     anneal.add_argument(
         "--raise-examples",
-        type=int,
+        type=_count,
         default=100,
         metavar="N",
         help="test vectors RAISE runs on, a random subset (default: 100; all if fewer)",
     )
     anneal.add_argument(
-        "--raise-chains", type=int, default=20, metavar="C", help="RAISE chains per test vector (default: 20)"
+        "--raise-chains", type=_count, default=20, metavar="C", help="RAISE chains per test vector (default: 20)"
     )
     anneal.add_argument(
         "--cv-alpha",
@@ -211,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     deep.add_argument(
         "--log-f-samples",
-        type=int,
+        type=_count,
         default=None,
         metavar="S",
         help="importance samples per test vector for log f(v) (default: 500; with --log-f auto, giving it chooses "
@@ -219,21 +259,21 @@ def build_parser() -> argparse.ArgumentParser:
     )
     deep.add_argument(
         "--log-f-steps",
-        type=int,
+        type=_count,
         default=None,
         metavar="K",
         help="--log-f ais: steps K of each vector's AIS (default: 100; with --log-f auto, giving it chooses ais)",
     )
     deep.add_argument(
         "--log-f-chains",
-        type=int,
+        type=_count,
         default=None,
         metavar="C",
         help="--log-f ais: chains per test vector (default: 10; with --log-f auto, giving it chooses ais)",
     )
     deep.add_argument(
         "--log-f-check",
-        type=int,
+        type=_count,
         default=100,
         metavar="N",
         help="re-estimate log f(v) 4 times longer on N test vectors (a fixed random subset) and warn "
@@ -262,6 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(default: auto). It runs in chunks within --max-memory",
     )
     run.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    run.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     run.add_argument("--no-progress", action="store_true", help="hide the progress bars")
     run.add_argument(
         "--threads",
@@ -273,14 +314,15 @@ def build_parser() -> argparse.ArgumentParser:
     scale.add_argument(
         "--max-memory",
         metavar="SIZE",
-        help="bound on what the states of one batch occupy, e.g. 512MB, 8GB, 1.5GiB (default: half the memory free "
-        "now, on the GPU for --device cuda). The work is cut into fixed shards (--shard-size) that run one batch at "
-        "a time, so a large run takes many batches within the bound; a run whose single shard cannot fit is "
-        "refused before any work. It never changes the numbers",
+        help="bound on the run's peak memory, e.g. 512MB, 8GB, 1.5GiB (default: half the memory free now, on the GPU "
+        "for --device cuda). The work is cut into fixed shards (--shard-size) that run one batch at a time, so a large "
+        "run takes many batches within the bound; every stage's peak (its batch, log-weights, schedule, the pilot's "
+        "grid, the exact enumeration's chunks) is estimated before any work and a run that cannot fit is refused, "
+        "naming the option to lower. It never changes the numbers",
     )
     scale.add_argument(
         "--shard-size",
-        type=int,
+        type=_count,
         metavar="CHAINS",
         help="chains per shard: AIS chains, and RAISE chains of whole test vectors (--shard-size // --raise-chains "
         "vectors, at least one); each shard has its own random stream, so this (unlike --max-memory or the number "
@@ -323,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument(
         "--time-budget", metavar="DURATION", help="with --until-gap: wall-time budget, e.g. 600, 90s, 30m, 1.5h"
     )
-    cert.add_argument("--max-steps", type=int, metavar="K", help="with --until-gap: the largest K to try")
+    cert.add_argument("--max-steps", type=_count, metavar="K", help="with --until-gap: the largest K to try")
     cert.add_argument(
         "--plot",
         metavar="PNG",
@@ -344,18 +386,32 @@ The ELBO and IWAE-k of the encoder are reported on the same examples for compari
 estimators (and forward AIS) on real test vectors, and --aide measures the encoder against AIS.
 
 HMC step sizes are tuned in a pilot run and then frozen, so the bounds keep their guarantees.
+
+The model: a raise-eval VAE checkpoint, or --model FILE.py:FACTORY, a function in your own file that returns your
+decoder (and encoder) wrapped in raise_eval.DecoderModel, with a likelihood by name: bernoulli, gaussian,
+discretized_logistic (8-bit pixels) or discretized_logistic_mixture. --real-data must then lie in the likelihood's
+support (e.g. integers 0..255 for the discretized logistic).
 """
 
 
 def _add_bdmc_parser(sub) -> None:
     bd = sub.add_parser(
         "bdmc",
-        help="BDMC sandwich, ELBO, IWAE-k and AIDE for a VAE checkpoint",
+        help="BDMC sandwich, ELBO, IWAE-k and AIDE for a VAE checkpoint or your own decoder (--model)",
         description=BDMC_DESCRIPTION,
-        epilog="example:\n  raise-eval bdmc checkpoints/vae_mnist_z10.pt --steps 100 1000 --plot bounds.png",
+        epilog="examples:\n  raise-eval bdmc checkpoints/vae_mnist_z10.pt --steps 100 1000 --plot bounds.png\n"
+        "  raise-eval bdmc --model examples/plain_vae_factory.py:make_model --steps 100 1000",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    bd.add_argument("checkpoint", metavar="CHECKPOINT", help="a raise-eval VAE checkpoint (.pt)")
+    bd.add_argument(
+        "checkpoint", metavar="CHECKPOINT", nargs="?", help="a raise-eval VAE checkpoint (.pt); or give --model"
+    )
+    bd.add_argument(
+        "--model",
+        metavar="FILE.py:FACTORY",
+        help="your own model instead of a checkpoint: FACTORY() in FILE.py returns it, e.g. your decoder wrapped "
+        "in raise_eval.DecoderModel (moved to --device and --dtype)",
+    )
     bd.add_argument("--examples", type=int, default=100, help="simulated examples (default: 100)")
     bd.add_argument("--chains", type=int, default=4, help="forward and reverse AIS chains per example (default: 4)")
     bd.add_argument(
@@ -369,7 +425,12 @@ def _add_bdmc_parser(sub) -> None:
     )
     bd.add_argument("--schedule", choices=SCHEDULES, default="sigmoid", help="default: sigmoid (BDMC paper)")
     bd.add_argument("--leapfrog", type=int, default=10, help="HMC leapfrog steps per transition (default: 10)")
-    bd.add_argument("--target-accept", type=float, default=0.65, help="HMC pilot's target acceptance (default: 0.65)")
+    bd.add_argument(
+        "--target-accept",
+        type=float,
+        default=0.65,
+        help="HMC pilot's target acceptance rate, strictly between 0 and 1 (default: 0.65)",
+    )
     bd.add_argument("--pilot-chains", type=int, default=4, help="chains per example in the HMC pilot (default: 4)")
     bd.add_argument(
         "--iwae",
@@ -385,22 +446,38 @@ def _add_bdmc_parser(sub) -> None:
         metavar="NAME|FILE",
         help="also run ELBO, IWAE and forward AIS on real vectors (e.g. binarized_mnist)",
     )
-    bd.add_argument("--real-examples", type=int, default=100, help="real test vectors used (default: 100)")
-    bd.add_argument("--data-root", metavar="DIR", help="data root for --real-data")
+    bd.add_argument(
+        "--real-examples",
+        type=int,
+        help=f"with --real-data: real test vectors used, a random subset (default: {DEFAULT_REAL_EXAMPLES}; all if "
+        "fewer)",
+    )
+    bd.add_argument("--data-root", metavar="DIR", help="with --real-data NAME: the data root")
     bd.add_argument("--aide", action="store_true", help="run AIDE: the encoder against AIS as the gold standard")
-    bd.add_argument("--aide-examples", type=int, default=20, help="examples for AIDE (default: 20)")
-    bd.add_argument("--aide-steps", type=int, default=None, help="K of AIDE's AIS (default: the largest --steps)")
+    # The AIDE options default to None so that one given without --aide is refused, not ignored.
+    bd.add_argument(
+        "--aide-examples",
+        type=int,
+        help="with --aide: simulated examples AIDE runs on, at most --examples (default: 20, or --examples if fewer)",
+    )
+    bd.add_argument("--aide-steps", type=int, help="with --aide: K of AIDE's AIS (default: the largest --steps)")
     for flag, default, what in (
         ("--aide-ng", 20, "Ng, AIS runs per example"),
         ("--aide-nt", 20, "Nt, encoder draws per example"),
         ("--aide-mg", 2, "Mg, AIS meta-inference traces"),
         ("--aide-mt", 1, "Mt, encoder meta-inference traces (exact: 1 suffices)"),
     ):
-        bd.add_argument(flag, type=int, default=default, help=f"{what} (default: {default})")
+        bd.add_argument(flag, type=int, help=f"with --aide: {what} (default: {default})")
     bd.add_argument("--device", default="cpu", help="torch device (default: cpu)")
     bd.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="default: float32")
     bd.add_argument("--seed", type=int, default=0, help="random seed (default: 0)")
-    bd.add_argument("--json", metavar="OUT", help="also write the results as JSON to OUT")
+    bd.add_argument(
+        "--json",
+        metavar="OUT",
+        help="also write the results as JSON to OUT (at Ctrl-C or an error: the stages that finished, marked "
+        "incomplete)",
+    )
+    bd.add_argument("--overwrite", action="store_true", help=OVERWRITE_HELP)
     bd.add_argument(
         "--plot",
         metavar="PNG",
@@ -417,21 +494,23 @@ def _add_bdmc_parser(sub) -> None:
 
 
 def cmd_bdmc(args) -> int:
-    from raise_eval.bdmc_report import evaluate_bdmc
-    from raise_eval.models.io.checkpoints import load_checkpoint
+    from raise_eval.bdmc_report import BDMCFailed, BDMCInterrupted, check_bdmc_model, evaluate_bdmc
 
     device = _setup_run(
         args,
-        ("examples", "chains", "leapfrog", "pilot_chains", "elbo_samples", "real_examples", "steps", "iwae"),
+        ("examples", "chains", "leapfrog", "pilot_chains", "elbo_samples", "steps", "iwae"),
         outputs=("json", "plot"),
     )
+    aide_settings = _check_bdmc_options(args)
     plot_path = _plot_path(args)
-    ckpt = load_checkpoint(args.checkpoint, dtype=getattr(torch, args.dtype), device=device)
-    if not hasattr(ckpt.model, "sample_joint"):
-        _die(
-            f"{args.checkpoint} holds an {type(ckpt.model).__name__}; raise-eval bdmc evaluates directed models "
-            "(VAEs); use raise-eval evaluate for RBMs"
-        )
+    model = _load_bdmc_model(args, device)
+    if args.aide:
+        try:
+            check_bdmc_model(model, aide=True)
+        except ValueError:
+            source = args.checkpoint or args.model
+            _die(f"--aide measures the encoder against AIS, but {source} holds a model without one; drop --aide")
+    _check_outputs(args, _bdmc_inputs(args), plot_path)
     real = None
     if args.real_data:
         data = (
@@ -439,39 +518,50 @@ def cmd_bdmc(args) -> int:
             if Path(args.real_data).suffix in (".npy", ".npz")
             else load_dataset(args.real_data, "test", args.data_root)
         )
-        data = check_binary(data, ckpt.model.data_dim, "real data")
-        real = data[torch.randperm(len(data), generator=torch.Generator().manual_seed(args.seed))[: args.real_examples]]
-    aide_settings = None
-    if args.aide:
-        aide_settings = {
-            "num_examples": args.aide_examples,
-            "steps": args.aide_steps or max(args.steps),
-            "Ng": args.aide_ng,
-            "Nt": args.aide_nt,
-            "Mg": args.aide_mg,
-            "Mt": args.aide_mt,
-        }
-    report = evaluate_bdmc(
-        ckpt.model,
-        num_examples=args.examples,
-        chains=args.chains,
-        steps=tuple(args.steps),
-        schedule=args.schedule,
-        num_leapfrog=args.leapfrog,
-        target_accept=args.target_accept,
-        pilot_chains=args.pilot_chains,
-        iwae_samples=tuple(args.iwae),
-        elbo_samples=args.elbo_samples,
-        real_data=real,
-        aide_settings=aide_settings,
-        seed=args.seed,
-        progress=not args.no_progress,
-        settings={
-            "checkpoint": str(args.checkpoint),
-            "real_data": args.real_data,
-            "real_examples": None if real is None else len(real),
-        },
-    )
+        data = _check_real_data(model, data)
+        if args.real_examples is not None and args.real_examples > len(data):
+            _die(f"--real-examples {args.real_examples}: --real-data {args.real_data} has only {len(data)} vectors")
+        real_examples = DEFAULT_REAL_EXAMPLES if args.real_examples is None else args.real_examples
+        real = data[torch.randperm(len(data), generator=torch.Generator().manual_seed(args.seed))[:real_examples]]
+    try:
+        report = evaluate_bdmc(
+            model,
+            num_examples=args.examples,
+            chains=args.chains,
+            steps=tuple(args.steps),
+            schedule=args.schedule,
+            num_leapfrog=args.leapfrog,
+            target_accept=args.target_accept,
+            pilot_chains=args.pilot_chains,
+            iwae_samples=tuple(args.iwae),
+            elbo_samples=args.elbo_samples,
+            real_data=real,
+            aide_settings=aide_settings,
+            seed=args.seed,
+            progress=not args.no_progress,
+            settings={
+                "checkpoint": args.checkpoint,
+                "model_factory": args.model,
+                "real_data": args.real_data,
+                "real_examples": None if real is None else len(real),
+            },
+            threads=None,  # _setup_run chose them
+        )
+    except (BDMCInterrupted, BDMCFailed) as stop:
+        # Ctrl-C or an error part-way: no traceback; show and keep what finished, as evaluate does.
+        report = stop.report
+        print(report.format_table())
+        if args.json:
+            dump_json(report, args.json)
+            print(f"wrote {args.json} (marked incomplete: the stages that finished)")
+        if plot_path and report.sandwich:
+            report.plot(plot_path)
+            print(f"wrote {plot_path}")
+        if isinstance(stop, BDMCInterrupted):
+            print(f"raise-eval: interrupted during {report.interrupted}", file=sys.stderr)
+            return 130
+        print(f"raise-eval: error: {report.interrupted} failed: {report.error}", file=sys.stderr)
+        return 1
     print(report.format_table())
     if args.json:
         dump_json(report, args.json)
@@ -482,6 +572,143 @@ def cmd_bdmc(args) -> int:
     elif args.json:
         print("note: no plot of the bounds against K (matplotlib is not installed; pip install -e .[plot])")
     return 0
+
+
+DEFAULT_REAL_EXAMPLES = 100
+# bdmc's options by the names of evaluate_bdmc's settings, for check_bdmc_settings' messages.
+BDMC_OPTIONS = {
+    "num_examples": "--examples",
+    "chains": "--chains",
+    "steps": "--steps",
+    "schedule": "--schedule",
+    "num_leapfrog": "--leapfrog",
+    "target_accept": "--target-accept",
+    "pilot_chains": "--pilot-chains",
+    "iwae_samples": "--iwae",
+    "elbo_samples": "--elbo-samples",
+    "aide_num_examples": "--aide-examples",
+    "aide_steps": "--aide-steps",
+    "aide_Ng": "--aide-ng",
+    "aide_Nt": "--aide-nt",
+    "aide_Mg": "--aide-mg",
+    "aide_Mt": "--aide-mt",
+}
+
+
+def _check_bdmc_options(args) -> Optional[dict]:
+    """bdmc's options, all checked before any work (check_bdmc_settings, with the options' names); returns AIDE's
+    settings (None without --aide)."""
+    from raise_eval.bdmc_report import check_bdmc_settings
+
+    aide_options = {key[len("aide_"):]: option for key, option in BDMC_OPTIONS.items() if key.startswith("aide_")}
+    given = {key: getattr(args, option[2:].replace("-", "_")) for key, option in aide_options.items()}
+    given = {key: value for key, value in given.items() if value is not None}
+    if given and not args.aide:
+        options = ", ".join(aide_options[key] for key in given)
+        _die(f"{options} belong{'s' if len(given) == 1 else ''} to AIDE: give --aide too")
+    if args.real_data is None:
+        for option in ("--real-examples", "--data-root"):
+            if getattr(args, option[2:].replace("-", "_")) is not None:
+                _die(f"{option} belongs to --real-data: give --real-data NAME|FILE too")
+    else:
+        if args.real_examples is not None and args.real_examples < 1:
+            _die(f"--real-examples must be at least 1, got {args.real_examples}")
+        if not _is_file(args.real_data):
+            try:
+                check_dataset_request(args.real_data, "test")
+            except DataError as e:
+                _die(f"--real-data {args.real_data}: {e}")
+        elif not Path(args.real_data).is_file():
+            _die(f"--real-data {args.real_data}: no such file")
+    aide_settings = given if args.aide else None
+    try:
+        check_bdmc_settings(
+            num_examples=args.examples,
+            chains=args.chains,
+            steps=tuple(args.steps),
+            schedule=args.schedule,
+            num_leapfrog=args.leapfrog,
+            target_accept=args.target_accept,
+            pilot_chains=args.pilot_chains,
+            iwae_samples=tuple(args.iwae),
+            elbo_samples=args.elbo_samples,
+            aide_settings=aide_settings,
+            names=BDMC_OPTIONS,
+        )
+    except ValueError as e:
+        _die(str(e))
+    return aide_settings
+
+
+def _evaluate_inputs(args, metadata: dict) -> list[tuple[str, Optional[str]]]:
+    """The files an evaluate run reads, which no output may name: the checkpoint, the data files, or the files of
+    a named dataset (every split: the training split may give the base rates)."""
+    inputs = [("the checkpoint", args.checkpoint), ("the --train-data file", args.train_data)]
+    data = args.data or metadata.get("dataset")
+    if data is not None and _is_file(data):
+        inputs.append(("the --data file", data))
+    elif data in DATASET_SPECS:
+        for split in DATASET_SPECS[data].splits:
+            inputs += [(f"a file of the {data} dataset", file) for file in dataset_files(data, split, args.data_root)]
+    return inputs
+
+
+def _bdmc_inputs(args) -> list[tuple[str, Optional[str]]]:
+    """The files a bdmc run reads, which no output may name."""
+    inputs = [("the checkpoint", args.checkpoint), ("the --model file", args.model and args.model.rpartition(":")[0])]
+    if args.real_data and _is_file(args.real_data):
+        inputs.append(("the --real-data file", args.real_data))
+    elif args.real_data:
+        files = dataset_files(args.real_data, "test", args.data_root)
+        inputs += [(f"a file of the {args.real_data} dataset", file) for file in files]
+    return inputs
+
+
+def _check_outputs(args, inputs: list[tuple[str, Optional[str]]], plot_path: Optional[str] = None) -> None:
+    """The files this run will write, against its inputs and what exists (`raise_eval.outputs`), before any work."""
+    outputs = [
+        Output("--json", args.json, "json"),
+        Output("--resume-file", getattr(args, "resume_file", None), "resume"),
+    ]
+    if plot_path:
+        outputs.append(Output("--plot" if args.plot else "--json's plot (name it with --plot)", plot_path, "plot"))
+    try:
+        check_outputs(outputs, inputs, overwrite=args.overwrite)
+    except OutputError as e:
+        _die(str(e))
+
+
+def _load_bdmc_model(args, device: torch.device):
+    """The model of `bdmc`: the CHECKPOINT or --model FILE.py:FACTORY (exactly one), on the device and dtype."""
+    from raise_eval.models.io.checkpoints import load_checkpoint
+    from raise_eval.user_model import UserCodeError, build_user_model
+
+    if (args.checkpoint is None) == (args.model is None):
+        _die("give a CHECKPOINT or --model FILE.py:FACTORY (one of the two)")
+    dtype = getattr(torch, args.dtype)
+    if args.model is not None:
+        try:
+            model = build_user_model(args.model)
+        except UserCodeError as e:
+            _die(str(e))
+        if isinstance(model, torch.nn.Module):
+            model.to(device=device, dtype=dtype).requires_grad_(False)  # HMC differentiates in z only
+        return model
+    model = load_checkpoint(args.checkpoint, dtype=dtype, device=device).model
+    if not hasattr(model, "sample_joint"):
+        _die(
+            f"{args.checkpoint} holds an {type(model).__name__}; raise-eval bdmc evaluates directed models "
+            "(VAEs); use raise-eval evaluate for RBMs"
+        )
+    return model
+
+
+def _check_real_data(model, data: torch.Tensor) -> torch.Tensor:
+    """--real-data against the model: its likelihood's support when it says (DecoderModel.check_data), else
+    binary vectors (raise-eval's VAEs)."""
+    if hasattr(model, "check_data"):
+        return model.check_data(data if data.is_floating_point() else data.float(), "real data")
+    return check_binary(data, model.data_dim, "real data")
 
 
 def _setup_run(
@@ -496,6 +723,11 @@ def _setup_run(
         if any(v < least for v in values):
             why = " (a standard error needs two)" if least == 2 else ""
             _die(f"--{name.replace('_', '-')} must be at least {least}{why}, got {value}")
+    if not SEED_RANGE[0] <= args.seed <= SEED_RANGE[1]:
+        _die(
+            f"--seed must be an integer from {SEED_RANGE[0]} to {SEED_RANGE[1]} (the run seeds torch generators with "
+            f"seed to seed + {SEED_OFFSETS}), got {args.seed}"
+        )
     try:
         device = torch.device(args.device)
     except RuntimeError:
@@ -519,6 +751,12 @@ def _setup_run(
         )
     torch.set_num_threads(args.threads or default_threads(torch.get_num_threads()))
     return device
+
+
+# torch.Generator.manual_seed takes -2^63 .. 2^64 - 1, and evaluate seeds its streams with seed .. seed + 6 (see
+# its docstring): a seed beyond would fail only at a later stage, after the work before it.
+SEED_OFFSETS = 6
+SEED_RANGE = (-(2**63), 2**64 - 1 - SEED_OFFSETS)
 
 
 def _check_output(path: Path, option: str) -> None:
@@ -631,6 +869,8 @@ def cmd_evaluate(args) -> int:
     )
     _check_data_options(args.data, args)
     _check_pilot_options(args)
+    if args.test_subset is not None and args.test_subset < 2:
+        _die(f"--test-subset must be at least 2 (a standard error needs two), got {args.test_subset}")
     max_memory = _check_scale_options(args)
     time_budget, plot_path = _check_certify_options(args)
     rank = 0
@@ -647,6 +887,7 @@ def cmd_evaluate(args) -> int:
             f"{args.checkpoint} holds a {type(ckpt.model).__name__}; raise-eval evaluate evaluates RBMs, DBMs and "
             "DBNs (use raise-eval bdmc for VAEs)"
         )
+    _check_outputs(args, _evaluate_inputs(args, ckpt.metadata), plot_path)
     if args.cv_alpha == "optimal":
         cv_alpha = "optimal"
     else:
@@ -687,10 +928,20 @@ def cmd_evaluate(args) -> int:
             "base_rates_from": getattr(args, "base_rates_from", None),
         },
     )
+    options["test_subset"] = args.test_subset
+    # Every stage's memory is checked here (refused, naming the option, before any work) and its time measured.
+    planned = {k: v for k, v in options.items() if k != "resume_interval"}
+    plan = plan_evaluation(ckpt.model, test, steps=args.steps, **planned)
+    estimate = estimate_cost(plan)
+    if rank == 0 and estimate.seconds >= LONG_RUN_SECONDS:
+        first = f"the first K ({args.steps:,}): " if args.until_gap is not None else ""
+        print(f"raise-eval: {first}{estimate.format()}", file=sys.stderr, flush=True)
     if args.until_gap is not None:
         return _run_certified(args, ckpt, test, options, time_budget, plot_path, rank)
     try:
-        report = evaluate(ckpt.model, test, steps=args.steps, resume_file=args.resume_file, **options)
+        report = run_evaluation(
+            plan, resume_file=args.resume_file, resume_interval=options["resume_interval"], cost_estimate=estimate
+        )
     except EvaluationInterrupted as stop:
         if rank != 0:
             return 130
@@ -807,6 +1058,7 @@ def _run_certified(args, ckpt, test, options: dict, time_budget, plot_path, rank
             time_budget=time_budget,
             resume_file=args.resume_file,
             on_step=show,
+            threads=None,  # _setup_run chose them
             **options,
         )
     except CertifyInterrupted as stop:
@@ -864,8 +1116,39 @@ def _check_scale_options(args) -> Optional[int]:
     return max_memory
 
 
+# A value that starts with '-' but is not a plain negative number ('-1GB', '-5m', '-1e3'): argparse takes it for an
+# option and says only "expected one argument".
+_DASH_VALUE = re.compile(r"-\.?\d")
+
+
+def _attach_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`--max-memory -1GB` read as `--max-memory=-1GB`, for every option that takes one value, so that the option's
+    own check says what is wrong with the value."""
+    takes_value = set()
+    parsers = [parser]
+    while parsers:
+        for action in parsers.pop()._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers.extend(action.choices.values())
+            elif action.option_strings and action.nargs is None:
+                takes_value.update(action.option_strings)
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        if argv[i] == "--":  # what follows is positional
+            return out + argv[i:]
+        if argv[i] in takes_value and i + 1 < len(argv) and _DASH_VALUE.match(argv[i + 1]):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
+
+
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(_attach_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
     try:
         if args.command == "evaluate":
             code = cmd_evaluate(args)

@@ -179,9 +179,10 @@ def test_ctrl_c_during_raise_keeps_the_ais_result(tmp_path, ctrl_c_raises):
     reader = threading.Thread(target=lambda: chars.extend(iter(lambda: proc.stderr.read(1), "")), daemon=True)
     reader.start()
     deadline = time.time() + 120
-    while "RAISE" not in "".join(chars) and time.time() < deadline and proc.poll() is None:
+    # "RAISE:" is its progress bar (the cost estimate printed before the run names RAISE too)
+    while "RAISE:" not in "".join(chars) and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
-    assert "RAISE" in "".join(chars), f"RAISE never started: {''.join(chars)}"
+    assert "RAISE:" in "".join(chars), f"RAISE never started: {''.join(chars)}"
     proc.send_signal(signal.SIGINT)
     proc.wait(timeout=60)
     stdout = proc.stdout.read()
@@ -297,3 +298,159 @@ def test_resume_interval_needs_a_resume_file(capsys):
     with pytest.raises(SystemExit) as stop:
         main(["evaluate", str(DEFAULT), "--resume-interval", "5"])
     assert stop.value.code == 2 and "give --resume-file too" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------ issue 17: no lost work, and the small things
+@pytest.fixture
+def no_estimator_runs(monkeypatch):
+    """Fails a command that reaches an estimator: a refusal must come before any work (the evaluation's stages and
+    the certified run both go through run_evaluation)."""
+    import importlib
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("an estimator ran before the refusal")
+
+    monkeypatch.setattr(importlib.import_module("raise_eval.evaluate"), "run_evaluation", refuse)
+    monkeypatch.setattr(importlib.import_module("raise_eval.cli"), "run_evaluation", refuse)  # its own name for it
+
+
+def _lost_work_files(tmp_path):
+    ckpt, data, train = tmp_path / "mine.pt", tmp_path / "test.npy", tmp_path / "train.npy"
+    shutil.copy(DEFAULT, ckpt)
+    digits = np.load(ROOT / "raise_eval" / "data" / "digits.npz")
+    np.save(data, digits["images"][:20].astype(np.uint8))
+    np.save(train, digits["images"][20:60].astype(np.uint8))
+    (tmp_path / "notes.json").write_text("my notes\n")
+    (tmp_path / "r.png").write_text("my figure\n")
+    return ckpt
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--json", "{d}/mine.pt"], "--json {d}/mine.pt is the checkpoint"),
+        (["--json", "{d}/./link.pt"], "--json {d}/./link.pt is the checkpoint"),  # a symbolic link to it
+        (["--data", "{d}/test.npy", "--json", "{d}/test.npy"], "--json {d}/test.npy is the --data file"),
+        (["--train-data", "{d}/train.npy", "--json", "{d}/train.npy"], "is the --train-data file"),
+        (["--resume-file", "{d}/mine.pt"], "--resume-file {d}/mine.pt is the checkpoint"),
+        (["--json", "{d}/notes.json"], "--json {d}/notes.json exists and was not written by raise-eval"),
+        (["--resume-file", "{d}/notes.json"], "--resume-file {d}/notes.json exists and is not a raise-eval resume"),
+        (["--json", "{d}/x.json", "--resume-file", "{d}/x.json"], "--json and --resume-file both name"),
+        (["--until-gap", "1", "--json", "{d}/r.json"], "--json's plot (name it with --plot) {d}/r.png exists"),
+        (["--until-gap", "1", "--plot", "{d}/r.png"], "--plot {d}/r.png exists and was not written by raise-eval"),
+        (["--until-gap", "1", "--plot", "{d}/s.png", "--json", "{d}/s.png"], "--json and --plot both name"),
+    ],
+)
+def test_outputs_that_would_lose_work_are_refused_before_any_work(tmp_path, capsys, no_estimator_runs, args, message):
+    ckpt = _lost_work_files(tmp_path)
+    (tmp_path / "link.pt").symlink_to(ckpt)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    args = [a.format(d=tmp_path) for a in args]
+    err = _error(capsys, ["evaluate", str(ckpt), *FAST, *args])
+    assert message.format(d=tmp_path) in err and len(err.strip().splitlines()) == 1
+    assert "nothing was computed" in err
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before  # nothing written, nothing lost
+
+
+def test_overwrite_replaces_a_foreign_file_but_never_an_input(tmp_path, capsys):
+    ckpt = _lost_work_files(tmp_path)
+    notes = tmp_path / "notes.json"
+    assert main(["evaluate", str(ckpt), *FAST, "--json", str(notes), "--overwrite"]) == 0
+    assert json.loads(notes.read_text())["tool"] == "raise-eval"
+    assert "is the checkpoint" in _error(capsys, ["evaluate", str(ckpt), *FAST, "--json", str(ckpt), "--overwrite"])
+    assert ckpt.read_bytes() == DEFAULT.read_bytes()
+
+
+def test_a_run_replaces_its_own_results_without_asking(tmp_path):
+    out = tmp_path / "r.json"
+    for _ in range(2):
+        assert main(["evaluate", str(DEFAULT), *FAST, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["tool"] == "raise-eval" and doc["raise_eval_version"] and doc["complete"] is True
+
+
+def test_a_named_datasets_files_are_inputs(tmp_path, capsys, no_estimator_runs):
+    from raise_eval.datasets import dataset_files
+
+    embedded = dataset_files("digits", "test")[0]
+    err = _error(capsys, ["evaluate", str(DEFAULT), *FAST, "--json", str(embedded), "--overwrite"])
+    assert f"--json {embedded} is a file of the digits dataset" in err
+
+
+def test_version(capsys):
+    from raise_eval import __version__
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0 and capsys.readouterr().out.startswith(f"raise-eval {__version__} (torch ")
+
+
+def test_python_m_raise_eval_is_the_command():
+    import sys
+
+    from raise_eval import __version__
+
+    result = subprocess.run([sys.executable, "-m", "raise_eval", "--version"], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0 and result.stdout.startswith(f"raise-eval {__version__}")
+    result = subprocess.run([sys.executable, "-m", "raise_eval", "evaluate", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "usage: raise-eval evaluate" in result.stdout
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--max-memory", "-1GB"], "--max-memory: '-1GB' is not a positive size"),
+        (["--max-memory=-1GB"], "--max-memory: '-1GB' is not a positive size"),
+        (["--until-gap", "1", "--time-budget", "-5m"], "--time-budget: '-5m': the duration must be a finite positive"),
+        (["--steps", "-1e3"], "--steps must be at least 1, got -1000"),  # counts may be written 1e3
+    ],
+)
+def test_values_that_start_with_a_dash_get_a_message_about_the_value(capsys, no_estimator_runs, args, message):
+    err = _error(capsys, ["evaluate", str(DEFAULT), *FAST, *args])
+    assert message in err and "expected one argument" not in err
+
+
+def test_a_dash_after_double_dash_stays_positional():
+    from raise_eval.cli import _attach_dash_values
+
+    parser = build_parser()
+    assert _attach_dash_values(parser, ["evaluate", "--seed", "-3", "--", "--max-memory", "-1GB"]) == [
+        "evaluate", "--seed=-3", "--", "--max-memory", "-1GB",
+    ]  # fmt: skip
+    assert _attach_dash_values(parser, ["evaluate", "--no-progress", "-1"]) == ["evaluate", "--no-progress", "-1"]
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda p: np.savez(p), "is an empty .npz archive (it holds no arrays); save the vectors in it"),
+        (
+            lambda p: np.save(p, np.array([[0, 1], [1, None]], dtype=object), allow_pickle=True),
+            "holds a NumPy object array (dtype=object",
+        ),
+    ],
+    ids=["empty-npz", "object-npy"],
+)
+def test_unreadable_data_files_get_one_line_naming_the_file(tmp_path, capsys, no_estimator_runs, make, message):
+    path = tmp_path / ("data.npz" if "npz" in message else "data.npy")
+    make(str(path))
+    err = _error(capsys, ["evaluate", str(DEFAULT), "--data", str(path), *FAST])
+    assert f"{path} {message}" in err and len(err.strip().splitlines()) == 1 and "text file" not in err
+
+
+def test_a_one_vector_test_set_is_warned_about(tmp_path, capsys):
+    data, out = tmp_path / "one.npy", tmp_path / "r.json"
+    np.save(data, np.load(ROOT / "raise_eval" / "data" / "digits.npz")["images"][:1].astype(np.uint8))
+    assert main(["evaluate", str(DEFAULT), "--data", str(data), *FAST, "--json", str(out)]) == 0
+    assert "warning [one-test-vector]: the test data holds a single vector" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert "one-test-vector" in [w["code"] for w in doc["warnings"]]
+    assert doc["log_likelihood"]["raise"]["stderr"] is None  # NaN: the reason for the warning
+
+
+@pytest.mark.parametrize("seed", [str(2**64 - 1), str(-(2**63) - 1)])
+def test_a_seed_torch_cannot_take_is_refused_before_any_work(capsys, no_estimator_runs, seed):
+    """seed + 1 (RAISE's stream) of 2^64 - 1 overflows torch's generator: that used to fail after AIS had run."""
+    assert f"--seed must be an integer from -{2**63} to {2**64 - 7}" in _error(
+        capsys, ["evaluate", str(DEFAULT), *FAST, "--seed", seed]
+    )
