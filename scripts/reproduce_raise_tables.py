@@ -12,16 +12,19 @@ two cores for all ten models). --paper-settings switches to the paper's (K up to
 100 test vectors x 50 chains), which needs a GPU. Each run's result is kept in OUT/runs/ as it finishes; a rerun
 with the same settings reuses them, so an interrupted job continues where it stopped.
 
-Outputs in --out (default results/raise_tables): results.json (every run), tables.md (our numbers beside the
-paper's, and which of the paper's findings hold), figure3_rbms.png, figure4_mnistCD1-500.png,
-figure7_mnist_deep.png and figure_deep.png (estimates against K).
+Outputs in --out (default runs/raise_tables, a scratch folder that git ignores): results.json (every run), tables.md
+(our numbers beside the paper's, and which of the paper's findings hold), figure3_rbms.png, figure4_mnistCD1-500.png,
+figure7_mnist_deep.png and figure_deep.png (estimates against K). The committed results in results/raise_tables are
+never overwritten by accident: a folder whose outputs are committed (tracked by git, or anywhere under results/) is
+refused unless --overwrite-committed is given.
 
     python scripts/reproduce_raise_tables.py                 # CPU scale, every model whose checkpoint exists
     python scripts/reproduce_raise_tables.py --only mnistCD1-20 mnistPCD-20 --steps 100 1000
     python scripts/reproduce_raise_tables.py --paper-settings --device cuda
+    python scripts/reproduce_raise_tables.py --out results/raise_tables --overwrite-committed   # update the committed
 
-Checkpoints come from scripts/train_rbm_paper.py, scripts/train_dbm.py and scripts/train_dbn.py (README: how long
-each takes). --spec FILE replaces the model list with a JSON list of entries like those in MODELS below.
+Checkpoints come from scripts/train_rbm_paper.py, scripts/train_dbm.py and scripts/train_dbn.py (docs/reproduction.md:
+how long each takes). --spec FILE replaces the model list with a JSON list of entries like those in MODELS below.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import hashlib
 import json
 import math
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -131,6 +135,30 @@ PAPER_SETTINGS = {"steps": [100, 1000, 10000, 100000], "ais_chains": 5000, "rais
 
 
 CACHE_VERSION = 1
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+COMMITTED_RESULTS = PROJECT_ROOT / "results"
+DEFAULT_OUT = "runs/raise_tables"  # .gitignore covers runs/
+FIGURES = ("figure3_rbms.png", "figure4_mnistCD1-500.png", "figure7_mnist_deep.png", "figure_deep.png")
+OUTPUTS = ("results.json", "tables.md", *FIGURES)
+
+
+def committed_outputs(out: Path) -> list[str]:
+    """The names of the script's outputs in `out` that are committed results, which a run must not overwrite
+    unasked: those that git tracks, and any under the project's results/ folder (also when git cannot tell)."""
+    existing = [name for name in OUTPUTS if (out / name).is_file()]
+    if not existing:
+        return []
+    folder = out.resolve()
+    if folder == COMMITTED_RESULTS or COMMITTED_RESULTS in folder.parents:
+        return existing
+    try:
+        listed = subprocess.run(
+            ["git", "ls-files", "--", *existing], cwd=folder, capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.SubprocessError):
+        return []  # no git: outside results/, nothing is known to be committed
+    tracked = set(listed.stdout.split()) if listed.returncode == 0 else set()
+    return [name for name in existing if name in tracked]
 
 
 def file_digest(path: str) -> str:
@@ -252,7 +280,9 @@ def run_all(args, entries: list[dict], settings: dict) -> list[dict]:
     available = [e for e in entries if Path(e["checkpoint"]).exists()]
     for e in entries:
         if e not in available:
-            tqdm.write(f"skipping {e['name']}: {e['checkpoint']} does not exist (README: how to train it)")
+            tqdm.write(
+                f"skipping {e['name']}: {e['checkpoint']} does not exist (docs/reproduction.md: how to train it)"
+            )
     settings_of = {e["name"]: entry_settings(e, settings, args.paper_settings) for e in available}
     runs = plan(available, args.inits, settings_of)
 
@@ -606,7 +636,17 @@ def main(argv=None) -> None:
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default="results/raise_tables", help="output folder")
+    parser.add_argument(
+        "--out",
+        default=DEFAULT_OUT,
+        help=f"output folder (default {DEFAULT_OUT}, a scratch folder that git ignores; the committed results are in "
+        "results/raise_tables)",
+    )
+    parser.add_argument(
+        "--overwrite-committed",
+        action="store_true",
+        help="allow replacing committed outputs in --out (e.g. --out results/raise_tables to update them)",
+    )
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     args.command = " ".join(["python", "scripts/reproduce_raise_tables.py", *(sys.argv[1:] if argv is None else argv)])
@@ -631,6 +671,13 @@ def main(argv=None) -> None:
         if unknown:
             parser.error(f"unknown model(s) {unknown}; choose from {[e['name'] for e in entries]}")
         entries = [e for e in entries if e["name"] in args.only]
+    committed = committed_outputs(Path(args.out))
+    if committed and not args.overwrite_committed:
+        parser.error(
+            f"{args.out} holds committed results ({', '.join(committed)}) that this run would overwrite: write "
+            f"elsewhere with --out DIR (the default, {DEFAULT_OUT}, is a scratch folder that git ignores), or pass "
+            "--overwrite-committed to replace them (and review the diff before committing)"
+        )
     start = time.perf_counter()
     try:
         results = run_all(args, entries, settings)
@@ -648,7 +695,7 @@ def main(argv=None) -> None:
     write_atomic(out / "results.json", json.dumps({"settings": settings, "runs": results}, indent=1))
     table1 = [e["name"] for e in entries if e["table"] == 1]
     table2 = [e["name"] for e in entries if e["table"] == 2]
-    wanted = [
+    wanted = [  # the names of FIGURES
         ("figure3_rbms.png", table1, "RBMs: AIS and RAISE against K (cf. the paper's Figures 3, 5, 6)"),
         ("figure4_mnistCD1-500.png", [n for n in table1 if n == "mnistCD1-500"], "mnistCD1-500 (cf. Figure 4)"),
         ("figure7_mnist_deep.png", [n for n in table2 if n.startswith("MNIST")], "MNIST DBM and DBN (cf. Figure 7)"),

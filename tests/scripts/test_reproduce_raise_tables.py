@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -122,3 +124,44 @@ def test_missing_checkpoints_are_skipped_with_a_reason(tmp_path, capsys):
     script.main(["--spec", str(tmp_path / "spec.json"), "--out", str(tmp_path / "out"), *ARGS])
     captured = capsys.readouterr()
     assert "skipping gone" in captured.out + captured.err
+
+
+def test_default_output_is_a_scratch_folder_that_git_ignores():
+    script = load_script("reproduce_raise_tables")
+    assert script.DEFAULT_OUT == "runs/raise_tables"
+    ignored = subprocess.run(
+        ["git", "check-ignore", "-q", script.DEFAULT_OUT + "/tables.md"], cwd=PROJECT_ROOT, capture_output=True
+    )
+    if ignored.returncode == 128:
+        pytest.skip("not a git checkout")
+    assert ignored.returncode == 0, "runs/ must be in .gitignore: the default output must never show up as a change"
+
+
+def test_committed_results_are_refused_before_any_work(toy_spec, tmp_path, capsys):
+    """A folder whose outputs git tracks is refused (exit 2, nothing written) unless --overwrite-committed."""
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    spec_path, _ = toy_spec
+    script = load_script("reproduce_raise_tables")
+    out = tmp_path / "repo" / "tables"
+    out.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=out.parent, check=True)
+    (out / "tables.md").write_text("committed\n")
+    (out / "figure3_rbms.png").write_text("committed\n")  # present but untracked: not reported
+    subprocess.run(["git", "add", "tables.md"], cwd=out, check=True)
+    assert script.committed_outputs(out) == ["tables.md"]
+    with pytest.raises(SystemExit) as stop:
+        script.main(["--spec", str(spec_path), "--out", str(out), *ARGS])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "holds committed results (tables.md)" in err and "--overwrite-committed" in err
+    assert (out / "tables.md").read_text() == "committed\n" and not (out / "runs").exists()
+
+    script.main(["--spec", str(spec_path), "--out", str(out), "--overwrite-committed", *ARGS])
+    assert (out / "tables.md").read_text().startswith("# RAISE paper")
+
+
+def test_the_projects_results_folder_counts_as_committed_without_git():
+    script = load_script("reproduce_raise_tables")
+    committed = script.committed_outputs(PROJECT_ROOT / "results" / "raise_tables")
+    assert "tables.md" in committed and "results.json" in committed
