@@ -20,11 +20,14 @@ setup(
     # torch>=2.0 admits the CPU wheel 2.13.0 that .ci/run installs first, so pip installs nothing more.
     install_requires=["torch>=2.0", "numpy>=1.22", "tqdm>=4.60"],
     extras_require={
-        # matplotlib: the plot paths are tested; lightning: SandwichCallback runs in a real Trainer.
-        "test": ["pytest>=7", "matplotlib>=3.5", "lightning>=2.0"],
+        # matplotlib: the plot paths are tested; lightning: SandwichCallback runs in a real Trainer; scipy: the MAT
+        # reader is cross-checked against scipy.io.loadmat (tests/models/test_checkpoints.py).
+        "test": ["pytest>=7", "matplotlib>=3.5", "lightning>=2.0", "scipy>=1.8"],
         "plot": ["matplotlib>=3.5"],
         "lightning": ["lightning>=2.0"],  # raise_eval.lightning.SandwichCallback
         "vision": ["torchvision"],
+        # mkdocs.yml's site; 1.6 brought the anchor validation that `mkdocs build --strict` relies on (.ci/run).
+        "docs": ["mkdocs==1.6.1"],
     },
     entry_points={"console_scripts": ["raise-eval=raise_eval.cli:main"]},
 )

@@ -8,7 +8,7 @@ so that both see the same machine load. It prints the medians; the last line is 
 time to the bare-product time (torch.mm, float32) on the first device (CPU).
 
 On the CPU the library sends large float32 products to oneDNN rather than torch.mm (MKL), which is faster on some
-CPUs (see README, "Speed"); the script also times the two products as the library computes them, so the second
+CPUs (see docs/speed.md); the script also times the two products as the library computes them, so the second
 ratio printed per device is the step's cost over its own products (the elementwise work and sampling).
 
     python scripts/benchmark_gibbs.py                 # CPU, and CUDA when present; threads: the idle cores
