@@ -313,3 +313,29 @@ def test_the_api_checks_its_settings_and_keeps_partial_results(vae_checkpoint, m
     assert report.sandwich == {} and report.error == "ValueError: bad step size"
     assert isinstance(failed.value.__cause__, ValueError)
     assert "stopped during BDMC at K=5 by an error" in report.format_table()  # the baselines alone, no 'vs truth'
+
+
+def _report_with_gap(gap: float):
+    from raise_eval.bdmc_report import BDMCReport
+    from raise_eval.estimators.bdmc import BDMCResult
+
+    lower = torch.tensor([-100.0, -102.0], dtype=torch.float64)
+    upper = lower + gap
+    zeros = torch.zeros(2, 3, dtype=torch.float64)
+    result = BDMCResult(lower, upper, upper - lower, zeros, zeros, num_steps=100, num_chains=3, seconds=1.0)
+    settings = {"model": "toy", "dtype": "float32", "device": "cpu", "num_examples": 2, "seed": 0, "kernel": "HMC",
+                "schedule": "sigmoid", "chains": 3, "steps": [100], "checkpoint": "toy.pt"}
+    baselines = {"ELBO": torch.tensor([-110.0, -111.0], dtype=torch.float64)}
+    return BDMCReport(settings=settings, sandwich={100: result}, baselines=baselines)
+
+
+def test_an_open_bdmc_sandwich_is_no_ground_truth():
+    """A sandwich wider than a nat is not called the truth: the table and the JSON carry a bdmc-open warning."""
+    open_report = _report_with_gap(5.0)
+    table = open_report.format_table()
+    assert "(truth)" not in table and "K=100 (open)" in table and "vs midpoint" in table
+    assert "warning [bdmc-open]: the BDMC sandwich at K = 100 is 5.00 nats wide" in table
+    assert [w["code"] for w in open_report.to_dict()["warnings"]] == ["bdmc-open"]
+    closed = _report_with_gap(0.5)
+    assert "K=100 (truth)" in closed.format_table() and "warning" not in closed.format_table()
+    assert closed.to_dict()["warnings"] == []
