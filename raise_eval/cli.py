@@ -501,7 +501,7 @@ def cmd_bdmc(args) -> int:
         ("examples", "chains", "leapfrog", "pilot_chains", "elbo_samples", "steps", "iwae"),
         outputs=("json", "plot"),
     )
-    aide_settings = _check_bdmc_options(args)
+    bdmc_settings = _check_bdmc_options(args)
     plot_path = _plot_path(args)
     model = _load_bdmc_model(args, device)
     if args.aide:
@@ -526,17 +526,8 @@ def cmd_bdmc(args) -> int:
     try:
         report = evaluate_bdmc(
             model,
-            num_examples=args.examples,
-            chains=args.chains,
-            steps=tuple(args.steps),
-            schedule=args.schedule,
-            num_leapfrog=args.leapfrog,
-            target_accept=args.target_accept,
-            pilot_chains=args.pilot_chains,
-            iwae_samples=tuple(args.iwae),
-            elbo_samples=args.elbo_samples,
+            **bdmc_settings,
             real_data=real,
-            aide_settings=aide_settings,
             seed=args.seed,
             progress=not args.no_progress,
             settings={
@@ -595,9 +586,9 @@ BDMC_OPTIONS = {
 }
 
 
-def _check_bdmc_options(args) -> Optional[dict]:
-    """bdmc's options, all checked before any work (check_bdmc_settings, with the options' names); returns AIDE's
-    settings (None without --aide)."""
+def _check_bdmc_options(args) -> dict:
+    """bdmc's options, all checked before any work (check_bdmc_settings, with the options' names); returns the
+    settings `evaluate_bdmc` takes from them (`_bdmc_settings`)."""
     from raise_eval.bdmc_report import check_bdmc_settings
 
     aide_options = {key[len("aide_"):]: option for key, option in BDMC_OPTIONS.items() if key.startswith("aide_")}
@@ -620,24 +611,28 @@ def _check_bdmc_options(args) -> Optional[dict]:
                 _die(f"--real-data {args.real_data}: {e}")
         elif not Path(args.real_data).is_file():
             _die(f"--real-data {args.real_data}: no such file")
-    aide_settings = given if args.aide else None
+    settings = _bdmc_settings(args, aide_settings=given if args.aide else None)
     try:
-        check_bdmc_settings(
-            num_examples=args.examples,
-            chains=args.chains,
-            steps=tuple(args.steps),
-            schedule=args.schedule,
-            num_leapfrog=args.leapfrog,
-            target_accept=args.target_accept,
-            pilot_chains=args.pilot_chains,
-            iwae_samples=tuple(args.iwae),
-            elbo_samples=args.elbo_samples,
-            aide_settings=aide_settings,
-            names=BDMC_OPTIONS,
-        )
+        check_bdmc_settings(**settings, names=BDMC_OPTIONS)
     except ValueError as e:
         _die(str(e))
-    return aide_settings
+    return settings
+
+
+def _bdmc_settings(args, aide_settings: Optional[dict]) -> dict:
+    """The keyword arguments that `check_bdmc_settings` and `evaluate_bdmc` share, from the parsed options."""
+    return dict(
+        num_examples=args.examples,
+        chains=args.chains,
+        steps=tuple(args.steps),
+        schedule=args.schedule,
+        num_leapfrog=args.leapfrog,
+        target_accept=args.target_accept,
+        pilot_chains=args.pilot_chains,
+        iwae_samples=tuple(args.iwae),
+        elbo_samples=args.elbo_samples,
+        aide_settings=aide_settings,
+    )
 
 
 def _evaluate_inputs(args, metadata: dict) -> list[tuple[str, Optional[str]]]:
