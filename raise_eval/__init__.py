@@ -2,10 +2,17 @@
 
 AIS gives a stochastic lower bound on log Z (an optimistic log-likelihood for MRFs); RAISE a stochastic lower
 bound on the log-likelihood of the annealing model (a conservative one); together they sandwich the truth.
+
+The package (docs/architecture.md has the map): the algorithm core (annealing, schedules, adaptive, stats, exact,
+diagnostics, settings; estimators/, kernels/, paths/), a package per protocol (evaluation/, certification/,
+bidirectional/ for BDMC), run-time concerns (runtime/), input and output (io/), integrations (hooks, Lightning),
+renderers (render/) and the command line (cli/). `raise_eval.models` is the repository's models/ folder.
 """
 
 from raise_eval._version import __version__ as __version__
 from raise_eval.annealing import anneal
+from raise_eval.bidirectional import BDMCReport, BDMCSettings, evaluate_bdmc
+from raise_eval.certification import Certificate, CertifySettings, certify
 from raise_eval.estimators import (
     AIDEResult,
     AISInference,
@@ -24,10 +31,20 @@ from raise_eval.estimators import (
 )
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
-from raise_eval.certify import Certificate, certify
-from raise_eval.cost import CostEstimate, estimate_cost
-from raise_eval.evaluate import EvaluationPlan, EvaluationReport, evaluate, plan_evaluation, run_evaluation
-from raise_eval.hooks import LikelihoodMonitor, SandwichRecord
+from raise_eval.evaluation import (
+    CostEstimate,
+    EvaluateSettings,
+    EvaluationPlan,
+    EvaluationReport,
+    estimate_cost,
+    evaluate,
+    plan_evaluation,
+    recognition_means,
+    run_evaluation,
+)
+from raise_eval.integrations.hooks import LikelihoodMonitor, MonitorSettings, SandwichRecord
+from raise_eval.io.datasets import load_dataset
+from raise_eval.io.results import dump_json
 from raise_eval.models import (
     DBM,
     DBN,
@@ -43,17 +60,35 @@ from raise_eval.models import (
 from raise_eval.models.io import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, save_npz
 from raise_eval.paths import BoltzmannPath, DirectedPath, data_base_rates, uniform_base
 from raise_eval.schedules import linear_schedule, make_schedule, salakhutdinov_schedule, sigmoid_schedule
+from raise_eval.settings import SettingsError
+
+from raise_eval import _compat  # noqa: E402,F401  (the pre-0.2 module paths, for users' scripts)
+
+
+def __getattr__(name: str):
+    # Lightning is optional: its callback is imported when asked for.
+    if name == "SandwichCallback":
+        from raise_eval.integrations.lightning import SandwichCallback
+
+        return SandwichCallback
+    raise AttributeError(f"module 'raise_eval' has no attribute {name!r}")
+
 
 __all__ = [
     "DBM",
     "DBN",
     "RBM",
     "VAE",
+    "BDMCReport",
+    "BDMCSettings",
+    "Certificate",
+    "CertifySettings",
     "Checkpoint",
     "DecoderModel",
     "CheckpointError",
     "ControlVariateEstimate",
     "CostEstimate",
+    "EvaluateSettings",
     "EvaluationPlan",
     "EvaluationReport",
     "GaussianPosterior",
@@ -61,16 +96,22 @@ __all__ = [
     "LikelihoodMonitor",
     "LinearGaussianModel",
     "LogUnnormalizedEstimate",
+    "MonitorSettings",
+    "SandwichCallback",
     "SandwichRecord",
+    "SettingsError",
     "SigmoidBeliefNet",
     "VAEConfig",
     "control_variate_mean",
+    "dump_json",
     "estimate_cost",
     "evaluate",
+    "evaluate_bdmc",
+    "load_dataset",
     "plan_evaluation",
+    "recognition_means",
     "run_evaluation",
     "certify",
-    "Certificate",
     "load_checkpoint",
     "log_unnormalized_estimate",
     "save_checkpoint",

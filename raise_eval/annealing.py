@@ -118,7 +118,7 @@ def anneal(
 
 
 def continuation(checkpoint: Any, phase: str, saved: Optional[dict], extra: Optional[dict] = None) -> dict[str, Any]:
-    """The `anneal` arguments of a phase run under a checkpoint (`raise_eval.resume.ShardCheckpoint`, or None):
+    """The `anneal` arguments of a phase run under a checkpoint (`raise_eval.runtime.resume.ShardCheckpoint`, or None):
     from `saved` (what `checkpoint.restore(phase, path)` returned, or None for a fresh start) and saving through
     `checkpoint.on_step(phase, extra)` as it goes."""
     return {

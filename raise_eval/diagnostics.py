@@ -1,6 +1,6 @@
 """Warnings a careful researcher would raise about an AIS / RAISE evaluation.
 
-Each warning is a code and a sentence saying what it means and what to do. `raise-eval evaluate` prints them under
+Each warning is a code and a sentence saying what it means and what to do (settings named as `{field}`). `raise-eval evaluate` prints them under
 its table and lists them in the JSON under `warnings`; the README's "How to read the numbers" says the same.
 """
 
@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from typing import Optional
+
+from raise_eval.settings import Named, render_names
 
 LOW_ESS_FRACTION = 0.1  # AIS ESS below this fraction of the chains
 FEW_CHAINS = 30  # an ESS below this is "a few chains": too few for the standard error of log Z to be trusted
@@ -20,21 +22,28 @@ TEST_MASS_MARGIN = 1.0  # nats of slack for the noise of estimated log f(v) in t
 def log_f_advice(log_f_method: str) -> str:
     """What to change when an estimate of log f(v) by `log_f_method` is not to be trusted."""
     return {
-        "importance": "--log-f ais (per-vector AIS to the posterior), or a larger --log-f-samples",
-        "ais": "a larger --log-f-steps (or --log-f-chains)",
-        "mean-field": "--log-f ais (the mean-field bound is loose by design)",
-    }.get(log_f_method, "--log-f ais")
+        "importance": "{log_f_method} ais (per-vector AIS to the posterior), or a larger {log_f_samples}",
+        "ais": "a larger {log_f_ais_steps} (or {log_f_ais_chains})",
+        "mean-field": "{log_f_method} ais (the mean-field bound is loose by design)",
+    }.get(log_f_method, "{log_f_method} ais")
 
 
 @dataclass(frozen=True)
 class Warning:
-    """One diagnostic: a stable code and a sentence for the reader."""
+    """One diagnostic: a stable code and a sentence for the reader, naming settings as `{field}`
+    (`raise_eval.settings.render_names`; `render(names)` writes them, e.g. as the command line's flags)."""
 
     code: str
     message: str
 
-    def to_dict(self) -> dict:
-        return {"code": self.code, "message": self.message}
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", Named(self.message))
+
+    def render(self, names: Optional[dict[str, str]] = None) -> Warning:
+        return Warning(self.code, render_names(self.message, names))
+
+    def to_dict(self, names: Optional[dict[str, str]] = None) -> dict:
+        return {"code": self.code, "message": render_names(self.message, names)}
 
 
 def diagnose(
@@ -58,7 +67,7 @@ def diagnose(
     """The warnings that apply to one evaluation (average test log-likelihoods in nats; RAISE may be missing when
     it did not run; `ais_mean` is None when log f(v) did not finish). `log_z` is AIS's log Z-hat and
     `log_test_mass` is log sum_v f(v) over the distinct test vectors: Z is at least that sum, so a smaller log Z-hat
-    is impossible. `init` and `log_f_method` tailor the advice. `log_f_check` is the `raise_eval.log_f_check.LogFCheck`
+    is impossible. `init` and `log_f_method` tailor the advice. `log_f_check` is the `raise_eval.evaluation.log_f_check.LogFCheck`
     of an estimated log f(v) (`log_f_estimated`), or None when it was not run. `num_test` is the number of test
     vectors (None: not known)."""
     out = []
@@ -85,12 +94,12 @@ def diagnose(
         out.append(
             Warning(
                 "log-f-unchecked",
-                "log f(v) is estimated and was not checked for bias (--log-f-check 0): an estimate whose proposal "
+                "log f(v) is estimated and was not checked for bias ({log_f_check} 0): an estimate whose proposal "
                 "misses posterior modes is confidently wrong, so the AIS log-likelihood may be off by more than its "
-                "standard error. Run with --log-f-check N (default 100).",
+                "standard error. Run with {log_f_check} N (default 100).",
             )
         )
-    base_rates_hint = "" if init == "base-rates" else ", or try --init base-rates"
+    base_rates_hint = "" if init == "base-rates" else ", or try {init} base-rates"
     if log_z is not None and log_test_mass is not None and log_z + TEST_MASS_MARGIN < log_test_mass:
         out.append(
             Warning(
@@ -98,19 +107,19 @@ def diagnose(
                 f"AIS's log Z ({log_z:.2f}) is below the log of the summed unnormalized probabilities of the test "
                 f"vectors themselves ({log_test_mass:.2f}): the model would give the test set a probability above "
                 "1, so AIS has missed most of the model's mass and its log-likelihood is far too high. Raise K "
-                f"(--steps) a lot{base_rates_hint}; trust RAISE's number more than AIS's here.",
+                f"({{steps}}) a lot{base_rates_hint}; trust RAISE's number more than AIS's here.",
             )
         )
     if ais_ess < LOW_ESS_FRACTION * ais_chains:
         if ais_ess < FEW_CHAINS:  # few in number: more chains help as well as a larger K
             why = "log Z rests on a few chains, its standard error is unreliable"
-            fix = f"Raise K (--steps) or run more chains{base_rates_hint}"
+            fix = f"Raise K ({{steps}}) or run more chains{base_rates_hint}"
         else:  # many chains, but a small share of them: the annealing is too coarse, whatever the chain count
             why = (
                 f"the weights are as uneven as if only {ais_ess / ais_chains:.1%} of the chains counted, a sign that "
                 "the annealing is too coarse; the standard error of log Z may understate its error"
             )
-            fix = f"Raise K (--steps){base_rates_hint}"
+            fix = f"Raise K ({{steps}}){base_rates_hint}"
         out.append(
             Warning(
                 "low-ess",
@@ -124,7 +133,7 @@ def diagnose(
                 "interval-not-finite",
                 "the ±3σ interval of Z-hat reaches zero, so log Z has no finite lower end: the AIS weights are so "
                 "uneven that 3 standard errors exceed the estimate itself, and neither log Z nor the AIS "
-                "log-likelihood is pinned down. Raise K (--steps) until the interval is finite and narrow.",
+                "log-likelihood is pinned down. Raise K ({steps}) until the interval is finite and narrow.",
             )
         )
     if ais_mean is None or raise_mean is None or raise_stderr is None:
@@ -138,13 +147,13 @@ def diagnose(
                 f"RAISE is {-gap:.2f} nats above AIS, more than {SIGMAS:g} times their combined standard error "
                 f"({noise:.2f}): the annealing model fits the test data better than the model itself, so neither "
                 "number is the model's log-likelihood (RAISE bounds the annealing model's, AIS overestimates the "
-                "model's). Raise K (--steps) until RAISE is at or below AIS."
+                "model's). Raise K ({steps}) until RAISE is at or below AIS."
                 + (
                     ""
                     if log_f_method == "exact"
                     else " Here AIS also rests on the estimated log f(v), a lower bound"
                     + (
-                        ": the mean-field bound can sit below log f(v) by more than the gap; try --log-f importance."
+                        ": the mean-field bound can sit below log f(v) by more than the gap; try {log_f_method} importance."
                         if log_f_method == "mean-field"
                         else "."
                     )
@@ -157,7 +166,7 @@ def diagnose(
                 "large-gap",
                 f"AIS and RAISE differ by {abs(gap):.2f} nats, more than the {GAP_NATS:g} nat by which models are "
                 "commonly compared: at least one of them is inaccurate, and AIS (the optimistic one) may flatter "
-                "the model. Raise K (--steps) until the gap closes; do not compare models on these numbers.",
+                "the model. Raise K ({steps}) until the gap closes; do not compare models on these numbers.",
             )
         )
     if exact_mean is not None:
@@ -169,7 +178,7 @@ def diagnose(
                     "exact-outside-sandwich",
                     f"the exact log-likelihood {exact_mean:.4f} lies outside the AIS-RAISE sandwich "
                     f"[{low:.4f}, {high:.4f}] (3 standard errors added): the estimates are not yet accurate for "
-                    "this model. Raise K (--steps).",
+                    "this model. Raise K ({steps}).",
                 )
             )
     return out

@@ -13,7 +13,7 @@ from typing import Callable, Optional
 
 import torch
 
-from raise_eval.datasets import load_dataset
+from raise_eval.io.datasets import load_dataset
 
 # Short names in checkpoint file names.
 SHORT_NAMES = {"binarized_mnist": "mnist", "omniglot": "omniglot"}
@@ -25,7 +25,7 @@ def add_dataset_argument(parser: argparse.ArgumentParser) -> None:
         choices=list(SHORT_NAMES),
         default="binarized_mnist",
         help="training data: Larochelle & Murray's binarized MNIST or the 28x28 Omniglot built from the data root "
-        "(raise_eval.datasets documents how)",
+        "(raise_eval.io.datasets documents how)",
     )
     parser.add_argument("--data-root", default=None, help="folder holding binarized_mnist/ and omniglot/")
 
@@ -33,7 +33,7 @@ def add_dataset_argument(parser: argparse.ArgumentParser) -> None:
 def add_monitor_arguments(parser: argparse.ArgumentParser, default_steps: int = 200) -> None:
     group = parser.add_argument_group(
         "monitoring",
-        "the training-loop hook raise_eval.hooks.LikelihoodMonitor: every N epochs a cheap AIS + RAISE run (and the "
+        "the training-loop hook raise_eval.integrations.hooks.LikelihoodMonitor: every N epochs a cheap AIS + RAISE run (and the "
         "exact value when tractable) on a fixed random subset of the test set, printed, written to a CSV history "
         "and drawn as a PNG beside the checkpoint (0 turns it off)",
     )
@@ -59,7 +59,7 @@ def make_monitor(args, test: torch.Tensor, train_means: Optional[torch.Tensor], 
     """
     if args.monitor_every <= 0:
         return None
-    from raise_eval.hooks import LikelihoodMonitor
+    from raise_eval.integrations.hooks import LikelihoodMonitor
 
     # A fixed random subset of the test set keeps each check cheap and comparable across epochs.
     order = torch.randperm(len(test), generator=torch.Generator().manual_seed(0))

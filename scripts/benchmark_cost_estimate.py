@@ -27,8 +27,8 @@ from pathlib import Path
 import torch
 
 from raise_eval import DBN, estimate_cost, load_checkpoint, plan_evaluation, run_evaluation
-from raise_eval.datasets import load_dataset
-from raise_eval.threads import default_threads
+from raise_eval.io.datasets import load_dataset
+from raise_eval.runtime.threads import default_threads
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING_KEYS = {
@@ -67,7 +67,7 @@ def run_case(name: str, steps: int | None = None) -> dict:
         measured = report.timing.get(TIMING_KEYS[stage.name])
         rows.append({"stage": stage.name, "predicted": stage.seconds, "measured": measured})
     rows.append({"stage": "total", "predicted": estimate.seconds, "measured": total})
-    return {"case": name, "model": plan.settings["model"], "timing_seconds": estimate.measured_in, "stages": rows}
+    return {"case": name, "model": plan.report_settings["model"], "timing_seconds": estimate.measured_in, "stages": rows}
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

@@ -24,7 +24,7 @@ import time
 import torch
 
 from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule
-from raise_eval.threads import default_threads
+from raise_eval.runtime.threads import default_threads
 
 
 def _sync(device: torch.device) -> None:

@@ -27,9 +27,9 @@ import torch
 from tqdm.auto import tqdm
 
 from raise_eval import load_checkpoint
-from raise_eval.datasets import DATASET_SPECS, load_dataset
-from raise_eval.evaluate import evaluate
-from raise_eval.threads import default_threads
+from raise_eval.io.datasets import DATASET_SPECS, load_dataset
+from raise_eval import evaluate
+from raise_eval.runtime.threads import default_threads
 
 DEFAULT_CHECKPOINT = "../shared/data/checkpoints/rbm_mnist_sgd_grosse_salakhutdinov_2015.npz"
 FIXED = ("linear", "salakhutdinov")

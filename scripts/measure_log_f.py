@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from raise_eval import exact, load_checkpoint, log_unnormalized_estimate
-from raise_eval.datasets import load_dataset
+from raise_eval.io.datasets import load_dataset
 from raise_eval.models.boltzmann.dbn import DBN
 
 

@@ -44,8 +44,8 @@ import torch
 from tqdm.auto import tqdm
 
 from raise_eval import DBN, evaluate, load_checkpoint
-from raise_eval.datasets import load_dataset
-from raise_eval.evaluate import recognition_means
+from raise_eval.io.datasets import load_dataset
+from raise_eval.evaluation import recognition_means
 
 # At CPU scale the deep models' steps cost 2 to 5 times an RBM's and their log f(v) needs importance sampling for
 # every test vector: smaller K, a fixed random fifth of the test set, 100 importance samples.
@@ -338,7 +338,7 @@ def run_all(args, entries: list[dict], settings: dict) -> list[dict]:
                 log_f_samples=settings_of[entry["name"]]["log_f_samples"],
                 seed=args.seed,
                 log_f=loaded[entry["name"]].get("log_f"),
-                settings={"checkpoint": entry["checkpoint"], "data": entry["dataset"], "split": "test"},
+                labels={"checkpoint": entry["checkpoint"], "data": entry["dataset"], "split": "test"},
             )
             loaded[entry["name"]]["log_f"] = report.log_f
             result = {"name": entry["name"], "table": entry["table"], "init": init, "steps": steps}

@@ -15,7 +15,7 @@ import torch
 from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
 
 from raise_eval import exact, save_checkpoint
-from raise_eval.datasets import load_dataset
+from raise_eval.io.datasets import load_dataset
 
 CONFIG = RBMTrainingConfig(n_hidden=16, epochs=300, batch_size=50, learning_rate=0.05, method="cd", gibbs_steps=5)
 

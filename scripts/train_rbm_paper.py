@@ -17,7 +17,7 @@ architectures and algorithms. Epoch counts keep each run within a few minutes on
 times a CD-1 epoch).
 
 Every checkpoint holds the training configuration, the training pixel means, the wall time, and, when monitoring
-is on, the sandwich history of the training-loop hook (`raise_eval.hooks.LikelihoodMonitor`): every
+is on, the sandwich history of the training-loop hook (`raise_eval.integrations.hooks.LikelihoodMonitor`): every
 `--monitor-every` epochs a cheap AIS + RAISE run (and the exact value for the 20-hidden RBMs) on a fixed random
 subset of the test set, logged to the console, a CSV history and a PNG of the sandwich over epochs.
 

@@ -14,7 +14,7 @@ import torch
 from raise_eval.models.training.vae import train_vae
 
 from raise_eval import VAE, VAEConfig, elbo, iwae, save_checkpoint
-from raise_eval.datasets import load_dataset
+from raise_eval.io.datasets import load_dataset
 
 
 def main(argv=None) -> None:

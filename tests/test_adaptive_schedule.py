@@ -12,11 +12,11 @@ import torch
 from raise_eval import BoltzmannPath, evaluate, exact, linear_schedule
 from raise_eval.adaptive import adaptive_pilot, adaptive_schedule, pilot_run, schedule_from_increments
 from raise_eval.cli import build_parser, main
-from raise_eval.results import dump_json
+from raise_eval.io.results import dump_json
 from raise_eval.schedules import make_schedule, validate_schedule
 
 # By module path: the package exports a function named evaluate.
-evaluate_mod = importlib.import_module("raise_eval.evaluate")
+evaluate_mod = importlib.import_module("raise_eval.evaluation.stages")  # where the pilot is run
 ais_mod = importlib.import_module("raise_eval.estimators.ais")
 raise_mod = importlib.import_module("raise_eval.estimators.raise_")
 ROOT = Path(__file__).resolve().parents[1]
@@ -248,11 +248,11 @@ def test_adaptive_settings_json_and_table(tiny_rbm, tmp_path):
 
 def test_evaluate_refuses_inconsistent_schedule_arguments(tiny_rbm):
     test = _test_vectors(8)
-    with pytest.raises(ValueError, match="schedule='adaptive'"):
+    with pytest.raises(ValueError, match="pilot_chains sets the pilot of schedule adaptive"):
         evaluate(tiny_rbm, test, schedule="linear", steps=3, pilot_chains=10, **SMALL)
     with pytest.raises(ValueError, match="explicit schedule has K = 2"):
         evaluate(tiny_rbm, test, schedule=torch.tensor([0.0, 0.5, 1.0]), steps=3, **SMALL)
-    with pytest.raises(ValueError, match="choose one of linear, sigmoid, salakhutdinov, adaptive"):
+    with pytest.raises(ValueError, match="must be one of linear, sigmoid, salakhutdinov, adaptive"):
         evaluate(tiny_rbm, test, schedule="cosine", steps=3, **SMALL)
     with pytest.raises(ValueError, match="pilot_chains must be an integer of at least 2"):
         evaluate(tiny_rbm, test, schedule="adaptive", steps=3, pilot_chains=1, **SMALL)
@@ -281,8 +281,9 @@ def test_cli_pilot_options(tmp_path, capsys):
     assert "--pilot-chains sets the pilot of --schedule adaptive" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["evaluate", str(DIGITS), "--schedule", "adaptive", "--pilot-grid", "0", "--no-progress"])
-    assert "--pilot-grid must be at least 1" in capsys.readouterr().err
+    assert "--pilot-grid must be an integer of at least 1, got 0" in capsys.readouterr().err
     text = build_parser()._subparsers._group_actions[0].choices["evaluate"].format_help()
     assert "adaptive" in text and "--pilot-chains" in text and "--pilot-grid" in text
     with pytest.raises(SystemExit):  # the VAE path has no adaptive pilot
-        build_parser().parse_args(["bdmc", "vae.pt", "--schedule", "adaptive"])
+        main(["bdmc", "vae.pt", "--schedule", "adaptive"])
+    assert "--schedule must be one of linear, sigmoid, salakhutdinov, got 'adaptive'" in capsys.readouterr().err

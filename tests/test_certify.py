@@ -17,7 +17,9 @@ from raise_eval.models import RBM
 
 from raise_eval import certify as certify_fn
 from raise_eval import exact
-from raise_eval.certify import CertifyStep, _trend, closure_reasons, parse_duration
+from raise_eval.certification import CertifyStep, closure_reasons
+from raise_eval.certification.verdict import trend as _trend
+from raise_eval.settings import parse_duration
 from raise_eval.diagnostics import Warning
 
 SMALL = dict(ais_chains=400, raise_examples=20, raise_chains=10, init="uniform", seed=0)
@@ -46,7 +48,7 @@ def test_closes_on_an_easy_model_and_the_interval_holds_the_exact_value():
     last = cert.history[-1]
     assert abs(last.gap) <= 0.5 and last.exact_mean == pytest.approx(truth, abs=1e-9)
     assert "CLOSED" in cert.format_table()
-    from raise_eval.results import to_jsonable
+    from raise_eval.io.results import to_jsonable
 
     doc = json.loads(json.dumps(to_jsonable(cert)))
     assert doc["verdict"] == "closed" and doc["interval"] == [lo, hi]
@@ -59,7 +61,7 @@ def test_stops_open_at_max_steps_and_says_why(tiny_rbm):
     cert = certify_fn(tiny_rbm, test, tolerance=0.01, steps=2, max_steps=4, **SMALL)
     assert cert.verdict == "open"
     assert [s.steps for s in cert.history] == [2, 4]
-    assert any("--max-steps 4" in r for r in cert.reasons)
+    assert any("would pass max_steps 4" in r for r in cert.reasons)
     assert any("above the tolerance" in r or "standard error" in r for r in cert.reasons)
     assert cert.interval is None
     assert "OPEN" in cert.format_table()
@@ -68,7 +70,7 @@ def test_stops_open_at_max_steps_and_says_why(tiny_rbm):
 def test_says_when_the_gap_stopped_shrinking(monkeypatch):
     import sys
 
-    ev = sys.modules["raise_eval.evaluate"]
+    ev = sys.modules["raise_eval.certification.run"]
     gaps = iter([0.60, 0.55, 0.56])
     real = ev.run_evaluation
 
@@ -142,7 +144,7 @@ def test_resume_keeps_finished_k(tmp_path, monkeypatch):
     assert [s.steps for s in first.history] == [5, 10]
     import sys
 
-    ev = sys.modules["raise_eval.evaluate"]  # the package's `evaluate` attribute is the function
+    ev = sys.modules["raise_eval.certification.run"]  # where certify finds run_evaluation
 
     calls = []
     real = ev.run_evaluation
@@ -261,7 +263,7 @@ def test_cli_open_exits_3_and_ctrl_c_keeps_the_finished_ks(tmp_path, capsys, mon
     import sys
 
     from raise_eval.cli import main
-    from raise_eval.evaluate import EvaluationInterrupted
+    from raise_eval.evaluation import EvaluationInterrupted
 
     model = _easy_rbm()
     import numpy as np
@@ -275,7 +277,7 @@ def test_cli_open_exits_3_and_ctrl_c_keeps_the_finished_ks(tmp_path, capsys, mon
             "--threads", "1", "--until-gap", "1e-6"]  # fmt: skip
     assert main([*args, "--max-steps", "10"]) == 3  # open
     assert "verdict: OPEN" in capsys.readouterr().out
-    ev = sys.modules["raise_eval.evaluate"]
+    ev = sys.modules["raise_eval.certification.run"]
     real = ev.run_evaluation
 
     def ctrl_c_at_k20(plan, **kwargs):

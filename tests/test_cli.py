@@ -137,11 +137,11 @@ def test_exact_always_refuses_hopeless_enumerations(tmp_path, capsys):
 
 
 def test_bad_step_count_is_an_error(capsys):
-    assert "--steps must be at least 1" in _error(capsys, ["evaluate", str(DEFAULT), *FAST, "--steps", "0"])
+    assert "--steps must be an integer of at least 1, got 0" in _error(capsys, ["evaluate", str(DEFAULT), *FAST, "--steps", "0"])
 
 
 def test_file_data_with_training_data(tmp_path, capsys):
-    from raise_eval.datasets import load_dataset
+    from raise_eval.io.datasets import load_dataset
 
     test, train = tmp_path / "test.npy", tmp_path / "train.npz"
     np.save(test, load_dataset("digits", "test").numpy()[:50])
@@ -209,13 +209,13 @@ def test_output_path_is_checked_before_any_work(tmp_path, capsys):
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--ais-chains", "1"], "--ais-chains must be at least 2 (a standard error needs two)"),
-        (["--raise-examples", "1"], "--raise-examples must be at least 2"),
+        (["--ais-chains", "1"], "--ais-chains must be an integer of at least 2 (a standard error needs two), got 1"),
+        (["--raise-examples", "1"], "--raise-examples must be an integer of at least 2"),
         (["--device", "meta"], "raise-eval runs on cpu or cuda, not meta"),
-        (["--cv-alpha", "nan"], "--cv-alpha takes a finite number or 'optimal'"),
-        (["--raise-chains", "-1"], "--raise-chains must be at least 1"),
+        (["--cv-alpha", "nan"], "--cv-alpha must be a finite number or 'optimal', got nan"),
+        (["--raise-chains", "-1"], "--raise-chains must be an integer of at least 1, got -1"),
         (["--device", "foo"], "--device 'foo' is not a torch device"),
-        (["--threads", "0"], "--threads must be at least 1"),
+        (["--threads", "0"], "--threads must be 'auto', a positive integer"),
     ],
 )
 def test_errors_name_the_option(args, message, capsys):
@@ -280,12 +280,12 @@ def test_threads_are_recorded(tmp_path):
 def test_a_folder_that_cannot_be_written_is_refused_before_work(tmp_path, monkeypatch, capsys):
     """Where os.access says yes but writing fails (e.g. /proc, a read-only mount seen by root), a probe file finds
     out before any work, for --json and --resume-file alike."""
-    import raise_eval.cli as cli
+    import raise_eval.io.run_files as run_files
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(cli.tempfile, "NamedTemporaryFile", refuse)
+    monkeypatch.setattr(run_files.tempfile, "NamedTemporaryFile", refuse)
     for option in ("--json", "--resume-file"):
         with pytest.raises(SystemExit) as stop:
             main(["evaluate", str(DEFAULT), option, str(tmp_path / "out")])
@@ -310,8 +310,9 @@ def no_estimator_runs(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("an estimator ran before the refusal")
 
-    monkeypatch.setattr(importlib.import_module("raise_eval.evaluate"), "run_evaluation", refuse)
-    monkeypatch.setattr(importlib.import_module("raise_eval.cli"), "run_evaluation", refuse)  # its own name for it
+    monkeypatch.setattr(importlib.import_module("raise_eval.evaluation.run"), "run_evaluation", refuse)
+    monkeypatch.setattr(importlib.import_module("raise_eval.certification.run"), "run_evaluation", refuse)
+    monkeypatch.setattr(importlib.import_module("raise_eval.cli.evaluate"), "run_evaluation", refuse)  # its own name
 
 
 def _lost_work_files(tmp_path):
@@ -370,7 +371,7 @@ def test_a_run_replaces_its_own_results_without_asking(tmp_path):
 
 
 def test_a_named_datasets_files_are_inputs(tmp_path, capsys, no_estimator_runs):
-    from raise_eval.datasets import dataset_files
+    from raise_eval.io.datasets import dataset_files
 
     embedded = dataset_files("digits", "test")[0]
     err = _error(capsys, ["evaluate", str(DEFAULT), *FAST, "--json", str(embedded), "--overwrite"])
@@ -402,7 +403,7 @@ def test_python_m_raise_eval_is_the_command():
         (["--max-memory", "-1GB"], "--max-memory: '-1GB' is not a positive size"),
         (["--max-memory=-1GB"], "--max-memory: '-1GB' is not a positive size"),
         (["--until-gap", "1", "--time-budget", "-5m"], "--time-budget: '-5m': the duration must be a finite positive"),
-        (["--steps", "-1e3"], "--steps must be at least 1, got -1000"),  # counts may be written 1e3
+        (["--steps", "-1e3"], "--steps must be an integer of at least 1, got -1000"),  # counts may be written 1e3
     ],
 )
 def test_values_that_start_with_a_dash_get_a_message_about_the_value(capsys, no_estimator_runs, args, message):
@@ -411,7 +412,7 @@ def test_values_that_start_with_a_dash_get_a_message_about_the_value(capsys, no_
 
 
 def test_a_dash_after_double_dash_stays_positional():
-    from raise_eval.cli import _attach_dash_values
+    from raise_eval.cli.options import attach_dash_values as _attach_dash_values
 
     parser = build_parser()
     assert _attach_dash_values(parser, ["evaluate", "--seed", "-3", "--", "--max-memory", "-1GB"]) == [

@@ -165,7 +165,7 @@ def test_real_data_outside_the_likelihood_support_is_refused(tmp_path, capsys):
 
 def test_real_data_keeps_its_floating_point_precision():
     """--real-data in float64 is checked as it is (not rounded to float32 on the way); integers become floats."""
-    from raise_eval.cli import _check_real_data
+    from raise_eval.io.inputs import check_real_data as _check_real_data
     from raise_eval.models import DecoderModel
     from torch import nn
 
@@ -191,26 +191,26 @@ def test_exactly_one_of_checkpoint_and_model(vae_checkpoint, factory_file, capsy
 @pytest.fixture
 def no_bdmc_runs(monkeypatch):
     """Fails a command that reaches the BDMC run: a refusal must come before any work."""
-    import raise_eval.bdmc_report as bdmc_report
+    import raise_eval.cli.bdmc as bdmc_command
 
     def refuse(*args, **kwargs):
         raise AssertionError("BDMC ran before the refusal")
 
-    monkeypatch.setattr(bdmc_report, "evaluate_bdmc", refuse)
+    monkeypatch.setattr(bdmc_command, "evaluate_bdmc", refuse)
 
 
 @pytest.mark.parametrize(
     "args, message",
     [
-        (["--aide", "--aide-examples", "0"], "--aide-examples must be a positive integer, got 0"),
-        (["--aide", "--aide-ng", "0"], "--aide-ng must be a positive integer, got 0"),
-        (["--aide", "--aide-nt", "-2"], "--aide-nt must be a positive integer, got -2"),
-        (["--aide", "--aide-mg", "0"], "--aide-mg must be a positive integer"),
-        (["--aide", "--aide-mt", "0"], "--aide-mt must be a positive integer"),
-        (["--aide", "--aide-steps", "0"], "--aide-steps must be a positive integer"),
+        (["--aide", "--aide-examples", "0"], "--aide-examples must be an integer of at least 1, got 0"),
+        (["--aide", "--aide-ng", "0"], "--aide-ng must be an integer of at least 1, got 0"),
+        (["--aide", "--aide-nt", "-2"], "--aide-nt must be an integer of at least 1, got -2"),
+        (["--aide", "--aide-mg", "0"], "--aide-mg must be an integer of at least 1"),
+        (["--aide", "--aide-mt", "0"], "--aide-mt must be an integer of at least 1"),
+        (["--aide", "--aide-steps", "0"], "--aide-steps must be an integer of at least 1"),
         (["--aide", "--aide-examples", "7"], "AIDE runs on 7 of the simulated examples (--aide-examples), but only 6"),
         (["--aide-ng", "3", "--aide-mt", "2"], "--aide-ng, --aide-mt belong to AIDE: give --aide too"),
-        (["--target-accept", "0"], "--target-accept is the HMC pilot's target acceptance rate, a number strictly"),
+        (["--target-accept", "0"], "--target-accept must be a finite number strictly between 0 and 1 (the BDMC paper's 0.65), got 0.0"),
         (["--target-accept", "1"], "strictly between 0 and 1 (the BDMC paper's 0.65), got 1.0"),
         (["--target-accept", "1.5"], "strictly between 0 and 1 (the BDMC paper's 0.65), got 1.5"),
         (["--target-accept", "nan"], "strictly between 0 and 1 (the BDMC paper's 0.65), got nan"),
@@ -218,7 +218,7 @@ def no_bdmc_runs(monkeypatch):
         (["--data-root", "."], "--data-root belongs to --real-data"),
         (["--real-data", "cifar"], "--real-data cifar: unknown dataset 'cifar'"),
         (["--real-data", "{d}/absent.npy"], "--real-data {d}/absent.npy: no such file"),
-        (["--real-data", "digits", "--real-examples", "0"], "--real-examples must be at least 1, got 0"),
+        (["--real-data", "digits", "--real-examples", "0"], "--real-examples must be an integer of at least 1, got 0"),
         (["--json", "{ckpt}"], "--json {ckpt} is the checkpoint ({ckpt}), an input of this run"),
         (["--json", "{d}/notes.json"], "--json {d}/notes.json exists and was not written by raise-eval"),
         (["--plot", "{d}/b.png", "--json", "{d}/b.png"], "--json and --plot both name {d}/b.png"),
@@ -247,8 +247,8 @@ def test_aide_without_an_encoder_is_refused_before_any_work(tmp_path, capsys, no
 
 
 def _stop_at(monkeypatch, name, k, error):
-    """Make the stage `name` of raise_eval.bdmc_report (bdmc at K = k, or aide) raise `error`."""
-    import raise_eval.bdmc_report as bdmc_report
+    """Make the stage `name` of raise_eval.bidirectional.run (bdmc at K = k, or aide) raise `error`."""
+    import raise_eval.bidirectional.run as bdmc_report
 
     real = getattr(bdmc_report, name)
 
@@ -288,17 +288,17 @@ def test_an_error_part_way_keeps_the_finished_stages(vae_checkpoint, tmp_path, c
 
 
 def test_the_api_checks_its_settings_and_keeps_partial_results(vae_checkpoint, monkeypatch):
-    from raise_eval.bdmc_report import BDMCFailed, BDMCInterrupted, evaluate_bdmc
+    from raise_eval.bidirectional import BDMCFailed, BDMCInterrupted, evaluate_bdmc
     from raise_eval.models.io.checkpoints import load_checkpoint
 
     model = load_checkpoint(vae_checkpoint).model
     small = dict(num_examples=4, chains=2, steps=(5, 20), iwae_samples=(1,), elbo_samples=3, pilot_chains=2)
     for bad, match in (
-        (dict(target_accept=1.0), "target_accept is the HMC pilot's target acceptance rate"),
-        (dict(aide_settings={"Ng": 0}), r"aide_settings\['Ng'\] must be a positive integer"),
+        (dict(target_accept=1.0), "target_accept must be a finite number strictly between 0 and 1"),
+        (dict(aide_settings={"Ng": 0}), r"aide_ng must be an integer of at least 1"),
         (dict(aide_settings={"num_examples": 5}), "AIDE runs on 5 of the simulated examples"),
         (dict(aide_settings={"ng": 2}), "unknown: ng"),
-        (dict(steps=()), "steps must be positive integers"),
+        (dict(steps=()), "steps must be one or more integers of at least 1"),
     ):
         with pytest.raises(ValueError, match=match):
             evaluate_bdmc(model, **{**small, **bad})
@@ -316,7 +316,7 @@ def test_the_api_checks_its_settings_and_keeps_partial_results(vae_checkpoint, m
 
 
 def _report_with_gap(gap: float):
-    from raise_eval.bdmc_report import BDMCReport
+    from raise_eval.bidirectional import BDMCReport
     from raise_eval.estimators.bdmc import BDMCResult
 
     lower = torch.tensor([-100.0, -102.0], dtype=torch.float64)

@@ -52,7 +52,7 @@ def test_bad_data_options_stop_before_the_checkpoint_is_read(capsys, options, me
     assert message in err and len(err.strip().splitlines()) == 1
 
 
-def test_bad_pixel_order_is_refused_by_the_parser(capsys):
+def test_bad_pixel_order_is_refused_before_any_work(capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", str(DEFAULT), "--pixel-order", "column-major"])
-    assert "invalid choice: 'column-major' (choose from 'row-major', 'fortran')" in capsys.readouterr().err
+    assert "--pixel-order must be one of row-major, fortran, got 'column-major'" in capsys.readouterr().err

@@ -90,7 +90,7 @@ def test_log_f_options(tmp_path, data_files, capsys):
     assert "AIS, 9 steps x 10 chains per vector" in capsys.readouterr().out
     for bad, says in (
         (["--log-f", "ais", "--log-f-samples", "7"], "--log-f-samples sets importance sampling, but --log-f is ais"),
-        (["--log-f", "importance", "--log-f-chains", "3"], "set per-vector AIS, but --log-f is importance"),
+        (["--log-f", "importance", "--log-f-chains", "3"], "--log-f-chains sets per-vector AIS, but --log-f is importance"),
         (["--log-f-samples", "7", "--log-f-steps", "3"], "choose one"),
     ):
         with pytest.raises(SystemExit):
@@ -101,7 +101,7 @@ def test_log_f_options(tmp_path, data_files, capsys):
     assert "log f(v): exact, by enumeration" in table and "AIS (optimistic)" in table
     with pytest.raises(SystemExit):
         main([*args, "--cv-alpha", "best"])
-    assert "--cv-alpha takes a finite number or 'optimal'" in capsys.readouterr().err
+    assert "--cv-alpha must be a finite number or 'optimal', got 'best'" in capsys.readouterr().err
 
 
 def test_help_documents_the_deep_options():

@@ -1,4 +1,4 @@
-"""Cost estimates (`raise_eval.cost`): every size checked before any work, the estimate's stages, --test-subset.
+"""Cost estimates (`raise_eval.evaluation.memory` and `.timing`): every size checked before any work, the estimate's stages, --test-subset.
 
 No test here times anything: the estimate's accuracy is measured by scripts/benchmark_cost_estimate.py.
 """
@@ -13,16 +13,19 @@ from raise_eval.models.boltzmann.dbm import DBM
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.io.checkpoints import load_checkpoint
 
-from raise_eval import cost, estimate_cost, plan_evaluation, run_evaluation
-from raise_eval.certify import certify
+from raise_eval import estimate_cost, plan_evaluation, run_evaluation
+from raise_eval import certify
 from raise_eval.cli import main
-from raise_eval.datasets import load_dataset
-from raise_eval.evaluate import evaluate
+from raise_eval.io.datasets import load_dataset
+from raise_eval import evaluate
 from raise_eval.schedules import make_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "checkpoints" / "rbm_digits_64-16.pt"
-evaluate_module = importlib.import_module("raise_eval.evaluate")  # `raise_eval.evaluate` is the function
+plan_module = importlib.import_module("raise_eval.evaluation.plan")
+stages_module = importlib.import_module("raise_eval.evaluation.stages")
+run_module = importlib.import_module("raise_eval.evaluation.run")
+timing = importlib.import_module("raise_eval.evaluation.timing")
 GB = 10**9
 
 
@@ -47,21 +50,22 @@ def no_work(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("work started before the refusal")
 
-    sharding = importlib.import_module("raise_eval.sharding")
+    sharding = importlib.import_module("raise_eval.runtime.sharding")
     for module, name in [
-        (evaluate_module, "run_evaluation"),
-        (evaluate_module, "make_schedule"),
-        (evaluate_module, "adaptive_pilot"),
-        (evaluate_module, "log_unnormalized_estimate"),
+        (run_module, "run_evaluation"),
+        (plan_module, "make_schedule"),
+        (stages_module, "adaptive_pilot"),
+        (stages_module, "log_unnormalized_estimate"),
         (sharding, "ais"),
         (sharding, "raise_log_likelihood"),
-        (cost, "ais"),
-        (cost, "raise_log_likelihood"),
-        (cost, "anneal"),
-        (cost, "pilot_run"),
-        (cost, "log_unnormalized_estimate"),
-        (importlib.import_module("raise_eval.cli"), "run_evaluation"),
-        (importlib.import_module("raise_eval.cli"), "estimate_cost"),
+        (timing, "ais"),
+        (timing, "raise_log_likelihood"),
+        (timing, "anneal"),
+        (timing, "pilot_run"),
+        (timing, "log_unnormalized_estimate"),
+        (importlib.import_module("raise_eval.certification.run"), "run_evaluation"),
+        (importlib.import_module("raise_eval.cli.evaluate"), "run_evaluation"),
+        (importlib.import_module("raise_eval.cli.evaluate"), "estimate_cost"),
     ]:
         monkeypatch.setattr(module, name, refuse)
 
@@ -69,11 +73,11 @@ def no_work(monkeypatch):
 @pytest.mark.parametrize(
     "settings, option, part",
     [
-        (dict(ais_chains=10**12), "--ais-chains", "the log-weights of 1,000,000,000,000 chains"),
-        (dict(steps=10**12), "--steps", "the schedule of 1,000,000,000,000 steps"),
-        (dict(schedule="adaptive", pilot_grid=10**8), "--pilot-grid", "the pilot's grid of 100,000,000 cells"),
-        (dict(schedule="adaptive", steps=10**9, pilot_grid=10), "--steps", "the schedule of 1,000,000,000 steps"),
-        (dict(raise_examples=1000, raise_chains=10**5, shard_size=1000), "--raise-examples x --raise-chains",
+        (dict(ais_chains=10**12), "ais_chains", "the log-weights of 1,000,000,000,000 chains"),
+        (dict(steps=10**12), "steps", "the schedule of 1,000,000,000,000 steps"),
+        (dict(schedule="adaptive", pilot_grid=10**8), "pilot_grid", "the pilot's grid of 100,000,000 cells"),
+        (dict(schedule="adaptive", steps=10**9, pilot_grid=10), "steps", "the schedule of 1,000,000,000 steps"),
+        (dict(raise_examples=1000, raise_chains=10**5, shard_size=1000), "raise_examples x raise_chains",
          "the log-weights of 1,000 x 100,000 chains"),
     ],
 )  # fmt: skip
@@ -83,7 +87,7 @@ def test_each_size_is_refused_before_any_work(digits, no_work, settings, option,
     with pytest.raises(ValueError) as refused:
         evaluate(model, test, train_pixel_means=means, max_memory=GB, **settings)
     message = str(refused.value)
-    assert "\n" not in message and "over the memory bound of 1.0 GB (--max-memory)" in message
+    assert "\n" not in message and "over the memory bound of 1.0 GB (max_memory)" in message
     assert part in message and f"lower {option} (about " in message and "nothing was computed" in message
 
 
@@ -95,26 +99,26 @@ def test_a_refused_size_says_how_many_fit(digits):
     fits = int(str(refused.value).split("about ")[-1].split(" fit")[0].replace(",", ""))
     plan = plan_evaluation(model, test, train_pixel_means=means, ais_chains=fits, max_memory=GB)  # no error
     assert plan.cost.bytes <= GB
-    with pytest.raises(ValueError, match="--ais-chains"):
+    with pytest.raises(ValueError, match="lower ais_chains"):
         plan_evaluation(model, test, train_pixel_means=means, ais_chains=fits + 1000, max_memory=GB)
 
 
 def test_deep_model_sizes_are_refused_before_any_work(small_dbm, no_work):
     model, test = small_dbm
-    chunk = r"log f\(v\) .* for one chunk of 1 vector \(--log-f-chains .*lower --log-f-chains"
+    chunk = r"log f\(v\) .* for one chunk of 1 vector \(log_f_ais_chains .*lower log_f_ais_chains"
     with pytest.raises(ValueError, match=chunk):
         evaluate(model, test, init="uniform", exact="never", log_f_method="ais", log_f_ais_chains=10**10, max_memory=GB)
     tiny = dict(init="uniform", steps=10, ais_chains=10, raise_examples=5, raise_chains=2, max_memory=10**6)
-    with pytest.raises(ValueError, match=r"exact .*use --exact never or raise --max-memory"):
+    with pytest.raises(ValueError, match=r"exact .*use exact never or raise max_memory"):
         evaluate(model, test, exact="always", **tiny)
-    with pytest.raises(ValueError, match=r"log f\(v\) .*--test-subset 2,400\); lower --test-subset"):
+    with pytest.raises(ValueError, match=r"log f\(v\) .*test_subset 2,400\); lower test_subset"):
         evaluate(model, test.repeat(40, 1), exact="never", log_f_method="mean-field", **tiny)  # all at once
 
 
 def test_certify_checks_the_largest_k_before_any_work(digits, no_work, monkeypatch):
     model, test, means = digits
-    monkeypatch.setattr(evaluate_module, "make_schedule", make_schedule)  # the first K's 11 betas may be made
-    with pytest.raises(ValueError, match=r"the schedule of 1,000,000,000,000 steps .*lower --steps"):
+    monkeypatch.setattr(plan_module, "make_schedule", make_schedule)  # the first K's 11 betas may be made
+    with pytest.raises(ValueError, match=r"the schedule of 1,000,000,000,000 steps .*lower steps"):
         certify(model, test, tolerance=0.1, steps=10, max_steps=10**12, train_pixel_means=means, max_memory=GB)
 
 
@@ -140,7 +144,7 @@ def test_cli_counts_may_be_written_in_scientific_notation(capsys, no_work):
         main(["evaluate", str(DEFAULT), "--steps", "2.5e1"])
     with pytest.raises(SystemExit) as stop:
         main(["evaluate", str(DEFAULT), "--steps", "1.5"])
-    assert stop.value.code == 2 and "'1.5' is not a whole number" in capsys.readouterr().err
+    assert stop.value.code == 2 and "--steps must be an integer of at least 1, got '1.5'" in capsys.readouterr().err
 
 
 def test_plan_memory_covers_every_stage_in_order(small_dbm):
@@ -275,4 +279,4 @@ def test_cli_test_subset(tmp_path, capsys):
     assert "50 of 360 vectors" in capsys.readouterr().out
     with pytest.raises(SystemExit) as stop:
         main([*args[:-2], "--test-subset", "1"])
-    assert stop.value.code == 2 and "--test-subset must be at least 2" in capsys.readouterr().err
+    assert stop.value.code == 2 and "--test-subset must be an integer of at least 2" in capsys.readouterr().err

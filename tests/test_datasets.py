@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from raise_eval.datasets import (
+from raise_eval.io.datasets import (
     DATASET_SPECS,
     DATASETS,
     OMNIGLOT_BINARIZATION_SEED,
@@ -113,7 +113,7 @@ def test_registry_is_the_one_table():
 
 def test_readme_table_is_made_from_the_registry():
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert dataset_table() in readme, "README's datasets table is stale: paste raise_eval.datasets.dataset_table()"
+    assert dataset_table() in readme, "README's datasets table is stale: paste raise_eval.io.datasets.dataset_table()"
 
 
 # --- pixel order -----------------------------------------------------------------------------------------------
@@ -269,7 +269,7 @@ def test_omniglot_rbm_prefers_fortran_order(omniglot_test):
 
 
 def test_read_amat_fast_path_equals_loadtxt(tmp_path):
-    from raise_eval.datasets import read_amat
+    from raise_eval.io.datasets import read_amat
 
     g = np.random.RandomState(0)
     rows = (g.random_sample((5, 7)) < 0.5).astype(int)
@@ -306,7 +306,7 @@ def test_an_object_array_names_the_file_and_the_fix(tmp_path, suffix, fix):
 
 
 def test_dataset_files_are_the_files_load_dataset_reads(tmp_path, monkeypatch):
-    from raise_eval.datasets import dataset_files
+    from raise_eval.io.datasets import dataset_files
 
     assert dataset_files("digits", "test") == [ROOT / "raise_eval" / "data" / "digits.npz"]
     monkeypatch.setenv("RAISE_EVAL_DATA", str(tmp_path))

@@ -8,10 +8,10 @@ import pytest
 import torch
 from raise_eval.models import RBM
 
-from raise_eval.datasets import load_dataset
+from raise_eval.io.datasets import load_dataset
 from raise_eval.diagnostics import diagnose
-from raise_eval.evaluate import evaluate
-from raise_eval.results import to_jsonable
+from raise_eval import evaluate
+from raise_eval.io.results import to_jsonable
 
 HEALTHY = dict(ais_mean=-18.07, ais_stderr=0.007, ais_ess=948, ais_chains=1000, ais_lower=65.68)
 
@@ -101,7 +101,7 @@ def test_the_embedded_default_is_healthy():
 def test_an_interrupted_report_keeps_the_warnings_of_finished_stages():
     """Stopped after AIS (no log f(v), no RAISE): the AIS warnings still apply and are shown."""
     from raise_eval import BoltzmannPath, ais, linear_schedule
-    from raise_eval.evaluate import EvaluationReport
+    from raise_eval.evaluation import EvaluationReport
 
     g = torch.Generator().manual_seed(0)
     rbm = RBM(50 * torch.randn(64, 16, generator=g), torch.zeros(64), torch.zeros(16))
@@ -138,7 +138,7 @@ def test_low_ess_wording_fits_the_chain_count():
     many = low_ess(400_371, 5_000_000)
     assert "400,371 of 5,000,000 chains" in many.message and "as if only 8.0% of the chains counted" in many.message
     assert "a few chains" not in many.message and "more chains" not in many.message
-    assert "Raise K (--steps)" in many.message
+    assert "Raise K (steps)" in many.message
     few = low_ess(4, 1000)
     assert "4 of 1,000 chains: log Z rests on a few chains" in few.message and "run more chains" in few.message
 

@@ -137,10 +137,10 @@ def test_readme_links_to_every_docs_page():
 
 
 def test_datasets_page_table_is_current():
-    from raise_eval.datasets import dataset_table
+    from raise_eval.io.datasets import dataset_table
 
     assert dataset_table() in (DOCS / "datasets.md").read_text(encoding="utf-8"), (
-        "docs/datasets.md's table is stale: paste raise_eval.datasets.dataset_table()"
+        "docs/datasets.md's table is stale: paste raise_eval.io.datasets.dataset_table()"
     )
 
 

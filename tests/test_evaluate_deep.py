@@ -9,8 +9,8 @@ import torch
 from raise_eval.models import DBM, DBN
 
 from raise_eval import exact
-from raise_eval.evaluate import evaluate, recognition_means
-from raise_eval.results import to_jsonable
+from raise_eval import evaluate, recognition_means
+from raise_eval.io.results import to_jsonable
 
 
 @pytest.fixture(scope="module")
@@ -113,7 +113,8 @@ def test_reused_log_f_gives_the_same_report(test_vectors):
         evaluate(model, test_vectors[:299], **kwargs, log_f=first.log_f)
     with pytest.raises(ValueError, match="log_f used 8 importance samples but log_f_samples=9"):
         evaluate(model, test_vectors, **{**kwargs, "log_f_samples": 9}, log_f=first.log_f)
-    ais = {**kwargs, "log_f_method": "ais", "log_f_ais_steps": 5, "log_f_ais_chains": 3}
+    importance_only = {k: v for k, v in kwargs.items() if k != "log_f_samples"}  # ais refuses an importance budget
+    ais = {**importance_only, "log_f_method": "ais", "log_f_ais_steps": 5, "log_f_ais_chains": 3}
     first_ais = evaluate(model, test_vectors, **ais)
     assert first_ais.log_f.method == "ais" and first_ais.log_f.steps == 5
     with pytest.raises(ValueError, match="log_f used AIS with 5 steps x 3 chains but log_f_ais_steps=6"):
@@ -122,7 +123,7 @@ def test_reused_log_f_gives_the_same_report(test_vectors):
 
 def test_auto_log_f_method_takes_ais_for_dbms_and_narrow_dbns(test_vectors):
     """--log-f auto: per-vector AIS for DBMs, and for DBNs while its sweeps stay cheap (else importance, noted)."""
-    from raise_eval.evaluate import plan_evaluation
+    from raise_eval.evaluation import plan_evaluation
 
     dbm = DBM.random([20, 6, 4], weight_std=0.7, generator=torch.Generator().manual_seed(2))
     plan = plan_evaluation(dbm, test_vectors, init="uniform", exact="never")
@@ -132,4 +133,4 @@ def test_auto_log_f_method_takes_ais_for_dbms_and_narrow_dbns(test_vectors):
     wide = DBN.random([20, 300, 200], generator=torch.Generator().manual_seed(2))
     many = test_vectors.repeat(40, 1)  # 12,000 vectors: AIS's sweeps would make 1.6e11 updates
     plan = plan_evaluation(wide, many, init="uniform", exact="never")
-    assert plan.log_f_options["method"] == "importance" and "--log-f auto chose importance" in plan.log_f_note
+    assert plan.log_f_options["method"] == "importance" and "log_f_method auto chose importance" in plan.log_f_note

@@ -15,12 +15,12 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from raise_eval import LikelihoodMonitor
-from raise_eval.evaluate import evaluate
+from raise_eval import evaluate
 
 pl = pytest.importorskip("lightning.pytorch")
 from lightning.pytorch.loggers import CSVLogger  # noqa: E402
 
-from raise_eval.lightning import SandwichCallback  # noqa: E402
+from raise_eval.integrations.lightning import SandwichCallback  # noqa: E402
 
 SETTINGS = dict(init="uniform", steps=30, ais_chains=40, raise_examples=8, raise_chains=3, seed=5, exact="auto")
 QUIET = pytest.mark.filterwarnings("ignore::UserWarning")  # Lightning's advice on dataloader workers and the like
@@ -190,6 +190,6 @@ def test_errors():
 def test_missing_lightning_says_how_to_install(monkeypatch):
     for name in ("lightning", "lightning.pytorch", "pytorch_lightning"):
         monkeypatch.setitem(sys.modules, name, None)  # makes `import name` raise ImportError
-    monkeypatch.delitem(sys.modules, "raise_eval.lightning")
+    monkeypatch.delitem(sys.modules, "raise_eval.integrations.lightning")
     with pytest.raises(ImportError, match=r"pip install raise-eval\[lightning\]"):
-        importlib.import_module("raise_eval.lightning")
+        importlib.import_module("raise_eval.integrations.lightning")

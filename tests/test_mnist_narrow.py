@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from raise_eval import certify, evaluate, exact, load_checkpoint
-from raise_eval.datasets import load_dataset
+from raise_eval.io.datasets import load_dataset
 from tests.conftest import PROJECT_ROOT
 
 pytestmark = pytest.mark.data
@@ -104,7 +104,7 @@ def test_ais_log_z_within_its_error_of_the_exact_value(mnist_test, name, steps):
     model = _model(name)
     means = mnist_test[:2000].double().mean(0)
     if name.startswith("dbn"):
-        from raise_eval.evaluate import recognition_means
+        from raise_eval.evaluation import recognition_means
 
         means = recognition_means(model, mnist_test[:2000])
     report = evaluate(

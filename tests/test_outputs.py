@@ -7,8 +7,8 @@ import os
 import pytest
 import torch
 
-from raise_eval.outputs import Output, OutputError, check_outputs, plot_metadata, same_file, written_by_raise_eval
-from raise_eval.results import dump_json
+from raise_eval.io.outputs import Output, OutputError, check_outputs, plot_metadata, same_file, written_by_raise_eval
+from raise_eval.io.results import dump_json
 
 
 def test_same_file_sees_links_and_other_spellings(tmp_path):
@@ -106,7 +106,7 @@ def test_plots_are_marked_and_recognized(tmp_path, suffix):
 
 
 def test_resume_files_are_recognized(tmp_path):
-    from raise_eval.resume import ResumeFile
+    from raise_eval.runtime.resume import ResumeFile
 
     resume = tmp_path / "run.pt"
     ResumeFile(resume, {"seed": 0}).write()

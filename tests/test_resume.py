@@ -15,8 +15,9 @@ from raise_eval.models.io.checkpoints import load_checkpoint
 
 from raise_eval import DBM, DBN, BoltzmannPath, sharding
 from raise_eval.cli import main
-from raise_eval.datasets import load_dataset
-from raise_eval.evaluate import EvaluationInterrupted, evaluate
+from raise_eval.io.datasets import load_dataset
+from raise_eval import evaluate
+from raise_eval.evaluation import EvaluationInterrupted
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "checkpoints" / "rbm_digits_64-16.pt"

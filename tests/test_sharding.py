@@ -11,13 +11,14 @@ from raise_eval.models.io.checkpoints import load_checkpoint
 
 from raise_eval import sharding
 from raise_eval.cli import main
-from raise_eval.datasets import load_dataset
+from raise_eval.io.datasets import load_dataset
 from raise_eval.estimators.ais import ais
 from raise_eval.estimators.raise_ import raise_log_likelihood
-from raise_eval.evaluate import evaluate
+from raise_eval import evaluate
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates
 from raise_eval.schedules import make_schedule
-from raise_eval.sharding import default_shard_size, parse_size, shard_generator, shard_seed, sharded_ais, sharded_raise
+from raise_eval.runtime.sharding import default_shard_size, shard_generator, shard_seed, sharded_ais, sharded_raise
+from raise_eval.settings import parse_size
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "checkpoints" / "rbm_digits_64-16.pt"
@@ -138,9 +139,9 @@ def test_request_over_the_bound_is_refused_before_work(digits, monkeypatch):
 
     monkeypatch.setattr(sharding, "ais", no_work)
     monkeypatch.setattr(sharding, "raise_log_likelihood", no_work)
-    with pytest.raises(ValueError, match=r"--max-memory.*--shard-size.*nothing was computed"):
+    with pytest.raises(ValueError, match=r"max_memory.*shard_size.*nothing was computed"):
         evaluate(model, test, train_pixel_means=means, **SMALL, max_memory=10_000)
-    with pytest.raises(ValueError, match=r"RAISE shard of 1 vectors x 4000 chains.*--raise-chains"):
+    with pytest.raises(ValueError, match=r"RAISE \(100 vectors x 4,000 chains.*lower raise_examples x raise_chains, raise_chains"):
         evaluate(
             model,
             test,
@@ -150,6 +151,7 @@ def test_request_over_the_bound_is_refused_before_work(digits, monkeypatch):
             raise_chains=4000,
             shard_size=100,
             max_memory=10**6,
+            exact="never",  # the exact stage's chunks come before RAISE and would not fit this bound either
         )
 
 
@@ -158,10 +160,10 @@ def test_cli_refuses_before_work(capsys):
         main(["evaluate", str(DEFAULT), "--ais-chains", "10000000", "--max-memory", "100MB", "--no-progress"])
     assert stop.value.code == 2
     err = capsys.readouterr().err
-    assert "--max-memory" in err and "--shard-size" in err and "AIS shard of 104857 chains" in err
+    assert "--max-memory" in err and "--shard-size" in err and "--ais-chains" in err and "nothing was computed" in err
     with pytest.raises(SystemExit):
         main(["evaluate", str(DEFAULT), "--max-memory", "a lot"])
     assert "--max-memory: 'a lot' is not a size" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["evaluate", str(DEFAULT), "--shard-size", "0"])
-    assert "--shard-size must be at least 1" in capsys.readouterr().err
+    assert "--shard-size must be an integer of at least 1, got 0" in capsys.readouterr().err

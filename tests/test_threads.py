@@ -6,11 +6,11 @@ from pathlib import Path
 import pytest
 import torch
 
-import raise_eval.threads as threads
-from raise_eval.datasets import load_dataset
-from raise_eval.evaluate import evaluate
+import raise_eval.runtime.threads as threads
+from raise_eval.io.datasets import load_dataset
+from raise_eval import evaluate
 from raise_eval.models.io.checkpoints import load_checkpoint
-from raise_eval.threads import resolve_threads, using_threads
+from raise_eval.runtime.threads import resolve_threads, using_threads
 
 DEFAULT = Path(__file__).resolve().parents[1] / "checkpoints" / "rbm_digits_64-16.pt"
 SMALL = dict(steps=20, ais_chains=50, raise_examples=5, raise_chains=2)
@@ -61,7 +61,7 @@ def test_evaluate_chooses_threads_as_the_cli_does_and_restores_them(two_threads,
 
 def test_certify_and_bdmc_take_threads_too(two_threads, busy_machine):
     from raise_eval import VAE, VAEConfig, certify
-    from raise_eval.bdmc_report import evaluate_bdmc
+    from raise_eval.bidirectional import evaluate_bdmc
 
     ckpt = load_checkpoint(DEFAULT)
     cert = certify(

@@ -7,7 +7,7 @@ import textwrap
 import pytest
 
 from raise_eval.models import DecoderModel
-from raise_eval.user_model import UserCodeError, build_user_model, parse_model_spec
+from raise_eval.io.user_model import UserCodeError, build_user_model, parse_model_spec
 
 GOOD = """
     import torch

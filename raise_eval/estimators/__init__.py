@@ -1,4 +1,6 @@
-"""Estimators: model-agnostic loops over an annealing schedule, and what they are compared with."""
+"""Estimators: model-agnostic loops over an annealing path (AIS, RAISE, BDMC, AIDE, log f(v), control variates),
+and what they are compared with (ELBO, IWAE). May import `annealing`, `stats`, `kernels`, `paths` and the models' types;
+never a protocol package, the CLI or the renderers."""
 
 from raise_eval.estimators.aide import AIDEResult, AISInference, EncoderInference, aide
 from raise_eval.estimators.ais import AISResult, ReverseAISResult, ais, reverse_ais

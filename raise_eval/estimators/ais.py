@@ -15,7 +15,7 @@ import torch
 from torch import Tensor
 
 from raise_eval.annealing import Kernel, anneal, continuation
-from raise_eval.results import scalar
+from raise_eval.io.results import scalar
 from raise_eval.schedules import validate_schedule
 from raise_eval.stats import summarize_log_weights
 
@@ -99,7 +99,7 @@ def ais(
         generator: the only source of randomness (on the model's device).
         kernel: replaces the path's default kernel.
         progress: show a progress bar.
-        checkpoint: saves the annealing state as it goes and restores a saved one (`raise_eval.resume.
+        checkpoint: saves the annealing state as it goes and restores a saved one (`raise_eval.runtime.resume.
             ShardCheckpoint`, phase 'AIS'): a restored run continues from its saved step with the generator's saved
             state, and gives the numbers of an uninterrupted run.
     """

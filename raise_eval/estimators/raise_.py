@@ -33,7 +33,7 @@ import torch
 from torch import Tensor
 
 from raise_eval.annealing import Kernel, anneal, continuation
-from raise_eval.datasets import check_binary
+from raise_eval.io.datasets import check_binary
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.paths.boltzmann import BoltzmannPath
 from raise_eval.schedules import validate_schedule
@@ -149,7 +149,7 @@ def raise_log_likelihood(
         heating_kernel: replaces the clamped kernel of the heating pass (DBMs).
         unroll: a DBN (`sample_recognition`, `log_directed_likelihood`, `top`) whose directed layers are
             proposed with its recognition distribution; `path.model` must be its top RBM.
-        checkpoint: saves the annealing state as it goes and restores a saved one (`raise_eval.resume.
+        checkpoint: saves the annealing state as it goes and restores a saved one (`raise_eval.runtime.resume.
             ShardCheckpoint`, phases 'heating' and 'RAISE'): a restored run continues from its saved step with the
             generator's saved state, and gives the numbers of an uninterrupted run.
     """

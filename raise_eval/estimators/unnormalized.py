@@ -141,7 +141,7 @@ def log_unnormalized_estimate(
     of `ais_steps` steps per example) or 'mean-field' (the bound). DBNs: 'importance' (recognition proposal) or
     'ais' (from the recognition proposal; DBNs with two hidden layers only).
     Examples are processed in chunks fixed by N, the samples or chains per example and the layer sizes, so that
-    memory stays bounded (about 32 MB of states per chunk). `checkpoint` (`raise_eval.resume.ShardCheckpoint`,
+    memory stays bounded (about 32 MB of states per chunk). `checkpoint` (`raise_eval.runtime.resume.ShardCheckpoint`,
     phase 'log f(v)') saves the estimates and the generator's state after chunks and continues from a saved chunk,
     with the numbers of an uninterrupted run.
 

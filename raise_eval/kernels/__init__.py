@@ -1,4 +1,5 @@
-"""Transition kernels: functions (state, beta, generator) -> state that leave p_beta invariant (reversibly)."""
+"""Transition kernels: functions (state, beta, generator) -> state that leave p_beta invariant (reversibly). May import
+the models' types and `stats`; never the estimators or anything above them."""
 
 from raise_eval.kernels.binary_gibbs import BinaryGibbsKernel
 from raise_eval.kernels.block_gibbs import block_gibbs_step

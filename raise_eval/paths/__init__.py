@@ -1,4 +1,5 @@
-"""Annealing paths: families f_beta from a tractable start (beta = 0) to the model of interest (beta = 1)."""
+"""Annealing paths: families f_beta from a tractable start (beta = 0) to the model of interest (beta = 1). May import
+`kernels` and the models; never the estimators or anything above them."""
 
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.paths.directed import DirectedPath, DirectedState

@@ -10,7 +10,7 @@ import torch
 from raise_eval.models.io.checkpoints import load_checkpoint
 
 from raise_eval import BoltzmannPath, ais, data_base_rates, linear_schedule, raise_log_likelihood
-from raise_eval.datasets import load_dataset
+from raise_eval.io.datasets import load_dataset
 
 pytestmark = pytest.mark.data
 

@@ -5,7 +5,7 @@ import math
 
 import pytest
 import torch
-from raise_eval.bdmc_report import evaluate_bdmc
+from raise_eval.bidirectional import evaluate_bdmc
 from raise_eval.models import VAE, DecoderModel, LinearGaussianModel, VAEConfig
 from raise_eval.models.directed.likelihoods import DataSupportError
 from torch import nn

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from raise_eval import evaluate, load_checkpoint
-from raise_eval.datasets import load_dataset
+from raise_eval.io.datasets import load_dataset
 from tests.conftest import PROJECT_ROOT
 from tests.scripts.test_reproduce_raise_tables import load_script
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from raise_eval import DBM, DBN, RBM, evaluate, save_checkpoint
-from raise_eval.datasets import load_dataset
+from raise_eval.io.datasets import load_dataset
 from tests.conftest import PROJECT_ROOT
 
 pytest.importorskip("matplotlib")

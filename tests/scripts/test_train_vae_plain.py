@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from raise_eval.models import DecoderModel
-from raise_eval.user_model import load_module
+from raise_eval.io.user_model import load_module
 from tests.conftest import PROJECT_ROOT
 from tests.scripts.test_reproduce_raise_tables import load_script
 

@@ -4,7 +4,7 @@ Optional: needs `lightning` (pip install raise-eval[lightning]), or the older `p
 imported by `raise_eval` itself.
 
     from raise_eval import LikelihoodMonitor
-    from raise_eval.lightning import SandwichCallback
+    from raise_eval.integrations.lightning import SandwichCallback
 
     monitor = LikelihoodMonitor(test_data, every=5, history_path="sandwich.csv")
     trainer = lightning.pytorch.Trainer(callbacks=[SandwichCallback(monitor)], ...)
@@ -37,10 +37,10 @@ except ImportError:
         import pytorch_lightning as pl
     except ImportError:
         raise ImportError(
-            "raise_eval.lightning needs Lightning: pip install raise-eval[lightning] (or pip install lightning)"
+            "raise_eval.integrations.lightning needs Lightning: pip install raise-eval[lightning] (or pip install lightning)"
         ) from None
 
-from raise_eval.hooks import LikelihoodMonitor, SandwichRecord
+from raise_eval.integrations.hooks import LikelihoodMonitor, SandwichRecord
 
 
 def _default_model_getter(pl_module: Any):

@@ -1,7 +1,7 @@
 """Several processes (and GPUs) through torch.distributed: `torchrun ... raise-eval evaluate ...`.
 
 torchrun starts one process per rank and sets RANK, WORLD_SIZE, LOCAL_RANK and the rendezvous variables. Each
-rank runs the shards i with i % world_size == rank (see `raise_eval.sharding`); the per-shard results travel to
+rank runs the shards i with i % world_size == rank (see `raise_eval.runtime.sharding`); the per-shard results travel to
 every rank (`all_gather_object`, on the CPU), so every rank assembles exactly what one process would have and
 `evaluate` returns the same report everywhere. Only rank 0 prints and writes files (the CLI's job).
 

@@ -12,7 +12,7 @@ import torch
 
 from raise_eval._version import __version__
 
-TOOL = "raise-eval"  # the "tool" key of every JSON document raise-eval writes (`raise_eval.outputs` reads it)
+TOOL = "raise-eval"  # the "tool" key of every JSON document raise-eval writes (`raise_eval.io.outputs` reads it)
 
 
 def to_jsonable(obj: Any) -> Any:

@@ -71,7 +71,7 @@ from torch import Tensor
 from raise_eval.models.io.files import EMPTY_ZIP_MAGIC, check_magic
 
 DATA_ROOT_ENV = "RAISE_EVAL_DATA"
-_PACKAGE_DATA = Path(__file__).resolve().parent / "data"
+_PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"  # raise_eval/data
 _MNIST_FILES = {
     "train": ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz"),
     "test": ("t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"),

@@ -8,9 +8,9 @@
 - an existing file that raise-eval did not write (`written_by_raise_eval`), unless `overwrite` is true. A resume
   file is never replaced, since the run reads it back: a foreign one is to be deleted or named otherwise.
 
-raise-eval marks what it writes: every JSON document carries "tool": "raise-eval" (`raise_eval.results.dump_json`;
+raise-eval marks what it writes: every JSON document carries "tool": "raise-eval" (`raise_eval.io.results.dump_json`;
 documents written before the mark are recognized by their keys), every plot the metadata of `plot_metadata`, and
-resume files have their own format keys (`raise_eval.resume`; a certified run's JSON, `raise_eval.certify`).
+resume files have their own format keys (`raise_eval.runtime.resume`; a certified run's JSON, `raise_eval.certify`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Optional, Union
 
 from raise_eval._version import __version__
-from raise_eval.results import TOOL
+from raise_eval.io.results import TOOL
 
 PathLike = Union[str, os.PathLike]
 KINDS = ("json", "plot", "resume")
@@ -153,10 +153,10 @@ def _json_document(path: Path):
 
 
 def _is_resume_file(path: Path) -> bool:
-    """Whether `path` is a resume file of `raise_eval.resume` (its tensors memory-mapped, not read)."""
+    """Whether `path` is a resume file of `raise_eval.runtime.resume` (its tensors memory-mapped, not read)."""
     import torch
 
-    from raise_eval.resume import READABLE_FORMATS
+    from raise_eval.runtime.resume import READABLE_FORMATS
 
     try:
         loaded = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)

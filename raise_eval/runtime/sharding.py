@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import math
-import re
 import time
 from typing import Any, Callable, Optional
 
@@ -31,52 +29,13 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from raise_eval import distributed
+from raise_eval.runtime import distributed
 from raise_eval.estimators.ais import AISResult, ais
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
-from raise_eval.resume import deferred_interrupts, interrupt_requested
+from raise_eval.runtime.resume import deferred_interrupts, interrupt_requested
 
 SHARD_UNITS = 2**23  # units (chains x layer sizes) per default shard: about 270 MB of float32 states and buffers
 STAGE_OFFSETS = {"ais": 0, "raise": 1}  # shard 0's seed is seed + offset, as before sharding existed
-
-_SIZE_UNITS = {
-    "": 1,
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-    "k": 10**3,
-    "m": 10**6,
-    "g": 10**9,
-    "t": 10**12,
-}
-
-
-def parse_size(text: str) -> int:
-    """Bytes in a size such as '512MB', '8GB', '1.5GiB' or '1000000' (decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB,
-    case-insensitive)."""
-    # Signed, so that "-1GB" is told it is not positive rather than not a size.
-    m = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
-    unit = m.group(2).lower() if m else None
-    if m is None or unit not in _SIZE_UNITS:
-        raise ValueError(f"{text!r} is not a size; write e.g. 512MB, 8GB or 1.5GiB")
-    value = float(m.group(1)) * _SIZE_UNITS[unit]
-    if not math.isfinite(value) or value < 1:
-        raise ValueError(f"{text!r} is not a positive size; write e.g. 512MB, 8GB or 1.5GiB")
-    return int(value)
-
-
-def format_size(n: float) -> str:
-    """1234567 -> '1.2 MB' (decimal units, as `parse_size` reads them)."""
-    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if n >= scale:
-            return f"{n / scale:.1f} {unit}"
-    return f"{int(n)} B"
 
 
 def default_max_memory(device: torch.device) -> int:

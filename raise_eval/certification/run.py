@@ -1,0 +1,261 @@
+"""Certified evaluation: run the AIS-RAISE sandwich at growing K until it closes, or say why it is still open.
+
+K grows geometrically (x `growth`, from the evaluation's `steps`) until the sandwich closes (`verdict`), the next
+K would pass `max_steps`, or the next K's predicted time (from the measured seconds per step of AIS and RAISE)
+would not fit `time_budget`. What does not depend on K (the log f(v) estimates, the exact values, the validation of
+the data) is computed once and handed to the later evaluations. Every K tried is kept, so the result can be plotted
+against K (the RAISE paper's Figures 3-7) and a run continued from a resume file re-runs no finished K.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+
+from raise_eval.certification.report import Certificate, CertifyInterrupted, CertifyStep
+from raise_eval.certification.settings import CertifySettings
+from raise_eval.certification.verdict import K_INDEPENDENT, reasons_of_step, step_of, trend
+from raise_eval.evaluation.plan import plan_evaluation
+from raise_eval.evaluation.report import EvaluationInterrupted
+from raise_eval.evaluation.run import run_evaluation
+from raise_eval.evaluation.settings import evaluate_settings
+from raise_eval.runtime.resume import model_digest, tensor_digest
+from raise_eval.runtime.threads import using_threads
+from raise_eval.settings import Named
+
+FILE_FORMAT = "raise-eval certify 1"
+# The evaluation settings a certified run's resume file must agree on (besides the model, the data and the first
+# K): those that change the numbers at some K, as the first version of the file recorded them.
+FINGERPRINT_FIELDS = (
+    "init", "schedule", "ais_chains", "raise_examples", "raise_chains", "seed", "exact", "log_f_method",
+    "log_f_samples", "log_f_ais_steps", "log_f_ais_chains", "log_f_check", "cv_alpha", "pilot_chains", "pilot_grid",
+    "shard_size", "test_subset",
+)  # fmt: skip
+CERTIFY_FIELDS = ("tolerance", "max_steps", "time_budget", "growth")
+
+
+def certify(
+    model,
+    test_data: Tensor,
+    settings: Optional[CertifySettings] = None,
+    *,
+    train_pixel_means: Optional[Tensor] = None,
+    labels: Optional[dict[str, Any]] = None,
+    resume_file: Optional[str] = None,
+    on_step: Optional[Callable[[CertifyStep], Any]] = None,
+    **overrides,
+) -> Certificate:
+    """Run the evaluation (`raise_eval.evaluate`) at K = steps, growth x steps, ... until the sandwich closes within
+    `tolerance` nats (see `raise_eval.certification.verdict` for every condition) or the next K would pass
+    `max_steps` or the `time_budget` (seconds, for the whole certified run, predicted from the measured seconds per
+    step).
+
+    Args:
+        model, test_data, train_pixel_means, labels: as for `evaluate`.
+        settings: a `CertifySettings`; keyword `overrides` change its fields (tolerance, max_steps, time_budget,
+            growth) or its evaluation's (steps, init, ...): `certify(model, test, tolerance=0.1, steps=100)`.
+        resume_file: a JSON file that keeps every finished K (and the evaluation in progress is resumed through
+            `evaluate`'s own resume file, `<resume_file>.K<k>.pt`): the same call continues where it stopped.
+        on_step: called with each finished `CertifyStep` (e.g. to print a line).
+    Returns:
+        a `Certificate` (verdict, interval or reasons, every K tried, the last evaluation's report).
+    """
+    settings = certify_settings(settings, overrides)
+    with using_threads(settings.evaluation.threads):
+        return _certify(model, test_data, settings, train_pixel_means, labels, resume_file, on_step)
+
+
+def certify_settings(settings: Optional[CertifySettings], overrides: dict[str, Any]) -> CertifySettings:
+    """`settings` with the keyword `overrides` of `certify`, split between its own fields and its evaluation's."""
+    for name in ("log_f", "exact_values"):
+        if name in overrides:
+            raise ValueError(f"certify manages {name} itself; do not pass it")
+    own = {k: overrides.pop(k) for k in CERTIFY_FIELDS if k in overrides}
+    if settings is None:
+        base_evaluation = evaluate_settings(None, overrides)
+        return CertifySettings(evaluation=base_evaluation, **own)
+    evaluation = evaluate_settings(settings.evaluation, overrides)
+    return settings.replace(evaluation=evaluation, **own)
+
+
+def _fingerprint(settings: CertifySettings, model, test: Tensor, train_pixel_means) -> dict[str, Any]:
+    """What the numbers at each K depend on (not the tolerance: the reasons are recomputed)."""
+    e = settings.evaluation
+    out = {
+        "first_steps": e.steps,
+        "growth": settings.growth,
+        "test_data": tensor_digest([test]),
+        "parameters": model_digest(model),
+    }
+    values = {name: getattr(e, name) for name in FINGERPRINT_FIELDS}
+    values["log_f_method"] = e.log_f_request
+    for name in ("log_f_samples", "log_f_ais_steps", "log_f_ais_chains"):
+        values[name] = e.log_f_budget(name)
+    values["train_pixel_means"] = (
+        None if train_pixel_means is None else tensor_digest([torch.as_tensor(train_pixel_means)])
+    )
+    out.update(sorted(values.items()))
+    return out
+
+
+def _certify(model, test_data, settings: CertifySettings, train_pixel_means, labels, resume_file, on_step):
+    if resume_file is not None:
+        folder = os.path.dirname(os.path.abspath(resume_file))
+        if not os.path.isdir(folder):
+            raise ValueError(f"resume_file {resume_file}: the folder {folder} does not exist; create it first")
+    start = time.perf_counter()
+    evaluation = settings.evaluation
+    tolerance, max_steps, time_budget, growth = (
+        settings.tolerance, settings.max_steps, settings.time_budget, settings.growth,
+    )  # fmt: skip
+    # The settings are validated once; the K-independent stages (exact values, log f(v), its check) run once, in
+    # the first evaluation, and are handed to the later ones.
+    plan = plan_evaluation(model, test_data, evaluation, train_pixel_means=train_pixel_means, labels=labels)
+    if max_steps is not None:
+        plan.checked_at_steps(max_steps)  # the largest K must fit the memory bound too: refused now, not hours later
+    fingerprint = _fingerprint(settings, model, plan.test, train_pixel_means)
+    finished = _load_progress(resume_file, fingerprint)
+    history: list[CertifyStep] = []
+    notes: list[str] = []
+    reused: dict[str, Any] = {}
+    report = None
+    k = evaluation.steps
+    reasons: list[str] = []
+    verdict = "open"
+    while True:
+        saved = next((h for h in finished if h["steps"] == k), None)
+        if saved is not None:  # finished in an earlier invocation: kept, not recomputed (reasons at this tolerance)
+            step = CertifyStep(**saved)
+            step.reasons_open = reasons_of_step(step, tolerance)
+            history.append(step)
+            if on_step is not None:
+                on_step(history[-1])
+        else:
+            inner_resume = None if resume_file is None else f"{resume_file}.K{k}.pt"
+            try:
+                report = run_evaluation(
+                    plan.at_steps(k),
+                    log_f=reused.get("log_f"),
+                    exact_values=reused.get("exact"),
+                    log_f_check=reused.get("log_f_check") if "log_f" in reused else None,
+                    resume_file=inner_resume,
+                )
+            except EvaluationInterrupted as stop:
+                partial = Certificate(
+                    verdict="interrupted",
+                    reasons=[f"interrupted during K = {k:,} ({stop.report.interrupted}); the finished Ks are above"],
+                    interval=None,
+                    tolerance=float(tolerance),
+                    time_budget=time_budget,
+                    max_steps=max_steps,
+                    history=history,
+                    needed_steps=None,
+                    seconds=time.perf_counter() - start,
+                    report=None,
+                    notes=notes,
+                    model=plan.report_settings.get("model", ""),
+                )
+                raise CertifyInterrupted(partial, stop.report) from None
+            notes += [f"K = {k:,}: {n}" for n in report.notes if n.startswith("continued from")]
+            reused.update(log_f=report.log_f, exact=report.exact_values, log_f_check=report.log_f_check)
+            if reused["exact"] is None:
+                del reused["exact"]
+            history.append(step_of(report, k, tolerance))
+            _save_progress(resume_file, fingerprint, history)
+            if inner_resume is not None and os.path.exists(inner_resume):
+                os.remove(inner_resume)  # this K is kept in the certified file
+            if on_step is not None:
+                on_step(history[-1])
+        current = history[-1]
+        if not current.reasons_open:
+            verdict = "closed"
+            reasons = []
+            break
+        reasons = list(current.reasons_open)
+        if any(c in current.warnings for c in K_INDEPENDENT) or any("at any K" in r for r in reasons):
+            reasons.append("stopped: no larger K can remove the log f(v) reason above (it is made once)")
+            break
+        next_k = k * growth
+        if max_steps is not None and next_k > max_steps:
+            reasons.append(Named(f"the next K ({next_k:,}) would pass {{max_steps}} {max_steps:,}"))
+            break
+        if time_budget is not None:
+            elapsed = time.perf_counter() - start
+            per_step = current.seconds / k
+            predicted = per_step * next_k + current.fixed_seconds
+            if elapsed + predicted > time_budget:
+                reasons.append(
+                    f"the next K ({next_k:,}) would take about {predicted:.0f} s "
+                    f"({per_step * 1e3:.2f} ms per step measured), beyond the time budget "
+                    f"({time_budget:.0f} s, {elapsed:.0f} s spent)"
+                )
+                break
+        k = next_k
+    gaps = [h.gap for h in history[-3:] if h.gap is not None]
+    if verdict == "open" and len(gaps) == 3 and gaps[-1] > tolerance and gaps[-1] >= 0.9 * gaps[0]:
+        reasons.append(
+            f"the gap stopped shrinking ({', '.join(f'{g:.3f}' for g in gaps)} at the last three K): more K alone may "
+            "not close it (for a DBN, RAISE bounds the unrolled model, whose recognition proposal may cost a fixed "
+            "amount; more RAISE chains per vector narrow that)"
+        )
+    interval = None
+    last = history[-1]
+    if verdict == "closed":
+        interval = (last.interval_low, last.interval_high)
+    if report is None and finished:
+        notes.append(f"every K was read back from {resume_file}; the last evaluation's full report is not kept")
+    return Certificate(
+        verdict=verdict,
+        reasons=reasons,
+        interval=interval,
+        tolerance=float(tolerance),
+        time_budget=time_budget,
+        max_steps=max_steps,
+        history=history,
+        needed_steps=None if verdict == "closed" else trend(history, tolerance),
+        seconds=time.perf_counter() - start,
+        report=report,
+        notes=notes,
+        model=plan.report_settings.get("model", ""),
+        ais_label="AIS" if plan.log_f_method == "exact" else "AIS (log f-hat - log Z-hat)",
+    )
+
+
+def _load_progress(path: Optional[str], fingerprint: dict) -> list[dict]:
+    if path is None or not os.path.exists(path):
+        return []
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ValueError(f"{path} is not a certified run's resume file ({e}); delete it or name another file") from e
+    if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
+        raise ValueError(f"{path} is not a certified run's resume file (format {doc.get('format')!r})")
+    if doc.get("fingerprint") != fingerprint:
+        old = doc.get("fingerprint", {})
+        differs = [
+            f"{k}: {old.get(k)!r} in the file, {fingerprint.get(k)!r} now"
+            for k in sorted(set(fingerprint) | set(old))
+            if fingerprint.get(k) != old.get(k)
+        ]
+        raise ValueError(
+            f"{path} was written by a certified run with other settings ({'; '.join(differs)}); delete it "
+            "or name another file"
+        )
+    return doc["history"]
+
+
+def _save_progress(path: Optional[str], fingerprint: dict, history: list[CertifyStep]) -> None:
+    if path is None:
+        return
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump({"format": FILE_FORMAT, "fingerprint": fingerprint, "history": [vars(s) for s in history]}, f)
+    os.replace(tmp, path)
+
+

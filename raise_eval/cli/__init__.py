@@ -1,0 +1,64 @@
+"""The `raise-eval` command line: a module per subcommand (evaluate.py, bdmc.py), their options generated from the
+settings' declarations (options.py), what they share (common.py). Only this package turns field names into flags
+and errors into exit statuses; it may import everything else, and nothing imports it.
+
+To add a subcommand: a module with `add_parser(sub)` (its options from the declarations of the settings it builds,
+`parser.set_defaults(run=..., names=...)`) and `run(args) -> exit status`, listed in SUBCOMMANDS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import torch
+
+from raise_eval._version import __version__
+from raise_eval.cli import bdmc, evaluate
+from raise_eval.cli.options import attach_dash_values, die
+from raise_eval.io.datasets import DataError
+from raise_eval.io.user_model import UserCodeError
+from raise_eval.runtime.distributed import shutdown as shutdown_process_group
+from raise_eval.settings import SettingsError
+
+SUBCOMMANDS = (evaluate, bdmc)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="raise-eval",
+        description="Log-likelihoods of deep generative models that can be trusted: AIS, RAISE and BDMC.",
+    )
+    parser.add_argument(
+        "--version",
+        action="version",
+        version=f"raise-eval {__version__} (torch {torch.__version__}, Python {sys.version.split()[0]})",
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+    for command in SUBCOMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(attach_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
+    try:
+        code = args.run(args)
+        if args.command == "evaluate" and code in (0, evaluate.EXIT_OPEN):
+            shutdown_process_group()  # a finished run (not Ctrl-C): leave a torchrun process group cleanly
+        return code
+    except SettingsError as e:
+        die(e.render(args.names))
+    except (DataError, FileNotFoundError, ValueError, NotImplementedError, UserCodeError) as e:
+        die(str(e))
+    except KeyboardInterrupt:
+        # Ctrl-C outside the stages that keep partial results (loading, bdmc): a clean exit, no traceback.
+        print("raise-eval: interrupted", file=sys.stderr)
+        return 130
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

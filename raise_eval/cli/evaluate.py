@@ -1,0 +1,193 @@
+"""`raise-eval evaluate`: AIS, RAISE and exact test log-likelihoods of an RBM, DBM or DBN checkpoint, and with
+--until-gap a certified verdict. The options are the declarations of `InputSettings`, `EvaluateSettings`,
+`OutputSettings` and `CertifySettings`; this module builds those values once, loads the inputs once, and renders
+the report."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import torch
+
+from raise_eval.certification.report import CertifyInterrupted
+from raise_eval.certification.run import certify
+from raise_eval.certification.settings import CERTIFY_HELP, CertifySettings
+from raise_eval.cli.common import DESCRIPTION_FORMATTER, configure_threads, write_report
+from raise_eval.cli.options import add_options, die, flags, given, settings_from
+from raise_eval.evaluation.plan import plan_evaluation
+from raise_eval.evaluation.report import EvaluationInterrupted
+from raise_eval.evaluation.run import run_evaluation
+from raise_eval.evaluation.settings import EvaluateSettings
+from raise_eval.evaluation.timing import estimate_cost
+from raise_eval.io.inputs import InputSettings, load_evaluation_inputs, load_model
+from raise_eval.io.run_files import OutputSettings
+from raise_eval.runtime.distributed import init_from_env, launched_by_torchrun, rank_and_world
+from raise_eval.runtime.resume import rank_resume_file
+
+DESCRIPTION = """\
+Estimate the average test log-likelihood of an RBM, DBM or DBN checkpoint three ways:
+
+  AIS    log Z by annealed importance sampling, a stochastic lower bound on log Z, so the log-likelihood
+         mean log f(v) - log Z-hat is optimistic (it tends to overestimate). log f(v) is exact for an RBM, exact
+         for a DBM or DBN when enumeration is cheap (--exact), else estimated (--log-f: per-vector AIS or
+         importance sampling, checked for bias by --log-f-check); a DBN's log Z is its top RBM's.
+  RAISE  reverse AIS from each test vector: a stochastic lower bound on the log-likelihood of the annealing
+         model, in practice a conservative estimate (DBMs: heating; DBNs: unrolling). Run on a random subset
+         of the test set and extended to the whole set with the control variate log f(v).
+  exact  by enumeration, when at most 25 units must be enumerated (an RBM's smaller layer, a DBM's or DBN's
+         narrow first hidden layer) and, beyond 10 to 20 s of work, it costs no more than the estimators.
+
+AIS and RAISE agreeing is evidence that both are accurate; a large gap means at least one is not (raise K).
+--until-gap TOL turns this into a verdict: K grows until the sandwich closes within TOL nats, or the run says why
+it is still open.
+
+Checkpoints: raise-eval .pt files (RBM, DBM, DBN), .npz files with W, vbias, hbias (RBM) or with model_type,
+weights_l, biases_l (DBM, DBN), or MATLAB .mat RBMs with vishid, hidbiases, visbiases (see docs/checkpoints.md).
+"""
+
+EPILOG = """\
+examples:
+  raise-eval evaluate checkpoints/rbm_digits_64-16.pt
+  raise-eval evaluate ../shared/data/checkpoints/rbm_mnist_small_grosse_salakhutdinov_2015.npz --data mnist14
+  raise-eval evaluate model.npz --data binarized_mnist --steps 10000 --json result.json
+  raise-eval evaluate model.npz --data test.npy --train-data train.npy --device cuda
+  raise-eval evaluate checkpoints/rbm_digits_64-16.pt --until-gap 0.05 --steps 50 --time-budget 5m --json cert.json
+"""
+
+LONG_RUN_SECONDS = 60  # a run predicted to take longer prints its cost estimate (stderr) before it starts
+EXIT_OPEN = 3  # a certified run that stays open (0 closed, 2 usage error, 130 Ctrl-C)
+SETTINGS = (InputSettings, EvaluateSettings, OutputSettings, CertifySettings)
+FLAGS = flags(*SETTINGS)
+CERTIFY_ONLY = ("max_steps", "time_budget", "plot")  # evaluate's --plot draws the certified run
+
+
+def add_parser(sub) -> None:
+    parser = sub.add_parser(
+        "evaluate",
+        help="AIS, RAISE and exact test log-likelihoods of an RBM, DBM or DBN checkpoint",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=DESCRIPTION_FORMATTER,
+    )
+    groups: dict = {}
+    add_options(parser, InputSettings, groups=groups)
+    add_options(parser, EvaluateSettings, groups=groups)
+    add_options(parser, OutputSettings, groups=groups)
+    add_options(parser, CertifySettings, groups=groups, descriptions={"certified evaluation": CERTIFY_HELP})
+    parser.set_defaults(run=run, names=FLAGS)
+
+
+def _settings(args: argparse.Namespace):
+    """The four settings values of this command, each built (and checked) once from the options given."""
+    options = given(args, CertifySettings)
+    certified = "tolerance" in options
+    if not certified:
+        extra = [name for name in CERTIFY_ONLY if name in vars(args)]
+        if extra:
+            die(f"{FLAGS[extra[0]]} belongs to a certified run: give --until-gap TOL too")
+    if "resume_interval" in vars(args) and "resume_file" not in vars(args):
+        die("--resume-interval sets how often --resume-file saves; give --resume-file too")
+    evaluation = settings_from(args, EvaluateSettings)
+    cert = settings_from(args, CertifySettings, evaluation=evaluation) if certified else None
+    return settings_from(args, InputSettings), evaluation, settings_from(args, OutputSettings), cert
+
+
+def run(args: argparse.Namespace) -> int:
+    inputs, evaluation, outputs, cert_settings = _settings(args)
+    evaluation = evaluation.replace(threads=configure_threads(evaluation.threads))
+    device = torch.device(inputs.device)
+    rank = 0
+    if launched_by_torchrun():
+        if cert_settings is not None and rank_and_world()[1] > 1:
+            die("--until-gap runs in one process; run it without torchrun")
+        # One process per rank (torchrun): the ranks share out the shards; only rank 0 prints and writes --json
+        # (each rank writes its own --resume-file, FILE.rank<r>-of-<N>).
+        device = init_from_env(device)
+        rank = rank_and_world()[0]
+        inputs = inputs.replace(device=str(device))
+    ckpt = load_model(inputs)
+    loaded = load_evaluation_inputs(inputs, evaluation.init, ckpt)
+    outputs.check_against(loaded.files)
+    evaluation = evaluation.replace(progress=evaluation.progress and rank == 0)
+    plan = plan_evaluation(
+        loaded.model, loaded.test, evaluation, train_pixel_means=loaded.train_pixel_means, labels=loaded.labels
+    )
+    estimate = estimate_cost(plan)
+    if rank == 0 and estimate.seconds >= LONG_RUN_SECONDS:
+        first = f"the first K ({evaluation.steps:,}): " if cert_settings is not None else ""
+        print(f"raise-eval: {first}{estimate.format(FLAGS)}", file=sys.stderr, flush=True)
+    if cert_settings is not None:
+        return _run_certified(loaded, cert_settings, outputs)
+    try:
+        report = run_evaluation(plan, resume_file=outputs.resume_file, cost_estimate=estimate)
+    except EvaluationInterrupted as stop:
+        if rank != 0:
+            return 130
+        # Ctrl-C: no traceback; show and keep what finished.
+        print("\n" + stop.report.format_table(FLAGS))
+        if outputs.resume_file:
+            world = rank_and_world()[1]
+            kept = outputs.resume_file if world == 1 else f"{outputs.resume_file}.rank*-of-{world}"
+            first_file = outputs.resume_file if world == 1 else rank_resume_file(outputs.resume_file, 0, world)
+            if Path(first_file).exists():
+                print(f"the run so far is kept in {kept}: run the same command to continue")
+            else:  # e.g. a second Ctrl-C before the first save
+                print(f"nothing was saved to {kept} yet: running the same command starts over")
+        write_report(stop.report, outputs.json, None, FLAGS, "marked incomplete")
+        print(f"raise-eval: interrupted during {stop.report.interrupted}", file=sys.stderr)
+        return 130
+    if loaded.metadata.get("ignored_variables"):
+        report.notes.append(f"ignored variables of the checkpoint: {', '.join(loaded.metadata['ignored_variables'])}")
+    if rank != 0:
+        return 0  # every rank holds the same report; rank 0 shows it
+    print(report.format_table(FLAGS))
+    write_report(report, outputs.json, None, FLAGS)
+    return 0
+
+
+def _run_certified(loaded, settings: CertifySettings, outputs: OutputSettings) -> int:
+    def show(step) -> None:
+        gap = "—" if step.gap is None else f"{step.gap:.4f}"
+        state = "closed" if not step.reasons_open else "open"
+        print(
+            f"K = {step.steps:,}: AIS {step.ais_mean:.4f}, RAISE {step.raise_mean:.4f}, gap {gap} ({state}, "
+            f"{step.seconds:.1f} s)",
+            flush=True,
+        )
+
+    plot_path = outputs.plot_path
+    try:
+        cert = certify(
+            loaded.model,
+            loaded.test,
+            settings,
+            train_pixel_means=loaded.train_pixel_means,
+            labels=loaded.labels,
+            resume_file=outputs.resume_file,
+            on_step=show,
+        )
+    except CertifyInterrupted as stop:
+        # Ctrl-C: no traceback; show and keep the finished Ks (JSON and plot) and the K in progress's table.
+        print("\n" + stop.report.format_table(FLAGS))
+        print()
+        print(stop.certificate.format_table(FLAGS))
+        interrupted = " (interrupted: the finished Ks)"
+        write_report(stop.certificate, outputs.json, plot_path if stop.certificate.history else None, FLAGS,
+                     interrupted.strip(" ()"))  # fmt: skip
+        if outputs.resume_file:
+            print(f"the finished Ks (and the K in progress) are kept in {outputs.resume_file}: run the same command "
+                  "to continue")  # fmt: skip
+        print(f"raise-eval: interrupted during {stop.report.interrupted}", file=sys.stderr)
+        return 130
+    if cert.report is not None:
+        print()
+        print(cert.report.format_table(FLAGS))
+    print()
+    print(cert.format_table(FLAGS))
+    write_report(cert, outputs.json, plot_path if cert.history else None, FLAGS)
+    if outputs.json and plot_path is None:
+        print("note: no plot of AIS and RAISE against K (matplotlib is not installed; pip install -e .[plot])")
+    # The exit status carries the verdict, for scripts: 0 closed, 3 open (2 is a usage error, 130 Ctrl-C).
+    return 0 if cert.closed else EXIT_OPEN

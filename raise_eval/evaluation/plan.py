@@ -1,0 +1,406 @@
+"""From settings to a plan: what an evaluation of this model on these test vectors will do, decided once.
+
+`plan_evaluation(model, test_data, settings)` checks what depends on the model and the data (the test vectors'
+width and values, the base rates, the exact enumeration's reach, the log f(v) estimator the model allows), decides
+what follows (the path, the schedule, the shard size and the memory bound, whether exact values are computed, which
+log f(v) estimator 'auto' takes) and counts every stage's peak memory against the bound (`evaluation.memory`),
+before any work. The stages (`evaluation.stages`) read the plan and change nothing in it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from raise_eval import exact as exact_mod
+from raise_eval.evaluation.memory import CostEstimate, check_memory, plan_memory
+from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings, evaluate_settings
+from raise_eval.io.datasets import check_binary
+from raise_eval.models.boltzmann.dbn import DBN
+from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
+from raise_eval.runtime import distributed
+from raise_eval.runtime.sharding import default_max_memory, default_shard_size
+from raise_eval.schedules import make_schedule
+from raise_eval.settings import Named, SettingsError
+
+# 'auto' takes per-vector AIS for a DBN only while its unit-wise sweeps (chains x steps x n_1 x (n_0 + n_2)
+# elementwise updates over the test set) stay under this: about 6 minutes on one core of the project's CPU
+# (1.4e8 a second measured on the 784-20-500 DBN); beyond it, importance sampling, checked.
+AUTO_DBN_AIS_MAX_UPDATES = 5e10
+# exact='auto' skips an enumeration that costs more multiply-add equivalents than this (about 10 s on one core) and
+# than the estimators themselves
+EXACT_AUTO_MIN_MACS = 2e11
+
+
+@dataclass(frozen=True)
+class EvaluationPlan:
+    """Everything an evaluation needs, decided once (`plan_evaluation`); `at_steps(K)` is the same plan at another K,
+    for `raise_eval.certification`.
+
+    settings: the checked `EvaluateSettings`; test: the binary test vectors (N, n_visible) in the model's dtype and
+    device; path: the geometric path of the annealed machine (a DBN's top RBM) from the chosen start; betas: the
+    schedule (None for 'adaptive', chosen by the pilot); report_settings: the report's "settings" entry;
+    shard_size, max_memory: resolved from the settings or their defaults for this model and device; log_f_method:
+    how log f(v) is obtained ('exact', 'importance', 'ais' or 'mean-field'); cost: every stage's peak memory.
+    """
+
+    settings: EvaluateSettings
+    model: Any
+    family: str
+    test: Tensor
+    path: BoltzmannPath
+    betas: Optional[Tensor]
+    report_settings: dict[str, Any]
+    shard_size: int
+    max_memory: int
+    use_exact: bool
+    exact_note: Optional[str]
+    log_f_method: str
+    log_f_note: Optional[str]
+    rank: int
+    world: int
+    cost: Optional[CostEstimate] = None
+
+    # The settings the stages and the cost model read, by their short names.
+    @property
+    def steps(self) -> int:
+        return self.settings.steps
+
+    @property
+    def seed(self) -> int:
+        return self.settings.seed
+
+    @property
+    def ais_chains(self) -> int:
+        return self.settings.ais_chains
+
+    @property
+    def raise_chains(self) -> int:
+        return self.settings.raise_chains
+
+    @property
+    def raise_examples(self) -> int:
+        return min(self.settings.raise_examples, self.n_test)
+
+    @property
+    def schedule_name(self) -> str:
+        return self.settings.schedule_name
+
+    @property
+    def pilot_chains(self) -> Optional[int]:
+        return self.settings.resolved_pilot_chains if self.schedule_name == "adaptive" else None
+
+    @property
+    def pilot_grid(self) -> Optional[int]:
+        return self.settings.resolved_pilot_grid if self.schedule_name == "adaptive" else None
+
+    @property
+    def max_exact_units(self) -> int:
+        return self.settings.max_exact_units
+
+    @property
+    def progress(self) -> bool:
+        return self.settings.progress
+
+    @property
+    def log_f_check(self) -> int:
+        return self.settings.log_f_check if self.log_f_method != "exact" else 0
+
+    @property
+    def n_test(self) -> int:
+        return int(self.test.shape[0])
+
+    @property
+    def exact_log_f(self) -> bool:
+        """Whether log f(v) is enumerated (DBMs and DBNs with exact values; an RBM's is closed-form anyway)."""
+        return self.family != "RBM" and self.use_exact
+
+    @property
+    def log_f_options(self) -> dict[str, Any]:
+        """`log_unnormalized_estimate`'s method and budget (the estimator's, for an estimated log f(v))."""
+        s = self.settings
+        return dict(
+            # exact: an RBM's closed form, which `log_unnormalized_estimate` gives whatever the method
+            method="importance" if self.log_f_method == "exact" else self.log_f_method,
+            num_samples=s.log_f_budget("log_f_samples"),
+            ais_steps=s.log_f_budget("log_f_ais_steps"),
+            ais_chains=s.log_f_budget("log_f_ais_chains"),
+        )
+
+    def at_steps(self, steps: int) -> EvaluationPlan:
+        """This plan at K = `steps` (a named schedule; 'adaptive' gets its own pilot at that K), its memory checked."""
+        plan = self.checked_at_steps(steps)
+        if plan.schedule_name == "adaptive":
+            return plan
+        return dataclasses.replace(plan, betas=make_schedule(plan.schedule_name, plan.steps))
+
+    def checked_at_steps(self, steps: int) -> EvaluationPlan:
+        """This plan at K = `steps` with its memory counted and checked (SettingsError when it passes the bound), its
+        schedule not made yet (betas None): what `at_steps` and `certify` (for max_steps) check before any work."""
+        if self.schedule_name == "explicit":
+            raise SettingsError("an explicit schedule ({betas}) fixes K; name a {schedule} to change K")
+        settings = self.settings.replace(steps=steps)
+        plan = dataclasses.replace(
+            self, settings=settings, betas=None, report_settings={**self.report_settings, "steps": settings.steps}
+        )
+        cost = CostEstimate(plan_memory(plan), plan.max_memory)
+        check_memory(cost.stages, plan.max_memory)
+        return dataclasses.replace(plan, cost=cost)
+
+
+def plan_evaluation(
+    model,
+    test_data: Tensor,
+    settings: Optional[EvaluateSettings] = None,
+    *,
+    train_pixel_means: Optional[Tensor] = None,
+    labels: Optional[dict[str, Any]] = None,
+    **overrides,
+) -> EvaluationPlan:
+    """Check what the settings cannot say alone (against the model and the data) and decide what follows from them:
+    the path, the schedule, the shard size within the memory bound, whether the exact values are computed, the log
+    f(v) estimator. The peak memory of every stage is counted (`plan.cost`) and a plan that would pass the memory
+    bound is refused (SettingsError naming the setting to lower), before anything is allocated;
+    `raise_eval.estimate_cost(plan)` adds the predicted seconds.
+
+    Args:
+        model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`) or `DBN`, on the device and in the dtype to
+            compute with.
+        test_data: binary test vectors (N, n_visible).
+        settings: the `EvaluateSettings` (default: all defaults); keyword `overrides` change its fields.
+        train_pixel_means: means over the training set of the annealed machine's visible layer, for
+            init='base-rates': pixel means for an RBM or DBM, for a DBN the recognition means of its top RBM's
+            visible layer (`recognition_means`).
+        labels: entries for the report's settings that describe the inputs (e.g. the checkpoint path).
+    """
+    settings = evaluate_settings(settings, overrides)
+    family = model_family(model)
+    annealed = model.top if family == "DBN" else model
+    cost = exact_mod.exact_cost(model, 1)
+    needed = max(cost.log_z_units, cost.log_f_units)
+    if settings.exact == "always" and needed > ALWAYS_EXACT_LIMIT:
+        raise SettingsError(
+            f"exact enumeration of 2^{needed} states is out of reach (the limit is 2^{ALWAYS_EXACT_LIMIT}); "
+            "use {exact} auto or never"
+        )
+    test = check_binary(test_data, model.n_visible, "test data").detach().to(device=model.device, dtype=model.dtype)
+    test, subset_settings = _test_subset(test, settings.test_subset, settings.seed)
+    n_test = test.shape[0]
+    use_exact, exact_note = _exact_decision(model, settings, n_test)
+    log_f_method, log_f_note = _log_f_method(model, family, settings, n_test, use_exact)
+    exact_note, log_f_note = (None if n is None else Named(n) for n in (exact_note, log_f_note))
+    path = BoltzmannPath(annealed, _start_biases(annealed, family, settings.init, train_pixel_means))
+    shard_size = default_shard_size(model) if settings.shard_size is None else settings.shard_size
+    max_memory = default_max_memory(model.device) if settings.max_memory is None else settings.max_memory
+    rank, world = distributed.rank_and_world()
+    plan = EvaluationPlan(
+        settings=settings,
+        model=model,
+        family=family,
+        test=test,
+        path=path,
+        betas=None,
+        report_settings={},
+        shard_size=shard_size,
+        max_memory=max_memory,
+        use_exact=use_exact,
+        exact_note=exact_note,
+        log_f_method=log_f_method,
+        log_f_note=log_f_note,
+        rank=rank,
+        world=world,
+    )
+    report_settings = _report_settings(plan, subset_settings, labels)
+    plan = dataclasses.replace(plan, report_settings=report_settings)
+    cost_estimate = CostEstimate(plan_memory(plan), max_memory)
+    check_memory(cost_estimate.stages, max_memory)
+    betas = None
+    if plan.schedule_name == "explicit":
+        betas = torch.tensor(settings.betas, dtype=torch.float64)
+    elif plan.schedule_name != "adaptive":
+        betas = make_schedule(plan.schedule_name, settings.steps)
+    return dataclasses.replace(plan, cost=cost_estimate, betas=betas)
+
+
+def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Optional[dict]) -> dict[str, Any]:
+    """The report's "settings" entry (the JSON's keys; what a resume file must agree on is drawn from it)."""
+    s, model = plan.settings, plan.model
+    estimated = plan.log_f_method != "exact"
+    options = plan.log_f_options
+    out = {
+        "model": f"{plan.family} {'-'.join(str(n) for n in model.layer_sizes)}",
+        "init": s.init,
+        "schedule": plan.schedule_name,
+        "steps": s.steps,
+        "ais_chains": s.ais_chains,
+        "raise_examples": plan.raise_examples,
+        "raise_chains": s.raise_chains,
+        "log_f_method": plan.log_f_method,
+        "log_f_samples": options["num_samples"] if plan.log_f_method == "importance" else 0,
+        "log_f_ais_steps": options["ais_steps"] if plan.log_f_method == "ais" else 0,
+        "log_f_ais_chains": options["ais_chains"] if plan.log_f_method == "ais" else 0,
+        "log_f_check": s.log_f_check if estimated else 0,
+        "cv_alpha": s.cv_alpha,
+        "seed": s.seed,
+        "device": str(model.device),
+        "dtype": str(model.dtype).replace("torch.", ""),
+        "threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "data": "",
+        "split": "",
+        "shard_size": plan.shard_size,
+        "max_memory": plan.max_memory,
+        "processes": plan.world,
+    }
+    out.update(subset_settings)
+    if plan.schedule_name == "adaptive":
+        out.update(pilot_chains=plan.pilot_chains, pilot_grid=plan.pilot_grid, pilot_seed=s.seed + 4)
+    if plan.schedule_name == "explicit":
+        out["schedule_betas"] = list(s.betas)  # a named schedule is its name and K: not these
+    out.update(labels or {})
+    return out
+
+
+def model_family(model) -> str:
+    """'RBM', 'DBM' or 'DBN'."""
+    if isinstance(model, DBN):
+        return "DBN"
+    return "RBM" if model.num_layers == 2 else "DBM"
+
+
+def recognition_means(model: DBN, train_data: Tensor) -> Tensor:
+    """Mean over `train_data` of the recognition probabilities of x_{L-1} (the top RBM's visible layer), pushed
+    up deterministically: the data base rates of a DBN's top RBM, shaped (n_{L-1},)."""
+    x = train_data.to(device=model.device, dtype=model.dtype)
+    for l in range(len(model.weights) - 1):
+        x = torch.sigmoid(model.recognition_logits(x, l))
+    return x.double().mean(0)
+
+
+def _test_subset(test: Tensor, size: Optional[int], seed: int) -> tuple[Tensor, dict[str, Any]]:
+    """The test vectors to evaluate on: a fixed random subset of `size` of them (their own stream, seed + 6; all
+    when size is None or at least N), and the settings that record it."""
+    n = test.shape[0]
+    if size is None or size >= n:
+        return test, {"test_subset": None}
+    indices = torch.randperm(n, generator=torch.Generator().manual_seed(seed + 6))[:size].sort().values
+    return test[indices.to(test.device)], {
+        "test_subset": size,
+        "test_subset_seed": seed + 6,
+        "test_vectors_total": n,
+        "test_subset_indices": indices.tolist(),
+    }
+
+
+def _log_f_method(
+    model, family: str, settings: EvaluateSettings, n_test: int, use_exact: bool
+) -> tuple[str, Optional[str]]:
+    """How log f(v) is obtained, and a note saying why when it is not what was asked for."""
+    requested = settings.log_f_request
+    if family == "RBM" or (family != "RBM" and use_exact):
+        note = None
+        if family != "RBM" and settings.log_f_method not in ("auto",):
+            note = f"log f(v) is exact here (enumerated), so {{log_f_method}} {settings.log_f_method} was not used"
+        elif family == "RBM" and settings.log_f_method != "auto":
+            note = f"an RBM's log f(v) is exact (closed form), so {{log_f_method}} {settings.log_f_method} was not used"
+        return "exact", note
+    note = None
+    if requested == "auto":
+        requested, note = _auto_log_f_method(model, family, n_test, settings)
+    if requested == "ais" and family == "DBN" and len(model.weights) > 2:
+        raise SettingsError(
+            f"{{log_f_method}} ais supports DBNs with two hidden layers; this DBN has {len(model.weights)} (use "
+            "{log_f_method} importance)"
+        )
+    if requested == "mean-field" and family == "DBN":
+        raise SettingsError(
+            "the mean-field bound ({log_f_method} mean-field) is for DBMs; a DBN's log f(v) is estimated by "
+            "importance or ais"
+        )
+    return requested, note
+
+
+def _auto_log_f_method(model, family: str, n_test: int, settings: EvaluateSettings) -> tuple[str, Optional[str]]:
+    """What log_f_method='auto' estimates log f(v) with, and a note saying why. Measured against exact values on
+    784-20-500 models (scripts/measure_log_f.py, results/log_f): per-vector AIS matched importance sampling's error
+    in a quarter of its time on the DBM, and on the DBN, at about equal time, erred 0.007 nats on average (worst
+    0.71) where importance sampling erred 0.30 (worst 14.6). A DBN's unit-wise sweeps are slow, though, so a wide
+    DBN gets importance sampling (and the log f(v) check) rather than hours of AIS."""
+    if family == "DBM":
+        return "ais", None
+    if family != "DBN" or len(model.weights) > 2:
+        return "importance", None
+    sizes = model.layer_sizes
+    steps, chains = settings.log_f_budget("log_f_ais_steps"), settings.log_f_budget("log_f_ais_chains")
+    updates = float(n_test) * chains * steps * sizes[1] * (sizes[0] + sizes[2])
+    if updates <= AUTO_DBN_AIS_MAX_UPDATES:
+        return "ais", None
+    return "importance", (
+        f"log f(v) by importance sampling: per-vector AIS ({{log_f_method}} ais) would make {updates:.1e} unit "
+        f"updates here (about {updates / 1.4e8 / 60:.0f} min on one core), so {{log_f_method}} auto chose importance "
+        "sampling; the log f(v) check says whether it can be trusted"
+    )
+
+
+def _start_biases(annealed, family: str, init: str, train_pixel_means) -> list[Tensor]:
+    """The base biases of the annealed machine's start distribution (data base rates or uniform), checked."""
+    if init != "base-rates":
+        return uniform_base(annealed)
+    dbn_means = "recognition means of the top RBM's visible layer (raise_eval.recognition_means(dbn, train_data))"
+    if train_pixel_means is None:
+        what = dbn_means if family == "DBN" else "pixel means"
+        raise SettingsError(
+            f"{{init}} base-rates needs the training-set {what} (train_pixel_means); pass them, or use {{init}} uniform"
+        )
+    means = torch.as_tensor(train_pixel_means, dtype=torch.float64).flatten()
+    if means.numel() != annealed.n_visible or not bool(((means >= 0) & (means <= 1)).all()):
+        what = f" (for a DBN: the {dbn_means})" if family == "DBN" else ""
+        bad = "" if means.numel() != annealed.n_visible else " (some are NaN or outside [0, 1])"
+        raise ValueError(
+            f"train_pixel_means must be {annealed.n_visible} values in [0, 1]{what}; got {means.numel()} values{bad}"
+        )
+    return data_base_rates(annealed, means.unsqueeze(0))
+
+
+def estimator_macs(model, settings: EvaluateSettings, n_test: int) -> float:
+    """Multiply-adds of the estimators (AIS, RAISE, log f(v)): about two products with every weight matrix per
+    chain and step, and per importance sample or per AIS step and chain of log f(v)."""
+    family = model_family(model)
+    per_pass = 2.0 * sum(w.numel() for w in model.weights)
+    annealed = model.top if family == "DBN" else model  # a DBN anneals its top RBM only
+    raise_chains_total = min(settings.raise_examples, n_test) * settings.raise_chains
+    total = 2.0 * sum(w.numel() for w in annealed.weights) * settings.steps * (settings.ais_chains + raise_chains_total)
+    method = settings.log_f_request
+    if family != "RBM" and method != "mean-field":
+        if method == "importance":
+            work = settings.log_f_budget("log_f_samples")
+        else:
+            work = settings.log_f_budget("log_f_ais_steps") * settings.log_f_budget("log_f_ais_chains")
+        total += per_pass * n_test * work
+    return total
+
+
+def _exact_decision(model, settings: EvaluateSettings, n_test: int) -> tuple[bool, Optional[str]]:
+    """Whether to compute the exact values, and the note that says why not (exact='auto' only)."""
+    if settings.exact == "never":
+        return False, None
+    if settings.exact == "always":
+        return True, None
+    cost = exact_mod.exact_cost(model, n_test)
+    needed = max(cost.log_z_units, cost.log_f_units)
+    if needed > settings.max_exact_units:
+        hint = " (use {exact} always to force)" if needed <= ALWAYS_EXACT_LIMIT else ""
+        return False, f"exact values skipped: they would enumerate 2^{needed} states{hint}"
+    # A transcendental function (softplus, exp) costs about as much as 10 multiply-adds in a product.
+    work = cost.multiply_adds + 10.0 * (cost.log_z_exps + cost.log_f_exps)
+    estimator = estimator_macs(model, settings, n_test)
+    if work > max(EXACT_AUTO_MIN_MACS, estimator):
+        return False, (
+            f"exact values skipped: enumerating 2^{needed} states would cost about {work:.1e} multiply-add "
+            f"equivalents, more than the estimators themselves ({estimator:.1e}); use {{exact}} always to force"
+        )
+    return True, None

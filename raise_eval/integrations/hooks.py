@@ -1,0 +1,361 @@
+"""Log the AIS/RAISE sandwich of a Boltzmann machine while it trains.
+
+`LikelihoodMonitor` is a callable `monitor(epoch, model)` for a plain PyTorch training loop (it is the `callback`
+of `raise_eval.models.training.rbm.train_rbm` as it stands). Every `every` epochs it runs
+`raise_eval.evaluate.evaluate` on the test set with the same seed each time, so every logged number is exactly
+what a stand-alone `evaluate(model, test_data, **monitor.evaluate_kwargs)` of that epoch's model gives, and
+records a `SandwichRecord` (AIS, RAISE, their gap, the exact value when the model is small enough). Optionally it
+hands the numbers to a logger callable (TensorBoard, wandb, ...), rewrites a CSV or JSON history and redraws a PNG
+of the sandwich after each record. For Lightning, `raise_eval.integrations.lightning.SandwichCallback` wraps a monitor.
+
+The settings are a `MonitorSettings` (declared once, checked when the monitor is made, so that a typo fails before
+training): how often, where the history and plot go, and the `EvaluateSettings` of each evaluation, whose defaults
+here are cheap ones for monitoring (`MONITOR_EVALUATION`); compare final models with the command's defaults.
+
+Epochs count from 0, as `train_rbm` passes them (and as Lightning's `trainer.current_epoch` does in an epoch-end
+hook): epoch e is the state after e + 1 passes over the data. With `every=k` the monitor evaluates after epochs
+0, k, 2k, ..., so the first epoch always gives a point; `monitor.final(epoch, model)` adds the last one.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import torch
+from torch import Tensor
+
+from raise_eval.certification.run import certify
+from raise_eval.certification.settings import CertifySettings
+from raise_eval.evaluation.report import EvaluationReport
+from raise_eval.evaluation.run import evaluate
+from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
+from raise_eval.io.datasets import check_binary
+from raise_eval.io.results import dump_json, to_jsonable
+from raise_eval.models.boltzmann.dbn import DBN
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.settings import SettingsError, setting, settings_class
+
+Logger = Callable[[dict[str, float], int], Any]
+
+HISTORY_FIELDS = (
+    "epoch",
+    "ais",
+    "ais_se",
+    "raise",
+    "raise_se",
+    "gap",
+    "exact",
+    "log_z",
+    "log_z_exact",
+    "seconds",
+    "warnings",
+    "verdict",
+)
+
+
+@dataclass(frozen=True)
+class SandwichRecord:
+    """One evaluation during training: average test log-likelihoods in nats.
+
+    ais, ais_se: AIS's estimate (optimistic) and its standard error (that of log Z-hat, as the report prints it);
+    raise_, raise_se: RAISE's control-variate headline (conservative) and its standard error; gap = ais - raise_;
+    exact: the exact average when enumeration was affordable (`exact='auto'`), else None; log_z: AIS's log Z-hat
+    (for a DBN, the top RBM's), log_z_exact the exact one or None; seconds: wall time of the evaluation;
+    warnings: the codes of the report's warnings (README, "How to read the numbers"); verdict: with a certified
+    monitor (`until_gap`), 'closed' or 'open' (`LikelihoodMonitor.last_certificate` says why), else None.
+    """
+
+    epoch: int
+    ais: float
+    ais_se: float
+    raise_: float
+    raise_se: float
+    gap: float
+    exact: Optional[float]
+    log_z: float
+    log_z_exact: Optional[float]
+    seconds: float
+    warnings: tuple[str, ...] = ()
+    verdict: Optional[str] = None
+
+    @classmethod
+    def from_report(cls, epoch: int, report: EvaluationReport, verdict: Optional[str] = None) -> SandwichRecord:
+        return cls(
+            epoch=int(epoch),
+            ais=float(report.ais_mean),
+            ais_se=float(report.ais.stderr),
+            raise_=float(report.raise_mean),
+            raise_se=float(report.raise_stderr),
+            gap=float(report.gap),
+            exact=report.exact_mean,
+            log_z=float(report.ais.estimate),
+            log_z_exact=report.log_z_exact,
+            seconds=float(report.timing["seconds"]),
+            warnings=tuple(w.code for w in report.warnings),
+            verdict=verdict,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record with the key 'raise' (not 'raise_'), in the order of the history files' columns."""
+        values = (
+            self.epoch,
+            self.ais,
+            self.ais_se,
+            self.raise_,
+            self.raise_se,
+            self.gap,
+            self.exact,
+            self.log_z,
+            self.log_z_exact,
+            self.seconds,
+            list(self.warnings),
+            self.verdict,
+        )
+        return dict(zip(HISTORY_FIELDS, values))
+
+
+# The evaluation a monitor runs by default: cheap, for watching a trend (the command's defaults are for final
+# numbers). The seed is the same at every call, so differences between epochs are the model's.
+MONITOR_EVALUATION = EvaluateSettings(
+    init="uniform", steps=100, ais_chains=100, raise_examples=20, raise_chains=5, log_f_method="importance",
+    log_f_samples=100,
+)  # fmt: skip
+MONITOR_FIELDS = ("every", "prefix", "history_path", "plot_path", "until_gap", "max_steps", "time_budget")
+
+
+def _history_path(value):
+    path = Path(value)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"history_path: the folder {path.parent} does not exist")
+    if path.suffix.lower() not in (".csv", ".json"):
+        raise SettingsError(f"{{history_path}} must end in .csv or .json, got {str(path)!r}", ("history_path",))
+    return path
+
+
+def _plot_path(value):
+    path = Path(value)
+    if not path.parent.is_dir():
+        raise FileNotFoundError(f"plot_path: the folder {path.parent} does not exist")
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ImportError("plot_path needs matplotlib: pip install raise-eval[plot] (or pip install matplotlib)") from None
+    return path
+
+
+def _evaluation(value):
+    if not isinstance(value, EvaluateSettings):
+        raise SettingsError(f"evaluation must be an EvaluateSettings, got {type(value).__name__}", ("evaluation",))
+    return value
+
+
+@settings_class
+class MonitorSettings:
+    """A training monitor's settings: when it evaluates, what it writes, and the evaluation it runs (with
+    `until_gap`, a certified one: K grows from the evaluation's steps until the sandwich closes within `until_gap`
+    nats, or `max_steps` or `time_budget` seconds would be passed)."""
+
+    every: int = setting(1, "evaluate when epoch % every == 0 (epochs count from 0)", kind="count", least=1)
+    prefix: str = setting("test_ll/", "the metric names' prefix", kind="text")
+    history_path: Optional[Path] = setting(
+        None,
+        "rewritten after every record: a .csv (one row per record; warning codes joined by ';') or a .json file (a "
+        "list of `SandwichRecord.to_dict()` objects); its folder must exist",
+        kind="any", none="no history file", check=_history_path,
+    )  # fmt: skip
+    plot_path: Optional[Path] = setting(
+        None, "a PNG of the sandwich against the epoch, redrawn after every record (needs matplotlib)", kind="any",
+        none="no plot", check=_plot_path,
+    )  # fmt: skip
+    until_gap: Optional[float] = setting(
+        None, "certify each evaluation to this many nats (`raise_eval.certify`)", kind="number", least=0,
+        strictly=True, none="one evaluation at the evaluation's steps",
+    )  # fmt: skip
+    max_steps: Optional[int] = setting(None, "with until_gap: the largest K", kind="count", least=1, none="no limit")
+    time_budget: Optional[float] = setting(
+        None, "with until_gap: seconds per certified evaluation", kind="duration", none="no limit",
+    )  # fmt: skip
+    evaluation: EvaluateSettings = setting(
+        MONITOR_EVALUATION, "the settings of each evaluation (cheap defaults: MONITOR_EVALUATION)", kind="any",
+        check=_evaluation,
+    )  # fmt: skip
+
+    def _validate(self) -> None:
+        if self.until_gap is None and (self.max_steps is not None or self.time_budget is not None):
+            field = "max_steps" if self.max_steps is not None else "time_budget"
+            raise SettingsError(f"{{{field}}} bounds a certified evaluation: pass {{until_gap}} too")
+        if self.until_gap is not None:
+            self.certify_settings  # checked now (e.g. max_steps below steps), not at the first epoch
+
+    @property
+    def certify_settings(self) -> Optional[CertifySettings]:
+        """The `CertifySettings` of a certified monitor (None: one evaluation per call)."""
+        if self.until_gap is None:
+            return None
+        return CertifySettings(
+            tolerance=self.until_gap, max_steps=self.max_steps, time_budget=self.time_budget, evaluation=self.evaluation
+        )
+
+
+class LikelihoodMonitor:
+    """Evaluate a Boltzmann machine's test log-likelihood with AIS and RAISE every few epochs of training.
+
+    Args:
+        test_data: binary test vectors (N, n_visible); moved to the model's device and dtype at each evaluation.
+        settings: a `MonitorSettings` (when, what is written, and the `EvaluateSettings` of each evaluation);
+            keyword `overrides` change its fields (every, prefix, history_path, plot_path, until_gap, max_steps,
+            time_budget) or its evaluation's (steps, ais_chains, exact, ...): `LikelihoodMonitor(test, every=5,
+            steps=200)`. `exact='auto'` enumerates up to 2^max_exact_units states at every evaluation; pass
+            exact='never' when that is too slow to repeat.
+        train_pixel_means: for init='base-rates': the training set's pixel means.
+        logger: optional callable logger(metrics, step) receiving {prefix + 'ais', prefix + 'raise',
+            prefix + 'gap' and, when known, prefix + 'exact'} as floats, with step = epoch.
+
+    `history` holds the `SandwichRecord`s, `last_report` the latest full `EvaluationReport`, `last_certificate`
+    the latest `Certificate` of a certified monitor. The monitor never prints, never touches torch's global random
+    state and never changes the model.
+    """
+
+    def __init__(
+        self,
+        test_data: Tensor,
+        settings: Optional[MonitorSettings] = None,
+        *,
+        train_pixel_means: Optional[Tensor] = None,
+        logger: Optional[Logger] = None,
+        **overrides,
+    ):
+        own = {k: overrides.pop(k) for k in MONITOR_FIELDS if k in overrides}
+        base = MonitorSettings() if settings is None else settings
+        evaluation = evaluate_settings(base.evaluation, overrides)
+        self.settings = base.replace(evaluation=evaluation, **own)
+        if self.settings.evaluation.init == "base-rates" and train_pixel_means is None:
+            raise SettingsError("{init} base-rates needs train_pixel_means (the training set's pixel means)")
+        if logger is not None and not callable(logger):
+            raise TypeError(f"logger must be a callable logger(metrics, step), got {type(logger).__name__}")
+        self.test_data = check_binary(torch.as_tensor(test_data), None, "test data")
+        self.train_pixel_means = train_pixel_means
+        self.logger = logger
+        self.last_certificate = None
+        self.history: list[SandwichRecord] = []
+        self.last_report: Optional[EvaluationReport] = None
+        self._moved: tuple[Any, Tensor] = ((self.test_data.device, self.test_data.dtype), self.test_data)
+
+    @property
+    def every(self) -> int:
+        return self.settings.every
+
+    @property
+    def prefix(self) -> str:
+        return self.settings.prefix
+
+    @property
+    def history_path(self) -> Optional[Path]:
+        return self.settings.history_path
+
+    @property
+    def plot_path(self) -> Optional[Path]:
+        return self.settings.plot_path
+
+    @property
+    def evaluate_kwargs(self) -> dict[str, Any]:
+        """What a stand-alone `evaluate(model, test_data, **monitor.evaluate_kwargs)` takes to give this monitor's
+        numbers for a model."""
+        return {"settings": self.settings.evaluation, "train_pixel_means": self.train_pixel_means}
+
+    # ------------------------------------------------------------------ scheduling
+
+    def due(self, epoch: int) -> bool:
+        """Whether `monitor(epoch, model)` evaluates: epoch % every == 0."""
+        return epoch % self.every == 0
+
+    def __call__(self, epoch: int, model) -> Optional[SandwichRecord]:
+        """Evaluate `model` (an RBM, DBM or DBN) if `epoch` is due; return the new record, or None when not due."""
+        if not self.due(epoch):
+            return None
+        return self.record(epoch, model)
+
+    def final(self, epoch: int, model) -> SandwichRecord:
+        """Evaluate after the last epoch whether or not it is due (the existing record if it was)."""
+        if self.history and self.history[-1].epoch == epoch:
+            return self.history[-1]
+        return self.record(epoch, model)
+
+    # ------------------------------------------------------------------ evaluation
+
+    def record(self, epoch: int, model, *, emit: bool = True) -> SandwichRecord:
+        """Evaluate `model` now, append the record to `history` and return it. With `emit` (the default) also call
+        the logger and rewrite the history and plot files (`SandwichCallback` emits on global rank 0 only)."""
+        if not isinstance(model, (LayeredBoltzmannMachine, DBN)):
+            raise TypeError(
+                f"LikelihoodMonitor evaluates an RBM, DBM or DBN from raise_eval.models, got {type(model).__name__}; "
+                "build one from your parameters, e.g. RBM(W, vbias, hbias) with W shaped (n_visible, n_hidden)"
+            )
+        key = (model.device, model.dtype)
+        if self._moved[0] != key:
+            # Cache the moved copy: the model keeps its device and dtype from one epoch to the next.
+            self._moved = (key, self.test_data.to(device=model.device, dtype=model.dtype))
+        certify_settings = self.settings.certify_settings
+        # No autograd graph through parameters that require grad (a Lightning module's); the numbers are the same.
+        with torch.no_grad():
+            if certify_settings is None:
+                report = evaluate(model, self._moved[1], self.settings.evaluation, train_pixel_means=self.train_pixel_means)
+                verdict = None
+            else:
+                cert = certify(model, self._moved[1], certify_settings, train_pixel_means=self.train_pixel_means)
+                self.last_certificate = cert
+                report, verdict = cert.report, cert.verdict
+        rec = SandwichRecord.from_report(epoch, report, verdict)
+        self.history.append(rec)
+        self.last_report = report
+        if emit:
+            self._write_history()
+            self._write_plot()
+            if self.logger is not None:
+                self.logger(self.metrics(rec), rec.epoch)
+        return rec
+
+    def metrics(self, record: SandwichRecord) -> dict[str, float]:
+        """{prefix + 'ais', 'raise', 'gap' and, when known, 'exact'}: what the logger and Lightning receive."""
+        out = {f"{self.prefix}ais": record.ais, f"{self.prefix}raise": record.raise_, f"{self.prefix}gap": record.gap}
+        if record.exact is not None:
+            out[f"{self.prefix}exact"] = record.exact
+        return out
+
+    # ------------------------------------------------------------------ outputs
+
+    def _write_history(self) -> None:
+        path = self.history_path
+        if path is None:
+            return
+        tmp = path.with_name(path.name + ".tmp")
+        if path.suffix.lower() == ".json":
+            dump_json([r.to_dict() for r in self.history], str(tmp))
+        else:
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
+                writer = csv.writer(f)
+                writer.writerow(HISTORY_FIELDS)
+                for r in self.history:
+                    row = to_jsonable(r.to_dict())  # non-finite -> None -> an empty cell, like a missing exact
+                    row["warnings"] = ";".join(row["warnings"])
+                    writer.writerow(["" if row[k] is None else row[k] for k in HISTORY_FIELDS])
+        # Replace in one step: an interrupted write never leaves a truncated history behind.
+        os.replace(tmp, path)
+
+    def _write_plot(self) -> None:
+        if self.plot_path is None:
+            return
+        from raise_eval.render.plots import plot_monitor
+
+        s = self.settings.evaluation
+        title = (
+            f"K = {s.steps} ({s.schedule}, {s.init} start), {s.ais_chains} AIS chains, "
+            f"RAISE {s.raise_examples} x {s.raise_chains}, seed {s.seed}"
+        )
+        tmp = self.plot_path.with_name(self.plot_path.name + ".tmp")
+        plot_monitor(self.history, str(tmp), title)
+        os.replace(tmp, self.plot_path)

@@ -1,0 +1,330 @@
+"""What an evaluation reads: a checkpoint, its test data and the data base rates, declared once (`InputSettings`)
+and loaded in one step (`load_evaluation_inputs`), so that the command hands its inputs to the library once.
+
+`InputSettings` checks what needs no file (the dataset's name, split and pixel order; the device); loading checks
+the rest (the checkpoint's kind, the data's shape and values) and returns `EvaluationInputs`, typed data: the
+model, the test vectors, the base rates, the labels the report shows and the files read (which no output may
+overwrite).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from raise_eval.io.datasets import (
+    DATASET_SPECS,
+    DATASETS,
+    PIXEL_ORDERS,
+    DataError,
+    check_binary,
+    check_dataset_request,
+    dataset_files,
+    load_array_file,
+    load_dataset,
+)
+from raise_eval.settings import SettingsError, setting, settings_class
+
+ARRAY_SUFFIXES = (".npy", ".npz")
+
+
+def is_array_file(name: str) -> bool:
+    """Whether a --data value names a file (.npy/.npz) rather than a dataset."""
+    return Path(name).suffix in ARRAY_SUFFIXES
+
+
+def _splits_help() -> str:
+    """The splits of the named datasets, e.g. "train, valid (binarized_mnist) or test": a split that not every
+    dataset has names the ones that do."""
+    rank = {"train": 0, "valid": 1, "test": 2}  # the usual order; any other split goes last
+    splits = dict.fromkeys(s for spec in DATASET_SPECS.values() for s in spec.splits)
+    splits = sorted(splits, key=lambda s: rank.get(s, len(rank)))
+    words = []
+    for split in splits:
+        owners = [name for name, spec in DATASET_SPECS.items() if split in spec.splits]
+        words.append(split if len(owners) == len(DATASET_SPECS) else f"{split} ({', '.join(owners)})")
+    return ", ".join(words[:-1]) + " or " + words[-1] if len(words) > 1 else words[0]
+
+
+def check_device(value) -> str:
+    """A torch device this machine has, as text ('cpu', 'cuda', 'cuda:1')."""
+    try:
+        device = torch.device(value)
+    except (RuntimeError, TypeError):
+        raise SettingsError(f"{{device}} {value!r} is not a torch device; use cpu, cuda or cuda:N", ("device",)) from None
+    if device.type not in ("cpu", "cuda"):
+        raise SettingsError(f"{{device}} {value}: raise-eval runs on cpu or cuda, not {device.type}", ("device",))
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SettingsError(
+            f"{{device}} {value} was asked for but torch.cuda.is_available() is False", ("device",)
+        )
+    return str(value)
+
+
+@settings_class
+class InputSettings:
+    """Where an evaluation's model and data come from, and the device and precision to compute in."""
+
+    checkpoint: str = setting(
+        None, "RBM, DBM or DBN checkpoint: .pt (raise-eval), .npz or .mat", kind="path", metavar="CHECKPOINT",
+        flag="checkpoint",
+    )  # fmt: skip
+    data: Optional[str] = setting(
+        None,
+        f"test data: a named dataset ({', '.join(DATASET_SPECS)}) or a .npy/.npz file of binary vectors shaped "
+        "(N, n_visible)",
+        kind="text", none="the dataset recorded in the checkpoint's metadata", flag="--data", metavar="NAME|FILE",
+        group="data",
+    )  # fmt: skip
+    split: str = setting("test", f"split of a named dataset: {_splits_help()}", kind="text", flag="--split", group="data")
+    pixel_order: str = setting(
+        "row-major",
+        "how a named dataset's images are flattened: row-major, or fortran (column-major, each image transposed), "
+        "the order of Burda's 28x28 Omniglot and so of the Grosse & Salakhutdinov Omniglot RBMs "
+        "(rbm_omniglot_*.npz): use fortran with those and --data omniglot. Files are used as stored",
+        kind="choice", choices=PIXEL_ORDERS, flag="--pixel-order", group="data",
+    )  # fmt: skip
+    data_root: Optional[str] = setting(
+        None, "folder with MNIST/raw, binarized_mnist and omniglot", kind="path",
+        none="$RAISE_EVAL_DATA, else ../shared/data", flag="--data-root", metavar="DIR", group="data",
+    )  # fmt: skip
+    train_data: Optional[str] = setting(
+        None,
+        "binary training vectors (.npy/.npz) for the data base rates; when given they are used instead of the "
+        "checkpoint's train_pixel_means or the named dataset's training split",
+        kind="path", none="the checkpoint's or the dataset's", flag="--train-data", metavar="FILE", group="data",
+    )  # fmt: skip
+    device: str = setting(
+        "cpu", "torch device, e.g. cpu, cuda, cuda:1", kind="any", check=check_device, flag="--device", group="run",
+    )  # fmt: skip
+    dtype: str = setting(
+        "float32", "precision of states and model (log-weights are always float64)", kind="choice",
+        choices=("float32", "float64"), flag="--dtype", group="run",
+    )  # fmt: skip
+
+    def _validate(self) -> None:
+        if Path(self.checkpoint).is_dir():
+            raise SettingsError(f"{{checkpoint}} {self.checkpoint} is a folder; give the checkpoint file")
+        if self.data is not None:
+            self.check_data_request(self.data)
+
+    def check_data_request(self, data: str) -> None:
+        """The data options against a --data value (or the checkpoint's dataset): a file takes no pixel order; a
+        dataset must have the split and take the pixel order."""
+        if is_array_file(data):
+            if self.pixel_order != "row-major":
+                raise SettingsError(
+                    f"{{pixel_order}} {self.pixel_order} reorders the images of named datasets; the vectors of "
+                    f"{data} are used as stored (reorder them before saving)"
+                )
+            return
+        try:
+            check_dataset_request(data, self.split, self.pixel_order)
+        except DataError as e:
+            raise SettingsError(f"{{data}} {data}: {e}", ("data",)) from None
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        return getattr(torch, self.dtype)
+
+
+@dataclass
+class EvaluationInputs:
+    """What `load_evaluation_inputs` read: the model (on the device, in the dtype), the test vectors (N, n_visible),
+    the base rates of the annealed machine's visible layer (None for a uniform start), the labels the report shows,
+    the checkpoint's metadata and the files read, as (what, path) pairs."""
+
+    model: Any
+    test: Tensor
+    train_pixel_means: Optional[Tensor]
+    labels: dict[str, Any]
+    metadata: dict[str, Any]
+    files: list[tuple[str, Optional[str]]] = field(default_factory=list)
+
+
+def load_model(inputs: InputSettings):
+    """The checkpoint's `Checkpoint` (model on the device, in the dtype); an RBM, DBM or DBN, else SettingsError."""
+    from raise_eval.models.boltzmann.dbn import DBN
+    from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+    from raise_eval.models.io.checkpoints import load_checkpoint
+
+    ckpt = load_checkpoint(inputs.checkpoint, dtype=inputs.torch_dtype, device=torch.device(inputs.device))
+    if not isinstance(ckpt.model, (LayeredBoltzmannMachine, DBN)):
+        raise SettingsError(
+            f"{{checkpoint}} {inputs.checkpoint} holds a {type(ckpt.model).__name__}; raise-eval evaluate evaluates "
+            "RBMs, DBMs and DBNs (use raise-eval bdmc for VAEs)"
+        )
+    return ckpt
+
+
+def input_files(inputs: InputSettings, metadata: dict) -> list[tuple[str, Optional[str]]]:
+    """The files an evaluation reads, which no output may name: the checkpoint, the data files, or the files of a
+    named dataset (every split: the training split may give the base rates)."""
+    files = [("the checkpoint", inputs.checkpoint), ("the --train-data file", inputs.train_data)]
+    data = inputs.data or metadata.get("dataset")
+    if data is not None and is_array_file(data):
+        files.append(("the --data file", data))
+    elif data in DATASET_SPECS:
+        for split in DATASET_SPECS[data].splits:
+            files += [(f"a file of the {data} dataset", str(f)) for f in dataset_files(data, split, inputs.data_root)]
+    return files
+
+
+def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> EvaluationInputs:
+    """Read the checkpoint (unless `ckpt`, already loaded, is given), the test data and, for init='base-rates', the
+    base rates: pixel means (RBM, DBM) or, for a DBN, the recognition means of its top RBM's visible layer over the
+    training data."""
+    from raise_eval.evaluation.plan import recognition_means
+    from raise_eval.models.boltzmann.dbn import DBN
+
+    ckpt = load_model(inputs) if ckpt is None else ckpt
+    metadata = ckpt.metadata
+    data = inputs.data or metadata.get("dataset")
+    if data is None:
+        raise SettingsError(
+            "this checkpoint does not say which data it was trained on: pass {data} NAME or {data} FILE", ("data",)
+        )
+    inputs.check_data_request(data)
+    if is_array_file(data):
+        test = load_array_file(data)
+    else:
+        test = load_dataset(data, inputs.split, inputs.data_root, inputs.pixel_order)
+    labels: dict[str, Any] = {
+        "checkpoint": str(inputs.checkpoint),
+        "data": data,
+        "split": inputs.split if data in DATASETS else "file",
+        "pixel_order": inputs.pixel_order if data in DATASETS else "as stored",
+        "base_rates_from": None,
+    }
+    means = None
+    if init == "base-rates":
+        is_dbn = isinstance(ckpt.model, DBN)
+        train = None
+        if inputs.train_data:
+            train = check_binary(load_array_file(inputs.train_data), ckpt.model.n_visible, "training data")
+            labels["base_rates_from"] = f"--train-data {inputs.train_data}"
+        elif ckpt.train_pixel_means is not None and not is_dbn:
+            labels["base_rates_from"] = "the checkpoint's train_pixel_means"
+            means = ckpt.train_pixel_means
+        elif data in DATASETS:
+            train = load_dataset(data, "train", inputs.data_root, inputs.pixel_order)
+            train = check_binary(train, ckpt.model.n_visible, f"{data} training data")
+            labels["base_rates_from"] = f"the {data} training split"
+        if means is None and train is None:
+            why = (
+                " (a DBN's base rates are the recognition means of its top RBM's visible layer over the training "
+                "vectors, so the pixel means a checkpoint keeps are not enough)"
+                if is_dbn
+                else ""
+            )
+            raise SettingsError(
+                f"{{init}} base-rates needs training data{why}: pass {{train_data}} FILE (or {{init}} uniform)",
+                ("train_data", "init"),
+            )
+        if means is None:
+            means = recognition_means(ckpt.model, train) if is_dbn else train.double().mean(0)
+    elif inputs.train_data:
+        raise SettingsError(
+            "{train_data} gives the data base rates, which {init} uniform does not use: drop it, or use {init} "
+            "base-rates",
+            ("train_data", "init"),
+        )
+    return EvaluationInputs(ckpt.model, test, means, labels, metadata, input_files(inputs, metadata))
+
+
+@settings_class
+class BDMCInputSettings:
+    """Where a BDMC run's model (a checkpoint, or the user's own factory) and optional real data come from."""
+
+    checkpoint: Optional[str] = setting(
+        None, "a raise-eval VAE checkpoint (.pt); or give --model", kind="path", none="--model", metavar="CHECKPOINT",
+        flag="checkpoint",
+    )  # fmt: skip
+    model: Optional[str] = setting(
+        None,
+        "your own model instead of a checkpoint: FACTORY() in FILE.py returns it, e.g. your decoder wrapped in "
+        "raise_eval.DecoderModel (moved to --device and --dtype)",
+        kind="text", none="the CHECKPOINT", flag="--model", metavar="FILE.py:FACTORY", group="model",
+    )  # fmt: skip
+    real_data: Optional[str] = setting(
+        None, "also run ELBO, IWAE and forward AIS on real vectors (e.g. binarized_mnist)", kind="text",
+        none="none", flag="--real-data", metavar="NAME|FILE", group="real data",
+    )  # fmt: skip
+    data_root: Optional[str] = setting(
+        None, "with --real-data NAME: the data root", kind="path", none="$RAISE_EVAL_DATA, else ../shared/data",
+        flag="--data-root", metavar="DIR", group="real data",
+    )  # fmt: skip
+    device: str = setting("cpu", "torch device", kind="any", check=check_device, flag="--device", group="run")
+    dtype: str = setting(
+        "float32", "precision of the model", kind="choice", choices=("float32", "float64"), flag="--dtype",
+        group="run",
+    )  # fmt: skip
+
+    def _validate(self) -> None:
+        if (self.checkpoint is None) == (self.model is None):
+            raise SettingsError("give a {checkpoint} or {model} FILE.py:FACTORY (one of the two)", ("checkpoint", "model"))
+        if self.real_data is None:
+            if self.data_root is not None:
+                raise SettingsError("{data_root} belongs to {real_data}: give {real_data} NAME|FILE too")
+        elif not is_array_file(self.real_data):
+            try:
+                check_dataset_request(self.real_data, "test")
+            except DataError as e:
+                raise SettingsError(f"{{real_data}} {self.real_data}: {e}", ("real_data",)) from None
+        elif not Path(self.real_data).is_file():
+            raise SettingsError(f"{{real_data}} {self.real_data}: no such file", ("real_data",))
+
+    def files(self) -> list[tuple[str, Optional[str]]]:
+        """The files a bdmc run reads, which no output may name."""
+        files = [("the checkpoint", self.checkpoint), ("the --model file", self.model and self.model.rpartition(":")[0])]
+        if self.real_data and is_array_file(self.real_data):
+            files.append(("the --real-data file", self.real_data))
+        elif self.real_data:
+            found = dataset_files(self.real_data, "test", self.data_root)
+            files += [(f"a file of the {self.real_data} dataset", str(f)) for f in found]
+        return files
+
+
+def load_directed_model(inputs: BDMCInputSettings):
+    """The model of a BDMC run: the checkpoint's, or the user's factory's (`raise_eval.io.user_model`), on the
+    device and in the dtype; SettingsError when it is not a directed model."""
+    from raise_eval.io.user_model import build_user_model
+    from raise_eval.models.io.checkpoints import load_checkpoint
+
+    device, dtype = torch.device(inputs.device), getattr(torch, inputs.dtype)
+    if inputs.model is not None:
+        model = build_user_model(inputs.model)  # UserCodeError: the user's code failed, said in their words
+        if isinstance(model, torch.nn.Module):
+            model.to(device=device, dtype=dtype).requires_grad_(False)  # HMC differentiates in z only
+        return model
+    model = load_checkpoint(inputs.checkpoint, dtype=dtype, device=device).model
+    if not hasattr(model, "sample_joint"):
+        raise SettingsError(
+            f"{{checkpoint}} {inputs.checkpoint} holds an {type(model).__name__}; raise-eval bdmc evaluates directed "
+            "models (VAEs); use raise-eval evaluate for RBMs"
+        )
+    return model
+
+
+def load_real_data(inputs: BDMCInputSettings, model) -> Optional[Tensor]:
+    """--real-data, checked against the model: its likelihood's support when it says (DecoderModel.check_data), else
+    binary vectors (raise-eval's VAEs); None without real data."""
+    if inputs.real_data is None:
+        return None
+    if is_array_file(inputs.real_data):
+        data = load_array_file(inputs.real_data)
+    else:
+        data = load_dataset(inputs.real_data, "test", inputs.data_root)
+    return check_real_data(model, data)
+
+
+def check_real_data(model, data: Tensor) -> Tensor:
+    """Real data against a directed model: its likelihood's support when it says (DecoderModel.check_data, in the
+    data's own floating-point precision), else binary vectors (raise-eval's VAEs)."""
+    if hasattr(model, "check_data"):
+        return model.check_data(data if data.is_floating_point() else data.float(), "real data")
+    return check_binary(data, model.data_dim, "real data")

@@ -1,0 +1,114 @@
+"""Plots of the reports (matplotlib, the "plot" extra): a report is data; these functions draw it into a file.
+Each figure is drawn on its own Agg canvas (no pyplot state, no window) and saved marked as raise-eval's, so that a
+later run may replace it (`raise_eval.io.outputs`)."""
+
+from __future__ import annotations
+
+import math
+
+from raise_eval.diagnostics import GAP_NATS
+from raise_eval.io.outputs import plot_metadata
+
+
+def _figure(size):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=size)
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def plot_certificate(cert, path: str) -> None:
+    """AIS and RAISE (± one standard error) against K, log-scaled K, with the exact value when known and the
+    verdict in the title (needs matplotlib: pip install .[plot])."""
+    ks = [s.steps for s in cert.history]
+    fig = _figure((6.4, 4.2))
+    ax = fig.subplots()
+    for name, means, errs, colour in (
+        (cert.ais_label, [s.ais_mean for s in cert.history], [s.ais_stderr for s in cert.history], "tab:red"),
+        ("RAISE", [s.raise_mean for s in cert.history], [s.raise_stderr for s in cert.history], "tab:blue"),
+    ):
+        pts = [(k, m, e or 0.0) for k, m, e in zip(ks, means, errs) if m is not None and math.isfinite(m)]
+        if pts:
+            ax.errorbar(
+                [p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
+                label=name, color=colour,
+            )
+    exact = next((s.exact_mean for s in reversed(cert.history) if s.exact_mean is not None), None)
+    if exact is not None:
+        ax.axhline(exact, color="black", linestyle="--", linewidth=1, label="exact")
+    if cert.closed:
+        ax.axhspan(*cert.interval, color="tab:green", alpha=0.15, label="certified interval")
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(ks, [f"{k:,}" for k in ks])  # the Ks tried, not powers of two
+    ax.minorticks_off()
+    ax.set_xlabel("K (intermediate distributions)")
+    ax.set_ylabel("average test log-likelihood (nats)")
+    title = f"sandwich {cert.verdict} (tolerance {cert.tolerance:g} nats)"
+    ax.set_title(f"{cert.model}: {title}" if cert.model else title, fontsize=10)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, **plot_metadata(path))  # marked: a later run may replace it
+
+
+def plot_bdmc(report, path: str) -> None:
+    """Bounds against K with the baselines as horizontal lines (needs matplotlib: pip install .[plot])."""
+    ks = sorted(report.sandwich)
+    lower = [report.sandwich[k].summary()["lower"]["mean"] for k in ks]
+    upper = [report.sandwich[k].summary()["upper"]["mean"] for k in ks]
+    fig = _figure((6, 4))
+    ax = fig.subplots()
+    ax.plot(ks, lower, "o-", label="forward AIS (lower bound)")
+    ax.plot(ks, upper, "s-", label="reverse AIS (upper bound)")
+    for i, (name, v) in enumerate(report.baselines.items()):
+        ax.axhline(float(v.double().mean()), linestyle="--", color=f"C{i + 2}", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel("intermediate distributions K")
+    ax.set_ylabel("average log p(x) (nats)")
+    ax.set_title(f"BDMC on {report.settings['num_examples']} simulated examples")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120, **plot_metadata(path))  # marked: a later run may replace it
+
+
+def plot_monitor(history, path: str, title: str) -> None:
+    """AIS and RAISE (± s.e.) of a training monitor's records against the epoch, the exact value where known, and
+    their gap below (`raise_eval.integrations.hooks.LikelihoodMonitor`); a PNG at `path`."""
+    from matplotlib.ticker import MaxNLocator
+
+    h = history
+    epochs = [r.epoch for r in h]
+    fig = _figure((7, 6))
+    top, bottom = fig.subplots(2, 1, sharex=True, gridspec_kw={"height_ratios": [3, 1.2]})
+    for name, mean, se, style, color in (
+        ("AIS (optimistic)", [r.ais for r in h], [r.ais_se for r in h], "o-", "C0"),
+        ("RAISE (conservative)", [r.raise_ for r in h], [r.raise_se for r in h], "s-", "C1"),
+    ):
+        top.plot(epochs, mean, style, color=color, label=f"{name} ± s.e.", markersize=4)
+        lo = [m - s for m, s in zip(mean, se)]
+        hi = [m + s for m, s in zip(mean, se)]
+        top.fill_between(epochs, lo, hi, color=color, alpha=0.25, linewidth=0)
+    known = [r for r in h if r.exact is not None]
+    if known:
+        top.plot([r.epoch for r in known], [r.exact for r in known], "x--", color="black", label="exact")
+    top.set_ylabel("average test log-likelihood (nats)")
+    top.set_title(title, fontsize=9)
+    top.legend(fontsize=8)
+    top.grid(alpha=0.3)
+    bottom.plot(epochs, [r.gap for r in h], "o-", color="C2", markersize=4, label="gap (AIS - RAISE)")
+    bottom.axhline(0.0, color="grey", linewidth=0.8)
+    if max(r.gap for r in h) >= GAP_NATS / 2:
+        # Only when it is near: the threshold line would otherwise flatten small gaps into the zero line.
+        bottom.axhline(GAP_NATS, color="C3", linestyle=":", label=f"{GAP_NATS:g} nat: large-gap warning")
+    bottom.annotate(
+        f"{h[-1].gap:.3f}", (epochs[-1], h[-1].gap), textcoords="offset points", xytext=(-4, 6), ha="right"
+    )
+    bottom.set_ylabel("gap (nats)")
+    bottom.set_xlabel("epoch (from 0)")
+    bottom.legend(fontsize=8)
+    bottom.grid(alpha=0.3)
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)

@@ -1,0 +1,249 @@
+"""Text renderings of the reports (the tables the command prints). A report is data; these functions draw it.
+`names` maps the settings a note, warning or reason names (`{field}`) to the words to print, e.g. the command
+line's flags (`raise_eval.cli.options.FLAGS`); None prints the fields' own names."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+from raise_eval.certification.verdict import log_f_allowance
+from raise_eval.evaluation.memory import format_duration
+from raise_eval.settings import format_size, render_names
+from raise_eval.stats import mean_and_stderr
+
+
+def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
+    s = report.settings
+    r, a = report.raise_, report.ais
+    model = s.get("model", "RBM")
+    lines = [
+        f"raise-eval evaluate{' ' + s['checkpoint'] if s.get('checkpoint') else ''}: {model}, {s['dtype']} on "
+        f"{s['device']}",
+        f"data: {s['data'] + ' (' + s['split'] + ', ' if s.get('data') else '('}"
+        f"{_vectors_words(s, report.num_test)}); "
+        f"start: {s['init']}; "
+        f"{_schedule_words(s, report.timing)}, K = {s['steps']}; seed {s['seed']}",
+        "",
+        f"{'':28}{'estimate':>12}{'± s.e.':>10}{'time':>9}",
+        "log Z",
+    ]
+    if a is not None:
+        lines.append(
+            f"  {'AIS':26}{a.estimate:12.4f}{float(a.stderr):10.4f}{_secs(report.timing.get('ais_seconds'))}"
+            f"   {a.num_chains} chains, ESS {float(a.ess):.0f}, "
+            f"±3σ [{_fmt(float(a.lower))}, {_fmt(float(a.upper))}]"
+        )
+    else:
+        lines.append(f"  {'AIS':26}{'(not run)':>12}")
+    if report.log_z_exact is not None:
+        lines.append(f"  {'exact':26}{report.log_z_exact:12.4f}{'':10}{_secs(report.timing.get('exact_seconds'))}")
+    lf = report.log_f
+    estimated = lf is not None and lf.method != "exact"
+    if estimated:
+        how = {
+            "importance": f"{lf.num_samples} importance samples",
+            "ais": f"AIS, {getattr(lf, 'steps', 0)} steps x {lf.num_samples} chains",
+            "mean-field": "mean-field bound",
+        }[lf.method]
+        lines.append("log f(v), test average")
+        lines.append(
+            f"  {'estimate':26}{float(lf.log_unnormalized.mean()):12.4f}{'':10}{_secs(lf.seconds)}"
+            f"   {how} per vector ({'a lower bound' if lf.method == 'mean-field' else 'a stochastic lower bound'})"
+        )
+        if report.log_f_check is not None:
+            c = report.log_f_check
+            lines.append(f"  {'check':26}{c.mean_rise:12.4f}{c.mean_rise_stderr:10.4f}{_secs(c.seconds)}   {c.describe()}")
+    elif lf is not None and report.settings.get("model", "RBM").split()[0] in ("DBM", "DBN"):
+        route = "" if report.exact_values is None or not report.exact_values.route else f" ({report.exact_values.route})"
+        lines.append(f"log f(v): exact, by enumeration{route}; used by AIS and the control variate")
+    lines.append("average test log-likelihood (nats)")
+    if report.ais_mean is not None:
+        label = "AIS (log f-hat - log Z-hat)" if estimated else "AIS (optimistic)"
+        lines.append(f"  {label:26}{report.ais_mean:12.4f}{float(a.stderr):10.4f}")
+        if estimated:
+            lines.append(
+                f"  {'':26}an estimate, not a bound: log f-hat errs low, log Z-hat errs low"
+            )
+    if r is not None:
+        cv = report.control_variate
+        alpha = f"alpha = {cv.alpha:g}" if cv.alpha_rule == "fixed" else f"alpha = {cv.alpha:.3f} (optimal)"
+        start = "" if r.start == "exact posterior" else f" ({r.start})"
+        lines += [
+            f"  {'RAISE (conservative)':26}{report.raise_mean:12.4f}{report.raise_stderr:10.4f}"
+            f"{_secs(report.timing.get('raise_seconds'))}   {r.log_likelihood.shape[0]} examples x "
+            f"{r.num_chains} chains{start}, control variate log f(v), {alpha}",
+            f"  {'  without control variate':26}{cv.subset_mean:12.4f}{cv.subset_stderr:10.4f}"
+            f"{'':9}   plain mean over the same {cv.num_subset} examples",
+            f"  {'gap (AIS - RAISE)':26}{round(report.gap, 4) + 0.0:12.4f}",
+        ]
+    else:
+        lines.append(f"  {'RAISE (conservative)':26}{'(not run)':>12}")
+    if report.exact_mean is not None:
+        lines.append(f"  {'exact':26}{report.exact_mean:12.4f}")
+    lines.append(f"total wall time {report.timing['seconds']:.1f} s")
+    if report.interrupted:
+        lines.append(f"interrupted during {report.interrupted}: the numbers above are what finished before Ctrl-C")
+    lines += [f"note: {render_names(n, names)}" for n in report.notes]
+    lines += [f"warning [{w.code}]: {render_names(w.message, names)}" for w in report.warnings]
+    return "\n".join(lines)
+
+
+def _schedule_words(s: dict[str, Any], timing: dict[str, Optional[float]]) -> str:
+    """'linear schedule', or for the adaptive one its pilot: 'adaptive schedule (pilot: 200 chains, 0.4 s)'."""
+    if s["schedule"] != "adaptive":
+        return f"{s['schedule']} schedule"
+    pilot_time = timing.get("pilot_seconds")
+    took = "" if pilot_time is None else f", {pilot_time:.1f} s"
+    return f"adaptive schedule (pilot: {s.get('pilot_chains')} chains{took})"
+
+
+def _vectors_words(s: dict[str, Any], num_test: int) -> str:
+    """'10000 vectors', or for a test subset '1000 of 10000 vectors, a fixed random subset (seed 6)'."""
+    if not s.get("test_subset"):
+        return f"{num_test} vectors"
+    return f"{num_test} of {s['test_vectors_total']} vectors, a fixed random subset (seed {s['test_subset_seed']})"
+
+
+def _secs(x: Optional[float]) -> str:
+    return f"{x:8.1f}s" if x is not None else f"{'':9}"
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.4f}" if math.isfinite(x) else "-inf"
+
+
+def certificate_table(cert, names: Optional[dict[str, str]] = None) -> str:
+    lines = [f"certified sandwich{' of ' + cert.model if cert.model else ''}, tolerance {cert.tolerance:g} nats", ""]
+    lines.append(f"{'K':>8}{'AIS':>12}{'± s.e.':>9}{'RAISE':>12}{'± s.e.':>9}{'gap':>9}{'ESS':>7}{'secs':>8}")
+    for s in cert.history:
+        lines.append(
+            f"{s.steps:8d}{_f(s.ais_mean, 12)}{_f(s.ais_stderr, 9)}{_f(s.raise_mean, 12)}{_f(s.raise_stderr, 9)}"
+            f"{_f(s.gap, 9)}{_f(s.ais_ess, 7, 0)}{s.seconds:8.1f}"
+        )
+    exact = next((s.exact_mean for s in reversed(cert.history) if s.exact_mean is not None), None)
+    if exact is not None:
+        lines.append(f"{'exact':>8}{exact:12.4f}")
+    lines.append("")
+    if cert.closed:
+        lo, hi = cert.interval
+        lines.append(
+            f"verdict: CLOSED at K = {cert.history[-1].steps}: the average test log-likelihood lies in "
+            f"[{lo:.4f}, {hi:.4f}] (RAISE to AIS, ±2 standard errors"
+            + (", and the log f(v) check's rise above" if cert.report is not None and log_f_allowance(cert.report) > 0 else "")
+            + ")"
+        )
+    elif cert.verdict == "interrupted":
+        lines.append("verdict: INTERRUPTED (no verdict)")
+        lines += [f"  - {render_names(r, names)}" for r in cert.reasons]
+    else:
+        lines.append(f"verdict: OPEN after K = {cert.history[-1].steps if cert.history else 0}")
+        lines += [f"  - {render_names(r, names)}" for r in cert.reasons]
+        gaps = [s.gap for s in cert.history if s.gap is not None]
+        if len(gaps) >= 2:
+            lines.append(f"  gap against K: {', '.join(f'{g:.3f}' for g in gaps)}")
+        if cert.needed_steps is not None:
+            lines.append(f"  if the trend holds, the gap reaches {cert.tolerance:g} nats at about K = {cert.needed_steps:,}")
+    lines.append(f"certified run: {cert.seconds:.1f} s")
+    lines += [f"note: {render_names(n, names)}" for n in cert.notes]
+    return "\n".join(lines)
+
+
+def _f(x: Optional[float], width: int, digits: int = 4) -> str:
+    if x is None:
+        return f"{'—':>{width}}"
+    return f"{x:{width}.{digits}f}"
+
+
+def bdmc_table(report, names: Optional[dict[str, str]] = None) -> str:
+    s = report.settings
+    lines = [
+        f"raise-eval bdmc {_model_source(s)}: {s['model']}, {s['dtype']} on {s['device']}",
+        f"data: {s['num_examples']} examples simulated from the model (their latents are exact posterior "
+        f"samples); seed {s['seed']}",
+        f"kernel: {s['kernel']}; {s['schedule']} schedule; {s['chains']} forward and {s['chains']} reverse "
+        "chains per example",
+        "",
+        "average log p(x) on the simulated examples (nats)",
+        f"  {'BDMC':8}{'lower (AIS)':>13}{'upper (rev.)':>14}{'gap ± s.e.':>18}{'Jeffreys bound':>16}{'time':>9}",
+    ]
+    for k in s.get("steps", sorted(report.sandwich)):
+        if k not in report.sandwich:
+            lines.append(f"  K={k:<6}{'(not run)':>13}")
+            continue
+        sm = report.sandwich[k].summary()
+        gap = f"{sm['gap']['mean']:.3f} ± {sm['gap']['stderr']:.3f}"
+        lines.append(
+            f"  K={k:<6}{sm['lower']['mean']:13.3f}{sm['upper']['mean']:14.3f}{gap:>18}"
+            f"{sm['jeffreys_bound']['mean']:16.3f}{report.sandwich[k].seconds:8.1f}s"
+        )
+    if report.ground_truth is not None:
+        k_max = max(report.sandwich)
+        truth, truth_se = mean_and_stderr(report.ground_truth)
+        closed = not report.warnings
+        label = "truth" if closed else "midpoint"
+        lines += [
+            "",
+            f"  {'estimator':34}{'estimate':>11}{'vs ' + label:>11}{'± s.e.':>9}",
+            f"  {'BDMC midpoint, K=' + str(k_max) + (' (truth)' if closed else ' (open)'):34}{truth:11.3f}",
+        ]
+        for name, v in report.baselines.items():
+            b = report._baseline_summary(v)
+            lines.append(
+                f"  {name:34}{b['mean']:11.3f}{b['minus_bdmc_midpoint']:11.3f}"
+                f"{b['minus_bdmc_midpoint_stderr']:9.3f}"
+            )
+        lines.append(
+            f"  ('vs {label}': paired difference from the midpoint of the K={k_max} sandwich, example by example; "
+            f"the midpoint's own average has a standard error of {truth_se:.2f} over the examples)"
+        )
+    elif report.baselines:  # no sandwich finished: the estimates alone
+        lines += ["", f"  {'estimator':34}{'estimate':>11}{'± s.e.':>9}"]
+        for name, v in report.baselines.items():
+            m, se = mean_and_stderr(v)
+            lines.append(f"  {name:34}{m:11.3f}{se:9.3f}")
+    if report.real:
+        lines += [
+            "",
+            f"the same estimators on real data ({s.get('real_data')}, {s.get('real_examples')} examples):",
+            f"  {'estimator':34}{'estimate':>11}{'± s.e.':>9}",
+        ]
+        for name, v in report.real.items():
+            m, se = mean_and_stderr(v)
+            lines.append(f"  {name:34}{m:11.3f}{se:9.3f}")
+    if report.aide is not None:
+        a = report.aide
+        lines += [
+            "",
+            f"AIDE, encoder vs AIS (K={s.get('aide_steps')}): symmetric KL {a.mean:.3f} ± {a.stderr:.3f} nats "
+            f"(Ng={a.num_gold}, Nt={a.num_target}, Mg={a.gold_meta}, Mt={a.target_meta}; "
+            f"{a.per_example.numel()} examples, {a.seconds:.0f} s)",
+        ]
+    lines.append(f"total wall time {report.timing.get('seconds', 0.0):.1f} s")
+    if report.interrupted is not None:
+        why = "Ctrl-C" if report.error is None else f"an error ({report.error})"
+        lines.append(f"stopped during {report.interrupted} by {why}: the numbers above are what finished")
+    lines += [f"warning [{w.code}]: {render_names(w.message, names)}" for w in report.warnings]
+    return "\n".join(lines)
+
+
+def _model_source(settings: dict) -> str:
+    """The CHECKPOINT or '--model FILE.py:FACTORY' the model came from ('' when neither is recorded)."""
+    if settings.get("model_factory"):
+        return f"--model {settings['model_factory']}"
+    return settings.get("checkpoint") or ""
+
+
+def cost_estimate_text(estimate, names: Optional[dict[str, str]] = None) -> str:
+    """The estimate as printed by `raise-eval evaluate`: the total, then one line per stage."""
+    total = estimate.seconds
+    head = "estimated cost" if total is None else f"estimated time {format_duration(total)}"
+    lines = [f"{head}, peak memory {format_size(estimate.bytes)} (bound {format_size(estimate.max_memory)}):"]
+    for s in estimate.stages:
+        took = "" if s.seconds is None else format_duration(s.seconds)
+        share = "" if not total or s.seconds is None else f"{s.seconds / total:.0%}"
+        lines.append(f"  {s.label:15}{took:>10}{share:>6}  {format_size(s.bytes):>9}  {s.work}")
+    lines += [f"  {render_names(n, names)}" for n in estimate.notes]
+    if estimate.timing:
+        lines.append(f"  ({estimate.timing})")
+    return "\n".join(lines)

@@ -1,0 +1,3 @@
+"""Run-time concerns, apart from the algorithms: fixed shards and their seeds (sharding.py), resume files
+(resume.py), torch.distributed ranks (distributed.py) and torch's thread count (threads.py). May import the core
+(estimators, kernels); never the protocol packages, the CLI or the renderers."""

@@ -1,0 +1,443 @@
+"""Settings declared once: each field of a protocol's settings value says its type, bound or choices, default, help
+text and command-line flag in one `setting(...)` declaration, and is checked once, when the value is built.
+
+A settings class is a frozen dataclass made with `@settings_class`; building one validates every field (and the
+class's own `_validate` hook for what ties fields together) and normalizes what has several spellings ('8GB' ->
+bytes, '30m' -> seconds, a list -> a tuple). Code that receives a settings value trusts it. A changed copy is
+`value.replace(steps=4000)` (validated again), as TensorFlow Probability's `copy(**overrides)`.
+
+Errors are `SettingsError`s that name fields, e.g. "steps must be an integer of at least 1, got 0". The command
+line generates its parser from the same declarations (`raise_eval.cli.options`) and renders the same error with
+flags: "--steps must be an integer of at least 1, got 0". A message that names several fields writes each as
+`{field}` in its template.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import decimal
+import math
+import operator
+import os
+import re
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Optional
+
+MAX_COUNT = 2**63 - 1  # a count beyond an int64 cannot index a tensor (and overflows a float's exact range)
+# torch.Generator.manual_seed takes -2^63 .. 2^64 - 1, and an evaluation seeds its streams with seed .. seed + 6.
+SEED_OFFSETS = 6
+SEED_RANGE = (-(2**63), 2**64 - 1 - SEED_OFFSETS)
+
+KINDS = ("count", "counts", "number", "choice", "size", "duration", "flag", "seed", "path", "threads", "text", "any")
+
+_SIZE_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+    "k": 10**3,
+    "m": 10**6,
+    "g": 10**9,
+    "t": 10**12,
+}
+_DURATION_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+UNSET = _Unset()  # a declaration's cli_default when the command takes the API's default
+
+
+def render_names(template: str, names: Optional[dict[str, str]] = None) -> str:
+    """`template` with each `{field}` written as `names[field]` (the field's own name when it has none there): the
+    same message in the API's words or, with the command line's flags, in the command's. A `Named` message is
+    rendered from its template."""
+    names = names or {}
+    template = getattr(template, "template", template)
+    return re.sub(r"\{(\w+)\}", lambda m: names.get(m.group(1), m.group(1)), template)
+
+
+class Named(str):
+    """A message that names settings: it reads with the fields' names (`str`), and keeps its template (`{field}`
+    for each) so that a renderer can write the command line's flags instead (`render_names(message, flags)`)."""
+
+    template: str
+
+    def __new__(cls, template: str) -> Named:
+        template = getattr(template, "template", template)
+        obj = super().__new__(cls, render_names(template))
+        obj.template = template
+        return obj
+
+
+class SettingsError(ValueError):
+    """A setting (or a combination of settings) that cannot run. `template` names fields as `{field}`; `str()` fills
+    them with the field names, `render(names)` with other names (the command line's flags).
+
+    fields: the fields the message names, the first being the one to change.
+    """
+
+    def __init__(self, template: str, fields: tuple[str, ...] = ()):
+        self.template = template
+        self.fields = tuple(fields) or tuple(re.findall(r"\{(\w+)\}", template))
+        super().__init__(self.render({}))
+
+    def render(self, names: Optional[dict[str, str]] = None) -> str:
+        return render_names(self.template, names)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The declaration of one field (see `setting`)."""
+
+    kind: str
+    default: Any
+    help: str
+    flag: Optional[str] = None
+    short: tuple[str, ...] = ()
+    least: Optional[float] = None
+    most: Optional[float] = None
+    strictly: bool = False  # least and most are open bounds
+    choices: tuple[str, ...] = ()
+    words: tuple[str, ...] = ()  # for a number: words it also takes, e.g. ('optimal',)
+    none: Optional[str] = None  # what None means; None: the field cannot be None
+    metavar: Optional[str] = None
+    group: Optional[str] = None
+    why: str = ""  # why the bound, e.g. 'a standard error needs two'
+    cli_default: Any = UNSET  # where the command differs from the API (progress bars)
+    check: Optional[Callable[[Any], Any]] = None  # kind 'any': returns the value or raises SettingsError
+    name: str = ""  # filled in by `settings_class`
+
+    @property
+    def default_text(self) -> str:
+        default = self.default if self.cli_default is UNSET else self.cli_default
+        if default is None:
+            return self.none or "none"
+        if self.kind == "counts":
+            return " ".join(str(v) for v in default)
+        if isinstance(default, bool):
+            return "on" if default else "off"
+        if self.kind == "size" and isinstance(default, int):
+            return f"{default:,} bytes"
+        return str(default)
+
+
+def setting(default: Any, help: str, *, kind: str, **declaration) -> Any:
+    """A dataclass field declared with its kind, default and help (and `flag`, `least`, `most`, `choices`, ...: see
+    `Setting`). Use inside a `@settings_class`."""
+    if kind not in KINDS:
+        raise TypeError(f"unknown kind of setting {kind!r}")
+    spec = Setting(kind=kind, default=default, help=help, **declaration)
+    factory_default = isinstance(default, (list, dict, set))
+    if factory_default:
+        raise TypeError("a setting's default must be immutable (use a tuple)")
+    return dataclasses.field(default=default, metadata={"setting": spec})
+
+
+def declarations(cls_or_value) -> Iterator[Setting]:
+    """The `Setting` of every declared field of a settings class (or value), in order."""
+    for f in dataclasses.fields(cls_or_value):
+        spec = f.metadata.get("setting")
+        if spec is not None:
+            yield spec
+
+
+def settings_class(cls):
+    """Make `cls` a frozen settings dataclass: every `setting(...)` field is checked and normalized when a value is
+    built, then `cls._validate(self)` (if defined) checks what ties fields together."""
+
+    def __post_init__(self) -> None:
+        for spec in declarations(self):
+            object.__setattr__(self, spec.name, normalize(spec, getattr(self, spec.name)))
+        hook = getattr(self, "_validate", None)
+        if hook is not None:
+            hook()
+
+    def replace(self, **changes):
+        """A copy with `changes`, validated again (an unknown field: SettingsError naming it)."""
+        unknown = sorted(set(changes) - {f.name for f in dataclasses.fields(self)})
+        if unknown:
+            raise SettingsError(f"{type(self).__name__} has no setting {', '.join(unknown)}", ())
+        return dataclasses.replace(self, **changes)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields as plain values (nested settings as dicts), for reports and fingerprints."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            out[f.name] = value.as_dict() if hasattr(value, "as_dict") and dataclasses.is_dataclass(value) else value
+        return out
+
+    # Set before the dataclass is made: its __init__ calls __post_init__ only if the class has one by then.
+    cls.__post_init__ = __post_init__
+    cls.replace = replace
+    cls.as_dict = as_dict
+    cls = dataclass(frozen=True)(cls)
+    for f in dataclasses.fields(cls):
+        spec = f.metadata.get("setting")
+        if spec is not None:
+            object.__setattr__(spec, "name", f.name)
+    return cls
+
+
+def build(cls, values: dict[str, Any]):
+    """`cls(**values)`, with an unknown key reported as a SettingsError naming it (not a TypeError)."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise SettingsError(
+            f"unknown setting{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} ({cls.__name__} takes "
+            f"{', '.join(sorted(known))})",
+            (),
+        )
+    return cls(**values)
+
+
+# ----------------------------------------------------------------------------------------------------- checks
+def _fail(spec: Setting, what: str, value: Any) -> SettingsError:
+    shown = repr(value)
+    return SettingsError(f"{{{spec.name}}} must be {what}, got {shown}", (spec.name,))
+
+
+def _bounds_text(spec: Setting, noun: str) -> str:
+    least, most = spec.least, spec.most
+    if spec.strictly and least is not None and most is not None:
+        return f"{noun} strictly between {least:g} and {most:g}" + (f" ({spec.why})" if spec.why else "")
+    parts = []
+    if least is not None:
+        parts.append(f"{'above' if spec.strictly else 'of at least'} {least:g}")
+    if most is not None and (spec.kind != "count" or most < MAX_COUNT):
+        parts.append(f"{'below' if spec.strictly else 'at most'} {most:,}" if spec.kind == "count" else f"at most {most:g}")
+    text = f"{noun} {' and '.join(parts)}" if parts else noun
+    return text + (f" ({spec.why})" if spec.why else "")
+
+
+def _in_bounds(spec: Setting, x: float) -> bool:
+    if spec.least is not None and (x <= spec.least if spec.strictly else x < spec.least):
+        return False
+    return not (spec.most is not None and (x >= spec.most if spec.strictly else x > spec.most))
+
+
+def _count(spec: Setting, value: Any) -> int:
+    if isinstance(value, bool):
+        raise _fail(spec, _bounds_text(spec, "an integer"), value)
+    if isinstance(value, str):  # as typed: digits, or a whole number in scientific notation (1e6)
+        try:
+            value = parse_count(value)
+        except ValueError:
+            raise _fail(spec, _bounds_text(spec, "an integer"), value) from None
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise _fail(spec, _bounds_text(spec, "an integer"), value) from None
+    most = MAX_COUNT if spec.most is None else spec.most
+    if n > MAX_COUNT:
+        raise SettingsError(
+            f"{{{spec.name}}} must be an integer of at most {most:,} (a count beyond any run), got {_short(n)}",
+            (spec.name,),
+        )
+    if not _in_bounds(spec, n):
+        raise _fail(spec, _bounds_text(spec, "an integer"), n)
+    return n
+
+
+def _short(n: int) -> str:
+    """An integer as typed, or in scientific notation when it is too long to read (10^400: '1e+400')."""
+    text = str(n)
+    return text if len(text) <= 24 else f"{decimal.Decimal(n):.3e}"
+
+
+def normalize(spec: Setting, value: Any) -> Any:
+    """The checked, normalized value of one field (SettingsError naming the field when it cannot be)."""
+    if value is None:
+        if spec.none is None:  # None is a value only where the declaration says what it means
+            raise _fail(spec, _expected(spec), value)
+        return None
+    kind = spec.kind
+    if kind == "count":
+        return _count(spec, value)
+    if kind == "counts":
+        values = [value] if isinstance(value, (int, str)) and not isinstance(value, bool) else value
+        try:
+            values = tuple(values)
+        except TypeError:
+            raise _fail(spec, _expected(spec), value) from None
+        if not values:
+            raise _fail(spec, _expected(spec), value)
+        return tuple(_count(spec, v) for v in values)
+    if kind == "number":
+        if isinstance(value, str) and value in spec.words:
+            return value
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise _fail(spec, _expected(spec), value) from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            try:
+                if isinstance(value, bool):
+                    raise TypeError
+                value = float(value)  # numpy and torch scalars
+            except (TypeError, ValueError):
+                raise _fail(spec, _expected(spec), value) from None
+            if not math.isfinite(value):
+                raise _fail(spec, _expected(spec), value)
+        if not _in_bounds(spec, value):
+            raise _fail(spec, _expected(spec), value)
+        return value
+    if kind == "choice":
+        if not isinstance(value, str) or value not in spec.choices:
+            raise _fail(spec, f"one of {', '.join(spec.choices)}", value)
+        return value
+    if kind == "size":
+        if isinstance(value, str):
+            try:
+                return parse_size(value)
+            except ValueError as e:
+                raise SettingsError(f"{{{spec.name}}}: {e}", (spec.name,)) from None
+        return _count(spec, value)
+    if kind == "duration":
+        if isinstance(value, str):
+            try:
+                return parse_duration(value)
+            except ValueError as e:
+                raise SettingsError(f"{{{spec.name}}}: {e}", (spec.name,)) from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise _fail(spec, "a positive number of seconds (or a duration such as '30m')", value)
+        return float(value)
+    if kind == "flag":
+        if not isinstance(value, bool):
+            raise _fail(spec, "True or False", value)
+        return value
+    if kind == "seed":
+        if isinstance(value, bool):
+            raise _fail(spec, _expected(spec), value)
+        if isinstance(value, str):
+            try:
+                value = parse_count(value)
+            except ValueError:
+                raise _fail(spec, _expected(spec), value) from None
+        try:
+            n = operator.index(value)
+        except TypeError:
+            raise _fail(spec, _expected(spec), value) from None
+        if not SEED_RANGE[0] <= n <= SEED_RANGE[1]:
+            raise _fail(spec, _expected(spec), n)
+        return n
+    if kind == "path":
+        if not isinstance(value, (str, os.PathLike)) or not str(value):
+            raise _fail(spec, "a file name", value)
+        return os.fspath(value)
+    if kind == "threads":
+        if value == "auto":
+            return value
+        if isinstance(value, str):
+            try:
+                value = parse_count(value)
+            except ValueError:
+                raise _fail(spec, "'auto', a positive integer or None (torch's setting)", value) from None
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise _fail(spec, "'auto', a positive integer or None (torch's setting)", value)
+        return value
+    if kind == "text":
+        if not isinstance(value, str):
+            raise _fail(spec, "a string", value)
+        return value
+    return value if spec.check is None else spec.check(value)
+
+
+def _expected(spec: Setting) -> str:
+    if spec.kind == "number":
+        words = " or ".join(repr(w) for w in spec.words)
+        text = _bounds_text(spec, "a finite number")
+        return f"{text}{' or ' + words if words else ''}"
+    if spec.kind == "counts":
+        return _bounds_text(spec, "one or more integers")
+    if spec.kind == "seed":
+        return f"an integer from {SEED_RANGE[0]} to {SEED_RANGE[1]} (the run seeds generators with seed to seed + {SEED_OFFSETS})"
+    if spec.kind == "count":
+        return _bounds_text(spec, "an integer")
+    if spec.kind == "path":
+        return "a file name"
+    if spec.kind == "choice":
+        return f"one of {', '.join(spec.choices)}"
+    return f"a valid {spec.kind}"
+
+
+# ----------------------------------------------------------------------------------------------------- text forms
+def parse_count(text: str) -> int:
+    """A whole number written as digits or in scientific notation ('1e6', '1_000'); ValueError otherwise. The
+    bounds are the settings' to check, so that 1e12 reaches the check that says what it would cost."""
+    try:
+        value = decimal.Decimal(str(text).strip().replace("_", ""))
+    except decimal.InvalidOperation:
+        raise ValueError(f"{text!r} is not a whole number") from None
+    if not value.is_finite() or value != value.to_integral_value():
+        raise ValueError(f"{text!r} is not a whole number")
+    if value.adjusted() > 1000:  # far beyond any bound; not worth building the integer
+        raise ValueError(f"{text!r} is beyond any run")
+    return int(value)
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a size such as '512MB', '8GB', '1.5GiB' or '1000000' (decimal kB/MB/GB/TB, binary KiB/MiB/GiB/TiB,
+    case-insensitive)."""
+    # Signed, so that "-1GB" is told it is not positive rather than not a size.
+    m = re.fullmatch(r"\s*([-+]?[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else None
+    if m is None or unit not in _SIZE_UNITS:
+        raise ValueError(f"{text!r} is not a size; write e.g. 512MB, 8GB or 1.5GiB")
+    value = float(m.group(1)) * _SIZE_UNITS[unit]
+    if not math.isfinite(value) or value < 1:
+        raise ValueError(f"{text!r} is not a positive size; write e.g. 512MB, 8GB or 1.5GiB")
+    if value > MAX_COUNT:
+        raise ValueError(f"{text!r} is beyond any machine's memory; write e.g. 512MB, 8GB or 1.5GiB")
+    return int(value)
+
+
+def format_size(n: float) -> str:
+    """1234567 -> '1.2 MB' (decimal units, as `parse_size` reads them)."""
+    for unit, scale in (("TB", 1e12), ("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in '90', '90s', '30m', '1.5h'; ValueError saying the accepted forms."""
+    t = str(text).strip().lower()
+    try:
+        value = float(t[:-1]) * _DURATION_UNITS[t[-1]] if t and t[-1] in _DURATION_UNITS else float(t)
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration; write seconds (90, 90s), minutes (30m) or hours (1.5h)") from None
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{text!r}: the duration must be a finite positive number")
+    return value
+
+
+__all__ = [
+    "MAX_COUNT",
+    "Named",
+    "SEED_RANGE",
+    "Setting",
+    "SettingsError",
+    "build",
+    "declarations",
+    "format_size",
+    "normalize",
+    "parse_count",
+    "parse_duration",
+    "parse_size",
+    "render_names",
+    "setting",
+    "settings_class",
+]
