@@ -3,6 +3,11 @@ import the estimators in `raise_eval`.
 
 Folders by family: boltzmann/ (the layered energy, RBM, DBM, DBN), directed/ (p(z) p(x|z) models), io/
 (checkpoints), training/ (how the project's checkpoints were made); sampling.py is shared by all.
+
+The folder sits at the top of the repository (the layout the project was asked for) but is installed as
+`raise_eval.models` (setup.py's package_dir), not as a top-level `models` package: a user's project very often has a
+`models` package of its own, which an installed top-level one would shadow or be shadowed by. May import torch,
+numpy and `raise_eval.models` itself only.
 """
 
 from raise_eval.models.boltzmann import DBM, DBN, RBM, LayeredBoltzmannMachine
