@@ -9,6 +9,7 @@ bidirectional/ for BDMC), run-time concerns (runtime/), input and output (io/), 
 renderers (render/) and the command line (cli/). `raise_eval.models` is the repository's models/ folder.
 """
 
+from raise_eval import _compat  # noqa: E402,F401  (the pre-0.2 module paths, for users' scripts)
 from raise_eval._version import __version__ as __version__
 from raise_eval.annealing import anneal
 from raise_eval.bidirectional import BDMCReport, BDMCSettings, evaluate_bdmc
@@ -61,8 +62,6 @@ from raise_eval.models.io import Checkpoint, CheckpointError, load_checkpoint, s
 from raise_eval.paths import BoltzmannPath, DirectedPath, data_base_rates, uniform_base
 from raise_eval.schedules import linear_schedule, make_schedule, salakhutdinov_schedule, sigmoid_schedule
 from raise_eval.settings import SettingsError
-
-from raise_eval import _compat  # noqa: E402,F401  (the pre-0.2 module paths, for users' scripts)
 
 
 def __getattr__(name: str):

@@ -32,6 +32,7 @@ from torch import Tensor
 
 from raise_eval.kernels.block_gibbs import BoltzmannState
 from raise_eval.schedules import _check_num_steps, linear_schedule
+from raise_eval.settings import check_count
 
 DEFAULT_PILOT_CHAINS = 200
 DEFAULT_PILOT_GRID = 200
@@ -89,8 +90,7 @@ def pilot_run(
         resample_threshold: resample when ESS < threshold x M (0 never resamples, 1 always does).
     """
     for name, value, least in (("num_chains", num_chains, 2), ("grid_size", grid_size, 1), ("sweeps", sweeps, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < least:
-            raise ValueError(f"{name} must be an integer of at least {least}, got {value!r}")
+        check_count(name, value, least)
     if not 0 <= resample_threshold <= 1:
         raise ValueError(f"resample_threshold must be in [0, 1], got {resample_threshold}")
     if not hasattr(path, "with_clamped"):

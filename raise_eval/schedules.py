@@ -18,6 +18,8 @@ from typing import Union
 import torch
 from torch import Tensor
 
+from raise_eval.settings import check_count
+
 SCHEDULES = ("linear", "sigmoid", "salakhutdinov")
 
 
@@ -98,5 +100,4 @@ def validate_schedule(betas: Union[Tensor, list, tuple]) -> Tensor:
 
 
 def _check_num_steps(num_steps: int) -> None:
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int) or num_steps < 1:
-        raise ValueError(f"the number of annealing steps K must be a positive integer, got {num_steps!r}")
+    check_count("num_steps", num_steps)  # K, the number of annealing steps

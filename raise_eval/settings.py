@@ -143,6 +143,24 @@ def setting(default: Any, help: str, *, kind: str, **declaration) -> Any:
     return dataclasses.field(default=default, metadata={"setting": spec})
 
 
+THREADS_HELP = (
+    "torch threads (default: auto, the cores no other process is using right now; results are bit-identical for "
+    "the same seed, device, dtype and thread count)"
+)
+
+
+def progress_setting() -> Any:
+    """The `progress` field every protocol has: tqdm bars on stderr, off in the API, on in the command."""
+    return setting(False, "tqdm progress bars (stderr)", kind="flag", flag="--no-progress", cli_default=True, group="run")
+
+
+def threads_setting() -> Any:
+    """The `threads` field every protocol has: torch threads for the call ('auto': the idle cores)."""
+    return setting(
+        "auto", THREADS_HELP, kind="threads", none="torch's setting", flag="--threads", metavar="N", group="run"
+    )
+
+
 def declarations(cls_or_value) -> Iterator[Setting]:
     """The `Setting` of every declared field of a settings class (or value), in order."""
     for f in dataclasses.fields(cls_or_value):
@@ -187,6 +205,17 @@ def settings_class(cls):
         if spec is not None:
             object.__setattr__(spec, "name", f.name)
     return cls
+
+
+def with_overrides(cls, settings, overrides: dict[str, Any]):
+    """`settings` (default: `cls()`) with the keyword `overrides` of an API function; an unknown keyword is a
+    TypeError, as Python's own for a misspelled argument."""
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(cls)})
+    if unknown:
+        raise TypeError(f"unexpected keyword argument{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)} "
+                        f"(the settings are {cls.__name__}'s fields)")  # fmt: skip
+    base = cls() if settings is None else settings
+    return base.replace(**overrides) if overrides else base
 
 
 def build(cls, values: dict[str, Any]):
@@ -256,103 +285,140 @@ def _short(n: int) -> str:
     return text if len(text) <= 24 else f"{decimal.Decimal(n):.3e}"
 
 
+def _from_text(spec: Setting, value: Any, parse: Callable[[str], Any], expected: str) -> Any:
+    """A value typed as text (the command line's), read by `parse`; other values pass through."""
+    if not isinstance(value, str):
+        return value
+    try:
+        return parse(value)
+    except ValueError:
+        raise _fail(spec, expected, value) from None
+
+
+def _text_form(spec: Setting, value: Any, parse: Callable[[str], Any]) -> Any:
+    """A size or a duration written as text ('8GB', '30m'), read by `parse` whose error says the accepted forms."""
+    try:
+        return parse(value)
+    except ValueError as e:
+        raise SettingsError(f"{{{spec.name}}}: {e}", (spec.name,)) from None
+
+
+def _real(spec: Setting, value: Any, expected: str) -> float:
+    """A finite real number (Python, NumPy or torch scalar) within the declared bounds."""
+    if isinstance(value, bool):
+        raise _fail(spec, expected, value)
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise _fail(spec, expected, value) from None
+    if not math.isfinite(x) or not _in_bounds(spec, x):
+        raise _fail(spec, expected, value)
+    return value if isinstance(value, (int, float)) else x
+
+
+def _seed(spec: Setting, value: Any) -> int:
+    value = _from_text(spec, value, parse_count, _expected(spec))
+    if isinstance(value, bool):
+        raise _fail(spec, _expected(spec), value)
+    try:
+        n = operator.index(value)
+    except TypeError:
+        raise _fail(spec, _expected(spec), value) from None
+    if not SEED_RANGE[0] <= n <= SEED_RANGE[1]:
+        raise _fail(spec, _expected(spec), n)
+    return n
+
+
+def _threads(spec: Setting, value: Any):
+    expected = "'auto', a positive integer or None (torch's setting)"
+    if value == "auto":
+        return value
+    value = _from_text(spec, value, parse_count, expected)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _fail(spec, expected, value)
+    return value
+
+
+def _counts(spec: Setting, value: Any) -> tuple[int, ...]:
+    values = [value] if isinstance(value, (int, str)) and not isinstance(value, bool) else value
+    try:
+        values = tuple(values)
+    except TypeError:
+        raise _fail(spec, _expected(spec), value) from None
+    if not values:
+        raise _fail(spec, _expected(spec), value)
+    return tuple(_count(spec, v) for v in values)
+
+
+def _number(spec: Setting, value: Any):
+    if isinstance(value, str) and value in spec.words:
+        return value
+    value = _from_text(spec, value, float, _expected(spec))
+    return _real(spec, value, _expected(spec))
+
+
+def _choice(spec: Setting, value: Any) -> str:
+    if not isinstance(value, str) or value not in spec.choices:
+        raise _fail(spec, _expected(spec), value)
+    return value
+
+
+def _size(spec: Setting, value: Any) -> int:
+    return _text_form(spec, value, parse_size) if isinstance(value, str) else _count(spec, value)
+
+
+def _duration(spec: Setting, value: Any) -> float:
+    if isinstance(value, str):
+        return _text_form(spec, value, parse_duration)
+    expected = "a positive number of seconds (or a duration such as '30m')"
+    seconds = float(_real(spec, value, expected))
+    if seconds <= 0:
+        raise _fail(spec, expected, value)
+    return seconds
+
+
+def _typed(kind: type, expected: str, convert: Callable[[Any], Any] = lambda v: v):
+    def read(spec: Setting, value: Any):
+        if not isinstance(value, kind) or (kind is str and not value):
+            raise _fail(spec, expected, value)
+        return convert(value)
+
+    return read
+
+
+_READERS: dict[str, Callable[[Setting, Any], Any]] = {
+    "count": _count,
+    "counts": _counts,
+    "number": _number,
+    "choice": _choice,
+    "size": _size,
+    "duration": _duration,
+    "flag": _typed(bool, "True or False"),
+    "seed": _seed,
+    "path": _typed((str, os.PathLike), "a file name", os.fspath),
+    "threads": _threads,
+    "text": _typed(str, "a string"),
+    "any": lambda spec, value: value if spec.check is None else spec.check(value),
+}
+
+
 def normalize(spec: Setting, value: Any) -> Any:
     """The checked, normalized value of one field (SettingsError naming the field when it cannot be)."""
     if value is None:
         if spec.none is None:  # None is a value only where the declaration says what it means
             raise _fail(spec, _expected(spec), value)
         return None
-    kind = spec.kind
-    if kind == "count":
-        return _count(spec, value)
-    if kind == "counts":
-        values = [value] if isinstance(value, (int, str)) and not isinstance(value, bool) else value
-        try:
-            values = tuple(values)
-        except TypeError:
-            raise _fail(spec, _expected(spec), value) from None
-        if not values:
-            raise _fail(spec, _expected(spec), value)
-        return tuple(_count(spec, v) for v in values)
-    if kind == "number":
-        if isinstance(value, str) and value in spec.words:
-            return value
-        if isinstance(value, str):
-            try:
-                value = float(value)
-            except ValueError:
-                raise _fail(spec, _expected(spec), value) from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            try:
-                if isinstance(value, bool):
-                    raise TypeError
-                value = float(value)  # numpy and torch scalars
-            except (TypeError, ValueError):
-                raise _fail(spec, _expected(spec), value) from None
-            if not math.isfinite(value):
-                raise _fail(spec, _expected(spec), value)
-        if not _in_bounds(spec, value):
-            raise _fail(spec, _expected(spec), value)
-        return value
-    if kind == "choice":
-        if not isinstance(value, str) or value not in spec.choices:
-            raise _fail(spec, f"one of {', '.join(spec.choices)}", value)
-        return value
-    if kind == "size":
-        if isinstance(value, str):
-            try:
-                return parse_size(value)
-            except ValueError as e:
-                raise SettingsError(f"{{{spec.name}}}: {e}", (spec.name,)) from None
-        return _count(spec, value)
-    if kind == "duration":
-        if isinstance(value, str):
-            try:
-                return parse_duration(value)
-            except ValueError as e:
-                raise SettingsError(f"{{{spec.name}}}: {e}", (spec.name,)) from None
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise _fail(spec, "a positive number of seconds (or a duration such as '30m')", value)
-        return float(value)
-    if kind == "flag":
-        if not isinstance(value, bool):
-            raise _fail(spec, "True or False", value)
-        return value
-    if kind == "seed":
-        if isinstance(value, bool):
-            raise _fail(spec, _expected(spec), value)
-        if isinstance(value, str):
-            try:
-                value = parse_count(value)
-            except ValueError:
-                raise _fail(spec, _expected(spec), value) from None
-        try:
-            n = operator.index(value)
-        except TypeError:
-            raise _fail(spec, _expected(spec), value) from None
-        if not SEED_RANGE[0] <= n <= SEED_RANGE[1]:
-            raise _fail(spec, _expected(spec), n)
-        return n
-    if kind == "path":
-        if not isinstance(value, (str, os.PathLike)) or not str(value):
-            raise _fail(spec, "a file name", value)
-        return os.fspath(value)
-    if kind == "threads":
-        if value == "auto":
-            return value
-        if isinstance(value, str):
-            try:
-                value = parse_count(value)
-            except ValueError:
-                raise _fail(spec, "'auto', a positive integer or None (torch's setting)", value) from None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise _fail(spec, "'auto', a positive integer or None (torch's setting)", value)
-        return value
-    if kind == "text":
-        if not isinstance(value, str):
-            raise _fail(spec, "a string", value)
-        return value
-    return value if spec.check is None else spec.check(value)
+    return _READERS[spec.kind](spec, value)
+
+
+def check_count(name: str, value: Any, least: int = 1) -> int:
+    """The guard of a core function on an integer argument, for callers that do not go through a settings value
+    (e.g. `ais(path, betas, num_chains)` called directly): SettingsError naming the argument. Text is refused here:
+    only settings values read what was typed."""
+    spec = Setting("count", None, "", least=least, name=name)
+    if isinstance(value, str):
+        raise _fail(spec, _bounds_text(spec, "an integer"), value)
+    return _count(spec, value)
 
 
 def _expected(spec: Setting) -> str:
@@ -370,6 +436,8 @@ def _expected(spec: Setting) -> str:
         return "a file name"
     if spec.kind == "choice":
         return f"one of {', '.join(spec.choices)}"
+    if spec.kind == "duration":
+        return "a positive number of seconds (or a duration such as '30m')"
     return f"a valid {spec.kind}"
 
 
@@ -431,6 +499,7 @@ __all__ = [
     "Setting",
     "SettingsError",
     "build",
+    "check_count",
     "declarations",
     "format_size",
     "normalize",

@@ -125,7 +125,7 @@ def test_schedule_from_increments_edge_cases():
 def test_bad_arguments_are_refused(tiny_rbm):
     path = BoltzmannPath(tiny_rbm)
     g = torch.Generator().manual_seed(0)
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match="num_steps must be an integer of at least 1"):
         adaptive_schedule(path, 0, generator=g)
     with pytest.raises(ValueError, match="num_chains"):
         pilot_run(path, num_chains=1, generator=g)

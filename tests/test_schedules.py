@@ -58,7 +58,7 @@ def test_bad_schedules_are_refused(betas, message):
 
 @pytest.mark.parametrize("k", [0, -3, 2.5, True])
 def test_bad_step_counts_are_refused(k):
-    with pytest.raises(ValueError, match="positive integer"):
+    with pytest.raises(ValueError, match="num_steps must be an integer of at least 1"):
         linear_schedule(k)
 
 

@@ -30,7 +30,7 @@ from raise_eval.kernels.hmc import HMCKernel, tune_hmc
 from raise_eval.paths.directed import DirectedPath
 from raise_eval.runtime.threads import using_threads
 from raise_eval.schedules import make_schedule
-from raise_eval.settings import SettingsError
+from raise_eval.settings import SettingsError, with_overrides
 
 
 def evaluate_bdmc(
@@ -72,12 +72,7 @@ def bdmc_settings(settings: Optional[BDMCSettings], overrides: dict[str, Any]) -
             raise SettingsError(f"aide_settings takes {', '.join(AIDE_KEYS)}; unknown: {', '.join(unknown)}", ())
         overrides["aide"] = True
         overrides.update({AIDE_KEYS[k]: v for k, v in aide.items()})
-    base = BDMCSettings() if settings is None else settings
-    unknown = sorted(set(overrides) - set(BDMCSettings.__dataclass_fields__))
-    if unknown:
-        raise TypeError(f"unexpected keyword argument{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)} "
-                        "(the settings are BDMCSettings' fields)")  # fmt: skip
-    return base.replace(**overrides) if overrides else base
+    return with_overrides(BDMCSettings, settings, overrides)
 
 
 def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], labels: Optional[dict]) -> BDMCReport:

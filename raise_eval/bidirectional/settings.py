@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from raise_eval.evaluation.settings import THREADS_HELP
 from raise_eval.schedules import SCHEDULES
-from raise_eval.settings import SettingsError, setting, settings_class
+from raise_eval.settings import SettingsError, progress_setting, setting, settings_class, threads_setting
 
 DEFAULT_AIDE_EXAMPLES = 20
 AIDE_DEFAULTS = {"aide_ng": 20, "aide_nt": 20, "aide_mg": 2, "aide_mt": 1}  # AIDE paper's Ng, Nt, Mg, Mt
@@ -88,12 +87,8 @@ class BDMCSettings:
         none=str(AIDE_DEFAULTS["aide_mt"]), flag="--aide-mt", metavar="M", group="AIDE",
     )  # fmt: skip
     seed: int = setting(0, "random seed", kind="seed", flag="--seed", group="run")
-    progress: bool = setting(
-        False, "tqdm progress bars (stderr)", kind="flag", flag="--no-progress", cli_default=True, group="run",
-    )  # fmt: skip
-    threads: Union[str, int, None] = setting(
-        "auto", THREADS_HELP, kind="threads", none="torch's setting", flag="--threads", metavar="N", group="run",
-    )  # fmt: skip
+    progress: bool = progress_setting()
+    threads: Union[str, int, None] = threads_setting()
 
     def _validate(self) -> None:
         object.__setattr__(self, "steps", tuple(sorted(self.steps)))

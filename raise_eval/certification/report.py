@@ -8,6 +8,7 @@ from typing import Any, Optional
 
 from raise_eval.settings import render_names
 
+
 class CertifyInterrupted(KeyboardInterrupt):
     """Ctrl-C during `certify`: `certificate` holds the finished Ks (verdict 'interrupted'), `report` the partial
     evaluation of the K in progress."""

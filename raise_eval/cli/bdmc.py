@@ -9,8 +9,8 @@ import sys
 from raise_eval.bidirectional.report import BDMCFailed, BDMCInterrupted
 from raise_eval.bidirectional.run import check_bdmc_model, evaluate_bdmc
 from raise_eval.bidirectional.settings import BDMCSettings
-from raise_eval.cli.common import DESCRIPTION_FORMATTER, configure_threads, write_report
-from raise_eval.cli.options import add_options, die, flags, settings_from
+from raise_eval.cli.common import configure_threads, write_report
+from raise_eval.cli.options import add_subcommand, die, flags, settings_from
 from raise_eval.io.inputs import BDMCInputSettings, load_directed_model, load_real_data
 from raise_eval.io.run_files import OutputSettings
 
@@ -37,22 +37,20 @@ examples:
   raise-eval bdmc --model examples/plain_vae_factory.py:make_model --steps 100 1000
 """
 
+SETTINGS = (BDMCInputSettings, BDMCSettings, (OutputSettings, ("resume_file",)))
 FLAGS = flags(BDMCInputSettings, BDMCSettings, OutputSettings)
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(
+    add_subcommand(
+        sub,
         "bdmc",
         help="BDMC sandwich, ELBO, IWAE-k and AIDE for a VAE checkpoint or your own decoder (--model)",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=DESCRIPTION_FORMATTER,
+        options=SETTINGS,
+        run=run,
     )
-    groups: dict = {}
-    add_options(parser, BDMCInputSettings, groups=groups)
-    add_options(parser, BDMCSettings, groups=groups)
-    add_options(parser, OutputSettings, groups=groups, exclude=("resume_file",))
-    parser.set_defaults(run=run, names=FLAGS)
 
 
 def run(args: argparse.Namespace) -> int:

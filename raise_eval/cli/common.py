@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 from typing import Optional
 
@@ -11,9 +10,6 @@ import torch
 from raise_eval.cli.options import note
 from raise_eval.io.results import dump_json
 from raise_eval.runtime.threads import resolve_threads
-
-DESCRIPTION_FORMATTER = argparse.RawDescriptionHelpFormatter
-
 
 def configure_threads(threads) -> None:
     """Set torch's thread count for the whole run, once ('auto': the cores no other process is using now); the

@@ -14,8 +14,8 @@ import torch
 from raise_eval.certification.report import CertifyInterrupted
 from raise_eval.certification.run import certify
 from raise_eval.certification.settings import CERTIFY_HELP, CertifySettings
-from raise_eval.cli.common import DESCRIPTION_FORMATTER, configure_threads, write_report
-from raise_eval.cli.options import add_options, die, flags, given, settings_from
+from raise_eval.cli.common import configure_threads, write_report
+from raise_eval.cli.options import add_subcommand, die, flags, given, settings_from
 from raise_eval.evaluation.plan import plan_evaluation
 from raise_eval.evaluation.report import EvaluationInterrupted
 from raise_eval.evaluation.run import run_evaluation
@@ -64,19 +64,16 @@ CERTIFY_ONLY = ("max_steps", "time_budget", "plot")  # evaluate's --plot draws t
 
 
 def add_parser(sub) -> None:
-    parser = sub.add_parser(
+    add_subcommand(
+        sub,
         "evaluate",
         help="AIS, RAISE and exact test log-likelihoods of an RBM, DBM or DBN checkpoint",
         description=DESCRIPTION,
         epilog=EPILOG,
-        formatter_class=DESCRIPTION_FORMATTER,
+        options=SETTINGS,
+        run=run,
+        descriptions={"certified evaluation": CERTIFY_HELP},
     )
-    groups: dict = {}
-    add_options(parser, InputSettings, groups=groups)
-    add_options(parser, EvaluateSettings, groups=groups)
-    add_options(parser, OutputSettings, groups=groups)
-    add_options(parser, CertifySettings, groups=groups, descriptions={"certified evaluation": CERTIFY_HELP})
-    parser.set_defaults(run=run, names=FLAGS)
 
 
 def _settings(args: argparse.Namespace):

@@ -18,7 +18,7 @@ def _help(spec: Setting) -> str:
     if spec.kind == "flag" and spec.cli_default is True:  # a --no-X option
         return text.replace("%", "%%") + " are shown unless this is given"
     default = spec.default_text
-    if spec.kind == "flag":
+    if spec.kind == "flag" or (spec.default is None and spec.none is None):  # a switch, or required
         return text.replace("%", "%%")
     return f"{text} (default: {default})".replace("%", "%%")
 
@@ -50,6 +50,20 @@ def add_options(parser: argparse.ArgumentParser, cls, *, exclude: Iterable[str] 
             if spec.kind == "counts":
                 kw["nargs"] = "+"
         target.add_argument(spec.flag, *spec.short, **kw)
+
+
+def add_subcommand(sub, name: str, *, help: str, description: str, epilog: str, options, run,
+                   descriptions: Optional[dict[str, str]] = None) -> argparse.ArgumentParser:  # fmt: skip
+    """A subcommand whose options are the declarations of `options`, a list of settings classes or (class, fields to
+    leave out) pairs; `run(args)` runs it, and its errors name the options' flags."""
+    parser = sub.add_parser(name, help=help, description=description, epilog=epilog,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    groups: dict = {}
+    classes = [entry if isinstance(entry, tuple) else (entry, ()) for entry in options]
+    for cls, exclude in classes:
+        add_options(parser, cls, exclude=exclude, groups=groups, descriptions=descriptions)
+    parser.set_defaults(run=run, names=flags(*(cls for cls, _ in classes)))
+    return parser
 
 
 def flags(*classes) -> dict[str, str]:

@@ -35,6 +35,7 @@ from raise_eval.annealing import anneal
 from raise_eval.models.directed.base import DirectedLatentModel, PosteriorApproximation
 from raise_eval.paths.directed import DirectedPath
 from raise_eval.schedules import validate_schedule
+from raise_eval.settings import check_count
 from raise_eval.stats import mean_and_stderr
 
 
@@ -177,8 +178,7 @@ def aide(
         ("gold_meta", gold_meta),
         ("target_meta", target_meta),
     ):
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+        check_count(name, v)
     start = time.perf_counter()
     z_g, own_g = gold.run(x, num_gold, generator)
     log_qg_zg = _log_mean(own_g, gold.meta(x, z_g, gold_meta - 1, generator))

@@ -17,6 +17,7 @@ from torch import Tensor
 from raise_eval.annealing import Kernel, anneal, continuation
 from raise_eval.io.results import scalar
 from raise_eval.schedules import validate_schedule
+from raise_eval.settings import check_count
 from raise_eval.stats import summarize_log_weights
 
 
@@ -104,8 +105,7 @@ def ais(
             state, and gives the numbers of an uninterrupted run.
     """
     betas = validate_schedule(betas)
-    if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
-        raise ValueError(f"num_chains must be a positive integer, got {num_chains!r}")
+    check_count("num_chains", num_chains)
     start = time.perf_counter()
     saved = None if checkpoint is None else checkpoint.restore("AIS", path)
     state = path.sample_initial(num_chains, generator) if saved is None else saved["state"]

@@ -33,10 +33,11 @@ import torch
 from torch import Tensor
 
 from raise_eval.annealing import Kernel, anneal, continuation
-from raise_eval.io.datasets import check_binary
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
+from raise_eval.io.datasets import check_binary
 from raise_eval.paths.boltzmann import BoltzmannPath
 from raise_eval.schedules import validate_schedule
+from raise_eval.settings import check_count
 from raise_eval.stats import log_mean_exp, mean_and_stderr
 
 
@@ -154,8 +155,7 @@ def raise_log_likelihood(
             generator's saved state, and gives the numbers of an uninterrupted run.
     """
     betas = validate_schedule(betas)
-    if isinstance(num_chains, bool) or not isinstance(num_chains, int) or num_chains < 1:
-        raise ValueError(f"num_chains must be a positive integer, got {num_chains!r}")
+    check_count("num_chains", num_chains)
     model = path.model
     if unroll is not None and unroll.top.weights[0] is not model.weights[0]:
         raise ValueError("RAISE for a DBN anneals its top RBM: build the path on dbn.top")

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 from raise_eval.annealing import anneal
 from raise_eval.paths.posterior import posterior_path
 from raise_eval.schedules import linear_schedule, validate_schedule
+from raise_eval.settings import check_count
 from raise_eval.stats import summarize_log_weights
 
 METHODS = ("importance", "ais", "mean-field")
@@ -100,8 +101,7 @@ def _propose_dbn(model, v: Tensor, num_samples: int, generator: torch.Generator)
 
 
 def _check_positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+    check_count(name, value)
 
 
 def _check_betas(betas) -> Tensor:

@@ -9,7 +9,14 @@ from typing import Any, Optional, Union
 from raise_eval.adaptive import DEFAULT_PILOT_CHAINS, DEFAULT_PILOT_GRID
 from raise_eval.exact import DEFAULT_MAX_UNITS
 from raise_eval.schedules import SCHEDULES, validate_schedule
-from raise_eval.settings import SettingsError, setting, settings_class
+from raise_eval.settings import (
+    SettingsError,
+    progress_setting,
+    setting,
+    settings_class,
+    threads_setting,
+    with_overrides,
+)
 
 INITS = ("base-rates", "uniform")
 EXACT_MODES = ("auto", "always", "never")
@@ -19,10 +26,6 @@ LOG_F_METHODS = ("auto", "importance", "ais", "mean-field")
 # What the log f(v) estimators take when their budget is not given (with log_f_method='auto', giving one chooses
 # its estimator): declared once, here.
 LOG_F_BUDGET_DEFAULTS = {"log_f_samples": 500, "log_f_ais_steps": 100, "log_f_ais_chains": 10}
-THREADS_HELP = (
-    "torch threads (default: auto, the cores no other process is using right now; results are bit-identical for "
-    "the same seed, device, dtype and thread count)"
-)
 
 
 def _betas(value):
@@ -181,12 +184,8 @@ class EvaluateSettings:
         "whole file: 0 saves after every step (a 64-16 RBM run at K = 2,000 then took 4 times as long)",
         kind="number", least=0, flag="--resume-interval", metavar="SECONDS", group="large runs",
     )  # fmt: skip
-    progress: bool = setting(
-        False, "tqdm progress bars (stderr)", kind="flag", flag="--no-progress", cli_default=True, group="run",
-    )  # fmt: skip
-    threads: Union[str, int, None] = setting(
-        "auto", THREADS_HELP, kind="threads", none="torch's setting", flag="--threads", metavar="N", group="run",
-    )  # fmt: skip
+    progress: bool = progress_setting()
+    threads: Union[str, int, None] = threads_setting()
 
     def _validate(self) -> None:
         if self.betas is not None:
@@ -276,9 +275,4 @@ def evaluate_settings(settings: Optional[EvaluateSettings], overrides: dict[str,
             overrides["steps"] = len(overrides["betas"]) - 1
     elif overrides.get("steps", 0) is None:  # steps=None: the default K, as before
         overrides.pop("steps")
-    base = EvaluateSettings() if settings is None else settings
-    unknown = sorted(set(overrides) - set(EvaluateSettings.__dataclass_fields__))
-    if unknown:
-        raise TypeError(f"unexpected keyword argument{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)} "
-                        "(the settings are EvaluateSettings' fields)")  # fmt: skip
-    return base.replace(**overrides) if overrides else base
+    return with_overrides(EvaluateSettings, settings, overrides)

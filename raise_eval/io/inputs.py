@@ -65,6 +65,16 @@ def check_device(value) -> str:
     return str(value)
 
 
+def device_setting() -> Any:
+    return setting("cpu", "torch device, e.g. cpu, cuda, cuda:1", kind="any", check=check_device, flag="--device",
+                   group="run")  # fmt: skip
+
+
+def dtype_setting() -> Any:
+    return setting("float32", "precision of states and model (log-weights are always float64)", kind="choice",
+                   choices=("float32", "float64"), flag="--dtype", group="run")  # fmt: skip
+
+
 @settings_class
 class InputSettings:
     """Where an evaluation's model and data come from, and the device and precision to compute in."""
@@ -98,13 +108,8 @@ class InputSettings:
         "checkpoint's train_pixel_means or the named dataset's training split",
         kind="path", none="the checkpoint's or the dataset's", flag="--train-data", metavar="FILE", group="data",
     )  # fmt: skip
-    device: str = setting(
-        "cpu", "torch device, e.g. cpu, cuda, cuda:1", kind="any", check=check_device, flag="--device", group="run",
-    )  # fmt: skip
-    dtype: str = setting(
-        "float32", "precision of states and model (log-weights are always float64)", kind="choice",
-        choices=("float32", "float64"), flag="--dtype", group="run",
-    )  # fmt: skip
+    device: str = device_setting()
+    dtype: str = dtype_setting()
 
     def _validate(self) -> None:
         if Path(self.checkpoint).is_dir():
@@ -258,11 +263,8 @@ class BDMCInputSettings:
         None, "with --real-data NAME: the data root", kind="path", none="$RAISE_EVAL_DATA, else ../shared/data",
         flag="--data-root", metavar="DIR", group="real data",
     )  # fmt: skip
-    device: str = setting("cpu", "torch device", kind="any", check=check_device, flag="--device", group="run")
-    dtype: str = setting(
-        "float32", "precision of the model", kind="choice", choices=("float32", "float64"), flag="--dtype",
-        group="run",
-    )  # fmt: skip
+    device: str = device_setting()
+    dtype: str = dtype_setting()
 
     def _validate(self) -> None:
         if (self.checkpoint is None) == (self.model is None):

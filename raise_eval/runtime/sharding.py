@@ -29,9 +29,9 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from raise_eval.runtime import distributed
 from raise_eval.estimators.ais import AISResult, ais
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
+from raise_eval.runtime import distributed
 from raise_eval.runtime.resume import deferred_interrupts, interrupt_requested
 
 SHARD_UNITS = 2**23  # units (chains x layer sizes) per default shard: about 270 MB of float32 states and buffers

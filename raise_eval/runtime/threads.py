@@ -28,6 +28,8 @@ from typing import Optional, Union
 
 import torch
 
+from raise_eval.settings import Setting, normalize
+
 Threads = Optional[Union[int, str]]  # 'auto', a count, or None (torch's setting unchanged)
 
 
@@ -61,6 +63,9 @@ def default_threads(available: int) -> int:
     return max(1, min(available, idle))
 
 
+THREADS = Setting("threads", "auto", "", none="torch's setting", name="threads")
+
+
 def resolve_threads(threads: Threads, current: int) -> int:
     """The thread count `threads` asks for when torch now uses `current`: 'auto' gives `default_threads(current)`
     (never more than the caller's setting), None keeps `current`, a positive int is taken as it is. ValueError for
@@ -69,9 +74,7 @@ def resolve_threads(threads: Threads, current: int) -> int:
         return current
     if threads == "auto":
         return default_threads(current)
-    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-        raise ValueError(f"threads must be 'auto', a positive integer or None (torch's setting), got {threads!r}")
-    return threads
+    return normalize(THREADS, threads)
 
 
 @contextlib.contextmanager

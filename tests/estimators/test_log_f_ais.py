@@ -218,7 +218,7 @@ def test_deeper_dbns_are_refused():
 @pytest.mark.parametrize("name", ["ais_steps", "ais_chains"])
 def test_bad_ais_settings_are_refused(name, bad):
     model = MODELS["dbm-2-hidden"]()
-    with pytest.raises(ValueError, match=f"{name} must be a positive integer"):
+    with pytest.raises(ValueError, match=f"{name} must be an integer of at least 1"):
         log_unnormalized_estimate(
             model, torch.zeros(2, 6), method="ais", generator=torch.Generator(), **{name: bad}
         )
