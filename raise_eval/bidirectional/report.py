@@ -45,20 +45,29 @@ class BDMCReport:
 
     @property
     def warnings(self) -> list[Warning]:
-        """`bdmc-open` when the tightest sandwich is wider than GAP_NATS: its midpoint is then no ground truth."""
+        """`bdmc-open` when the tightest sandwich may be wider than GAP_NATS (its gap, or its gap plus two standard
+        errors): its midpoint is then no ground truth."""
         if not self.sandwich:
             return []
         k_max = max(self.sandwich)
-        gap = self.sandwich[k_max].summary()["gap"]["mean"]
-        if gap <= GAP_NATS:
+        summary = self.sandwich[k_max].summary()["gap"]
+        gap, se = summary["mean"], summary["stderr"]
+        reach = gap + 2 * se if se == se else gap  # a NaN standard error (one example) adds nothing
+        if reach <= GAP_NATS:
             return []
+        if gap > GAP_NATS:
+            width = f"is {gap:.2f} nats wide, more than the {GAP_NATS:g} nat"
+        else:
+            width = (
+                f"is {gap:.2f} ± {se:.2f} nats wide: within two standard errors of more than the {GAP_NATS:g} nat"
+            )
         return [
             Warning(
                 "bdmc-open",
-                f"the BDMC sandwich at K = {k_max} is {gap:.2f} nats wide, more than the {GAP_NATS:g} nat by which "
-                f"models are commonly compared: the truth lies anywhere between its ends, so its midpoint is no "
-                f"ground truth and the 'vs midpoint' differences are uncertain by up to {gap / 2:.2f} nats. Raise K "
-                "({steps}) until the gap closes.",
+                f"the BDMC sandwich at K = {k_max} {width} by which models are commonly compared: the truth lies "
+                f"anywhere between its ends, so its midpoint is no ground truth and the 'vs midpoint' differences are "
+                f"uncertain by up to {reach / 2:.2f} nats. Raise K ({{steps}}) until the gap closes (or more "
+                "examples, to narrow its standard error).",
             )
         ]
 

@@ -14,6 +14,7 @@ keep their guarantees (see `raise_eval.kernels.hmc`).
 
 from __future__ import annotations
 
+import hashlib
 import time
 from typing import Any, Optional
 
@@ -38,6 +39,7 @@ def evaluate_bdmc(
     settings: Optional[BDMCSettings] = None,
     *,
     real_data: Optional[Tensor] = None,
+    simulated: Optional[tuple[Tensor, Tensor]] = None,
     labels: Optional[dict[str, Any]] = None,
     **overrides,
 ) -> BDMCReport:
@@ -50,6 +52,9 @@ def evaluate_bdmc(
             read as aide=True with its keys.
         real_data: optional real test vectors (M, data_dim): ELBO, IWAE and forward AIS at the largest K on a fixed
             random subset of `real_examples` of them (seed `seed`; the indices in the report's settings).
+        simulated: your own simulated examples (z, x), shaped (N, latent_dim) and (N, data_dim), x drawn from
+            p(x | z) and z from p(z): z is then an exact posterior sample for x. The first `num_examples` pairs are
+            used instead of simulating (`simulate_examples`).
         labels: entries for the report's settings that describe the inputs (e.g. the checkpoint path).
 
     The stages (simulation, HMC pilot, encoder baselines, the sandwich at each K, real data, AIDE) run in that order;
@@ -58,8 +63,65 @@ def evaluate_bdmc(
     """
     settings = bdmc_settings(settings, overrides)
     check_bdmc_model(model, aide=settings.aide)
+    if simulated is not None:  # checked before any work
+        simulated = _given_examples(model, simulated, settings.num_examples)
     with using_threads(settings.threads):  # no torch.no_grad(): HMC differentiates the log joint in z
-        return _run(model, settings, real_data, labels)
+        return _run(model, settings, real_data, simulated, labels)
+
+
+SIMULATION_BLOCK = 16  # examples simulated per generator: the first N examples do not depend on how many follow
+
+
+def simulate_examples(model, num_examples: int, seed: int, device: torch.device) -> tuple[Tensor, Tensor]:
+    """(z, x) ~ p(z) p(x | z), shaped (num_examples, latent_dim) and (num_examples, data_dim), in blocks of
+    SIMULATION_BLOCK examples, block b drawn from its own generator (seeded with the first 63 bits of
+    sha256("raise-eval/simulate/<seed>/<b>"), apart from the run's own stream): the first n examples are the same
+    whatever `num_examples` >= n is, so runs with different --examples share their first examples."""
+    blocks = []
+    for b in range(-(-num_examples // SIMULATION_BLOCK)):
+        digest = hashlib.sha256(f"raise-eval/simulate/{seed}/{b}".encode()).digest()
+        generator = torch.Generator(device=device).manual_seed(int.from_bytes(digest[:8], "big") >> 1)
+        blocks.append(model.sample_joint(SIMULATION_BLOCK, generator))
+    z = torch.cat([z for z, _ in blocks])[:num_examples]
+    x = torch.cat([x for _, x in blocks])[:num_examples]
+    return z, x
+
+
+def _given_examples(model, simulated, num_examples: int) -> tuple[Tensor, Tensor]:
+    """The first `num_examples` of the user's (z, x), checked: shapes, finite values, x in the likelihood's support,
+    a finite log joint; ValueError saying what is wrong."""
+    try:
+        z, x = simulated
+    except (TypeError, ValueError):
+        raise ValueError("simulated must be a pair (z, x) of tensors shaped (N, latent_dim) and (N, data_dim)") from None
+    z, x = torch.as_tensor(z), torch.as_tensor(x)
+    if z.dim() != 2 or x.dim() != 2 or len(z) != len(x):
+        raise ValueError(
+            f"simulated (z, x) must be shaped (N, latent_dim) and (N, data_dim) with the same N; got {tuple(z.shape)} "
+            f"and {tuple(x.shape)}"
+        )
+    if z.shape[1] != model.latent_dim or x.shape[1] != model.data_dim:
+        raise ValueError(
+            f"simulated z has {z.shape[1]} columns and x {x.shape[1]}; the model's latent_dim is {model.latent_dim} and "
+            f"its data_dim {model.data_dim}"
+        )
+    if len(z) < num_examples:
+        raise ValueError(f"simulated holds {len(z)} examples; num_examples asks for {num_examples}")
+    z, x = z[:num_examples], x[:num_examples]
+    if not (bool(torch.isfinite(z).all()) and bool(torch.isfinite(x.double()).all())):
+        raise ValueError("simulated (z, x) holds NaN or infinite values")
+    param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+    dtype = param.dtype if param is not None else torch.get_default_dtype()
+    device = param.device if param is not None else torch.device("cpu")
+    z, x = z.to(device=device, dtype=dtype), x.to(device=device, dtype=dtype)
+    if hasattr(model, "check_data"):
+        x = model.check_data(x, "simulated x")
+    with torch.no_grad():
+        log_joint = model.log_joint(x, z)
+    if not bool(torch.isfinite(log_joint).all()):
+        bad = int((~torch.isfinite(log_joint)).nonzero()[0])
+        raise ValueError(f"simulated example {bad} has log p(x, z) = {float(log_joint[bad])}: x is not a draw of p(x | z)")
+    return z, x
 
 
 def bdmc_settings(settings: Optional[BDMCSettings], overrides: dict[str, Any]) -> BDMCSettings:
@@ -75,14 +137,14 @@ def bdmc_settings(settings: Optional[BDMCSettings], overrides: dict[str, Any]) -
     return with_overrides(BDMCSettings, settings, overrides)
 
 
-def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], labels: Optional[dict]) -> BDMCReport:
+def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], simulated, labels: Optional[dict]) -> BDMCReport:
     s = settings
     num_examples, chains, steps, schedule = s.num_examples, s.chains, s.steps, s.schedule
     num_leapfrog, target_accept, pilot_chains, pilot_steps = s.num_leapfrog, s.target_accept, s.pilot_chains, s.pilot_steps
     iwae_samples, elbo_samples, seed, progress = s.iwae_samples, s.elbo_samples, s.seed, s.progress
     aide_plan = s.aide_plan
     start_total = time.perf_counter()
-    param = next(iter(model.parameters())) if hasattr(model, "parameters") else None
+    param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None  # a function has none
     device = param.device if param is not None else torch.device("cpu")
     all_settings = {
         "model": model.describe() if hasattr(model, "describe") else type(model).__name__,
@@ -102,6 +164,11 @@ def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], labels: Opt
     }
     if aide_plan is not None:
         all_settings["aide_steps"] = aide_plan["steps"]
+    all_settings["examples"] = (
+        f"simulated from the model in blocks of {SIMULATION_BLOCK} (the first N do not depend on how many follow)"
+        if simulated is None
+        else "given (z, x)"
+    )
     if real_data is not None:
         # A fixed random subset (its own generator, seeded with the seed), recorded so that it can be reproduced.
         order = torch.randperm(len(real_data), generator=torch.Generator().manual_seed(seed))[: s.real_examples]
@@ -112,7 +179,10 @@ def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], labels: Opt
     g = torch.Generator(device=device).manual_seed(seed)
     stage = "the simulation of the examples"
     try:
-        z, x = model.sample_joint(num_examples, g)
+        if simulated is None:
+            z, x = simulate_examples(model, num_examples, seed, device)
+        else:
+            z, x = simulated
         report.settings["dtype"] = str(x.dtype).replace("torch.", "")
         path = DirectedPath(model, x)
         kernel_for, summaries = make_kernel_factory(

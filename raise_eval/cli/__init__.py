@@ -9,6 +9,7 @@ To add a subcommand: a module with `add_parser(sub)` (its options from the decla
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 import torch
@@ -41,7 +42,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _on_sigterm(signum, frame) -> None:
+    """SIGTERM (a scheduler's stop, `kill`) is handled as Ctrl-C: the table of what finished is printed and the JSON
+    and resume file keep it. It goes through the current Ctrl-C handler, so a save in progress finishes first."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    raise KeyboardInterrupt  # Ctrl-C ignored (a background job): SIGTERM still stops, keeping what finished
+
+
 def main(argv=None) -> int:
+    if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _on_sigterm)
     parser = build_parser()
     args = parser.parse_args(attach_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
     try:

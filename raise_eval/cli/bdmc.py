@@ -11,7 +11,7 @@ from raise_eval.bidirectional.run import check_bdmc_model, evaluate_bdmc
 from raise_eval.bidirectional.settings import BDMCSettings
 from raise_eval.cli.common import configure_threads, write_report
 from raise_eval.cli.options import add_subcommand, die, flags, settings_from
-from raise_eval.io.inputs import BDMCInputSettings, load_directed_model, load_real_data
+from raise_eval.io.inputs import BDMCInputSettings, load_directed_model, load_real_data, load_simulated
 from raise_eval.io.run_files import OutputSettings
 
 DESCRIPTION = """\
@@ -69,14 +69,16 @@ def run(args: argparse.Namespace) -> int:
             die(f"--aide measures the encoder against AIS, but {source} holds a model without one; drop --aide")
     outputs.check_against(inputs.files())
     real = load_real_data(inputs, model)
+    simulated = load_simulated(inputs)
     if real is not None and "real_examples" in vars(args) and settings.real_examples > len(real):
         die(f"--real-examples {settings.real_examples}: --real-data {inputs.real_data} has only {len(real)} vectors")
-    labels = {"checkpoint": inputs.checkpoint, "model_factory": inputs.model, "real_data": inputs.real_data}
+    labels = {"checkpoint": inputs.checkpoint, "model_factory": inputs.model, "real_data": inputs.real_data,
+              "simulated_file": inputs.simulated}  # fmt: skip
     if real is None:
         labels["real_examples"] = None
     plot_path = outputs.plot_path
     try:
-        report = evaluate_bdmc(model, settings, real_data=real, labels=labels)
+        report = evaluate_bdmc(model, settings, real_data=real, simulated=simulated, labels=labels)
     except (BDMCInterrupted, BDMCFailed) as stop:
         # Ctrl-C or an error part-way: no traceback; show and keep what finished, as evaluate does.
         report = stop.report

@@ -105,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
         rank = rank_and_world()[0]
         inputs = inputs.replace(device=str(device))
     ckpt = load_model(inputs)
+    _refuse_options_an_rbm_ignores(args, ckpt.model)
     loaded = load_evaluation_inputs(inputs, evaluation.init, ckpt)
     outputs.check_against(loaded.files)
     evaluation = evaluation.replace(progress=evaluation.progress and rank == 0)
@@ -142,6 +143,22 @@ def run(args: argparse.Namespace) -> int:
     print(report.format_table(FLAGS))
     write_report(report, outputs.json, None, FLAGS)
     return 0
+
+
+LOG_F_FIELDS = ("log_f_method", "log_f_samples", "log_f_ais_steps", "log_f_ais_chains", "log_f_check")
+
+
+def _refuse_options_an_rbm_ignores(args: argparse.Namespace, model) -> None:
+    """The log f(v) options given for an RBM, whose log f(v) is exact (closed form): refused, never ignored."""
+    from raise_eval.evaluation.plan import model_family
+
+    given_here = [FLAGS[name] for name in LOG_F_FIELDS if name in vars(args)]
+    if given_here and model_family(model) == "RBM":
+        die(
+            f"{', '.join(given_here)} {'sets' if len(given_here) == 1 else 'set'} how a DBM's or DBN's log f(v) is "
+            f"estimated; an RBM's is exact (closed form), so nothing would use {'it' if len(given_here) == 1 else 'them'}: "
+            "drop it (nothing was computed)"
+        )
 
 
 def _run_certified(loaded, settings: CertifySettings, outputs: OutputSettings) -> int:

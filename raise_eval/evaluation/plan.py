@@ -152,6 +152,7 @@ class EvaluationPlan:
         return dataclasses.replace(plan, cost=cost)
 
 
+@torch.no_grad()  # the plan reads the model's parameters, never differentiates them
 def plan_evaluation(
     model,
     test_data: Tensor,
@@ -178,6 +179,7 @@ def plan_evaluation(
         labels: entries for the report's settings that describe the inputs (e.g. the checkpoint path).
     """
     settings = evaluate_settings(settings, overrides)
+    test_data = _as_test_tensor(model, test_data)
     family = model_family(model)
     annealed = model.top if family == "DBN" else model
     cost = exact_mod.exact_cost(model, 1)
@@ -263,6 +265,30 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         out["schedule_betas"] = list(s.betas)  # a named schedule is its name and K: not these
     out.update(labels or {})
     return out
+
+
+def _as_test_tensor(model, test_data) -> Tensor:
+    """Check the model's kind and take the test vectors as a tensor (a NumPy array or nested lists are converted);
+    TypeError saying what to pass, before any work."""
+    from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+
+    if not isinstance(model, (LayeredBoltzmannMachine, DBN)):
+        raise TypeError(
+            f"model must be an RBM, DBM or DBN from raise_eval.models (e.g. RBM(W, vbias, hbias) with W shaped "
+            f"(n_visible, n_hidden)), got {type(model).__name__}; a VAE or your own decoder is evaluated by "
+            "raise_eval.evaluate_bdmc"
+        )
+    if isinstance(test_data, Tensor):
+        return test_data
+    if test_data is None:
+        raise TypeError("test_data is None: pass the binary test vectors, a tensor or array shaped (N, n_visible)")
+    try:
+        return torch.as_tensor(test_data, dtype=torch.float32)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise TypeError(
+            f"test_data must be binary vectors shaped (N, n_visible), a tensor or an array; got a "
+            f"{type(test_data).__name__} that torch cannot read as numbers ({e})"
+        ) from None
 
 
 def model_family(model) -> str:

@@ -259,6 +259,12 @@ class BDMCInputSettings:
         None, "also run ELBO, IWAE and forward AIS on real vectors (e.g. binarized_mnist)", kind="text",
         none="none", flag="--real-data", metavar="NAME|FILE", group="real data",
     )  # fmt: skip
+    simulated: Optional[str] = setting(
+        None,
+        "your own simulated examples instead of the model's: a .npz with arrays z (N, latent_dim) and x (N, data_dim), "
+        "x drawn from p(x | z) and z from p(z); the first --examples pairs are used",
+        kind="path", none="simulated from the model", flag="--simulated", metavar="FILE.npz", group="model",
+    )  # fmt: skip
     data_root: Optional[str] = setting(
         None, "with --real-data NAME: the data root", kind="path", none="$RAISE_EVAL_DATA, else ../shared/data",
         flag="--data-root", metavar="DIR", group="real data",
@@ -282,7 +288,8 @@ class BDMCInputSettings:
 
     def files(self) -> list[tuple[str, Optional[str]]]:
         """The files a bdmc run reads, which no output may name."""
-        files = [("the checkpoint", self.checkpoint), ("the --model file", self.model and self.model.rpartition(":")[0])]
+        files = [("the checkpoint", self.checkpoint), ("the --model file", self.model and self.model.rpartition(":")[0]),
+                 ("the --simulated file", self.simulated)]  # fmt: skip
         if self.real_data and is_array_file(self.real_data):
             files.append(("the --real-data file", self.real_data))
         elif self.real_data:
@@ -322,6 +329,31 @@ def load_real_data(inputs: BDMCInputSettings, model) -> Optional[Tensor]:
     else:
         data = load_dataset(inputs.real_data, "test", inputs.data_root)
     return check_real_data(model, data)
+
+
+def load_simulated(inputs: BDMCInputSettings) -> Optional[tuple[Tensor, Tensor]]:
+    """--simulated FILE.npz as (z, x) tensors (checked against the model by `evaluate_bdmc`); None without it."""
+    import numpy as np
+
+    if inputs.simulated is None:
+        return None
+    path = Path(inputs.simulated)
+    if not path.is_file():
+        raise SettingsError(f"{{simulated}} {path}: no such file", ("simulated",))
+    try:
+        with np.load(path, allow_pickle=False) as arrays:
+            missing = [k for k in ("z", "x") if k not in arrays]
+            if missing:
+                raise SettingsError(
+                    f"{{simulated}} {path} holds arrays {sorted(arrays.keys())}; it needs z (N, latent_dim) and x "
+                    "(N, data_dim): numpy.savez(path, z=z, x=x)",
+                    ("simulated",),
+                )
+            return torch.from_numpy(np.asarray(arrays["z"])), torch.from_numpy(np.asarray(arrays["x"]))
+    except (OSError, ValueError) as e:
+        if isinstance(e, SettingsError):
+            raise
+        raise SettingsError(f"{{simulated}} {path} is not a readable .npz archive ({e})", ("simulated",)) from None
 
 
 def check_real_data(model, data: Tensor) -> Tensor:

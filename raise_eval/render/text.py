@@ -13,6 +13,13 @@ from raise_eval.settings import format_size, render_names
 from raise_eval.stats import mean_and_stderr
 
 
+def _n(x: float, width: int, digits: int) -> str:
+    """`x` right-aligned in `width` characters with `digits` decimals, and at least one space before it, so that a
+    number too large for its column never runs into the one before (-363372.5265 11945.5748, not run together)."""
+    text = f"{x:{width}.{digits}f}"
+    return text if text.startswith(" ") else " " + text
+
+
 def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
     s = report.settings
     r, a = report.raise_, report.ais
@@ -20,8 +27,7 @@ def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
     lines = [
         f"raise-eval evaluate{' ' + s['checkpoint'] if s.get('checkpoint') else ''}: {model}, {s['dtype']} on "
         f"{s['device']}",
-        f"data: {s['data'] + ' (' + s['split'] + ', ' if s.get('data') else '('}"
-        f"{_vectors_words(s, report.num_test)}); "
+        f"data: {s['data'] + ' (' + s['split'] + ', ' + _vectors_words(s, report.num_test) + ')' if s.get('data') else _vectors_words(s, report.num_test) + ' (test vectors given in Python)'}; "
         f"start: {s['init']}; "
         f"{_schedule_words(s, report.timing)}, K = {s['steps']}; seed {s['seed']}",
         "",
@@ -30,14 +36,14 @@ def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
     ]
     if a is not None:
         lines.append(
-            f"  {'AIS':26}{a.estimate:12.4f}{float(a.stderr):10.4f}{_secs(report.timing.get('ais_seconds'))}"
+            f"  {'AIS':26}{_n(a.estimate, 12, 4)}{_n(float(a.stderr), 10, 4)}{_secs(report.timing.get('ais_seconds'))}"
             f"   {a.num_chains} chains, ESS {float(a.ess):.0f}, "
             f"±3σ [{_fmt(float(a.lower))}, {_fmt(float(a.upper))}]"
         )
     else:
         lines.append(f"  {'AIS':26}{'(not run)':>12}")
     if report.log_z_exact is not None:
-        lines.append(f"  {'exact':26}{report.log_z_exact:12.4f}{'':10}{_secs(report.timing.get('exact_seconds'))}")
+        lines.append(f"  {'exact':26}{_n(report.log_z_exact, 12, 4)}{'':10}{_secs(report.timing.get('exact_seconds'))}")
     lf = report.log_f
     estimated = lf is not None and lf.method != "exact"
     if estimated:
@@ -48,19 +54,19 @@ def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
         }[lf.method]
         lines.append("log f(v), test average")
         lines.append(
-            f"  {'estimate':26}{float(lf.log_unnormalized.mean()):12.4f}{'':10}{_secs(lf.seconds)}"
+            f"  {'estimate':26}{_n(float(lf.log_unnormalized.mean()), 12, 4)}{'':10}{_secs(lf.seconds)}"
             f"   {how} per vector ({'a lower bound' if lf.method == 'mean-field' else 'a stochastic lower bound'})"
         )
         if report.log_f_check is not None:
             c = report.log_f_check
-            lines.append(f"  {'check':26}{c.mean_rise:12.4f}{c.mean_rise_stderr:10.4f}{_secs(c.seconds)}   {c.describe()}")
+            lines.append(f"  {'check':26}{_n(c.mean_rise, 12, 4)}{_n(c.mean_rise_stderr, 10, 4)}{_secs(c.seconds)}   {c.describe()}")
     elif lf is not None and report.settings.get("model", "RBM").split()[0] in ("DBM", "DBN"):
         route = "" if report.exact_values is None or not report.exact_values.route else f" ({report.exact_values.route})"
         lines.append(f"log f(v): exact, by enumeration{route}; used by AIS and the control variate")
     lines.append("average test log-likelihood (nats)")
     if report.ais_mean is not None:
         label = "AIS (log f-hat - log Z-hat)" if estimated else "AIS (optimistic)"
-        lines.append(f"  {label:26}{report.ais_mean:12.4f}{float(a.stderr):10.4f}")
+        lines.append(f"  {label:26}{_n(report.ais_mean, 12, 4)}{_n(float(a.stderr), 10, 4)}")
         if estimated:
             lines.append(
                 f"  {'':26}an estimate, not a bound: log f-hat errs low, log Z-hat errs low"
@@ -70,20 +76,20 @@ def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
         alpha = f"alpha = {cv.alpha:g}" if cv.alpha_rule == "fixed" else f"alpha = {cv.alpha:.3f} (optimal)"
         start = "" if r.start == "exact posterior" else f" ({r.start})"
         lines += [
-            f"  {'RAISE (conservative)':26}{report.raise_mean:12.4f}{report.raise_stderr:10.4f}"
+            f"  {'RAISE (conservative)':26}{_n(report.raise_mean, 12, 4)}{_n(report.raise_stderr, 10, 4)}"
             f"{_secs(report.timing.get('raise_seconds'))}   {r.log_likelihood.shape[0]} examples x "
             f"{r.num_chains} chains{start}, control variate log f(v), {alpha}",
-            f"  {'  without control variate':26}{cv.subset_mean:12.4f}{cv.subset_stderr:10.4f}"
+            f"  {'  without control variate':26}{_n(cv.subset_mean, 12, 4)}{_n(cv.subset_stderr, 10, 4)}"
             f"{'':9}   plain mean over the same {cv.num_subset} examples",
-            f"  {'gap (AIS - RAISE)':26}{round(report.gap, 4) + 0.0:12.4f}",
+            f"  {'gap (AIS - RAISE)':26}{_n(round(report.gap, 4) + 0.0, 12, 4)}",
         ]
     else:
         lines.append(f"  {'RAISE (conservative)':26}{'(not run)':>12}")
     if report.exact_mean is not None:
-        lines.append(f"  {'exact':26}{report.exact_mean:12.4f}")
+        lines.append(f"  {'exact':26}{_n(report.exact_mean, 12, 4)}")
     lines.append(f"total wall time {report.timing['seconds']:.1f} s")
     if report.interrupted:
-        lines.append(f"interrupted during {report.interrupted}: the numbers above are what finished before Ctrl-C")
+        lines.append(f"interrupted during {report.interrupted}: the numbers above are what finished before Ctrl-C or SIGTERM")
     lines += [f"note: {render_names(n, names)}" for n in report.notes]
     lines += [f"warning [{w.code}]: {render_names(w.message, names)}" for w in report.warnings]
     return "\n".join(lines)
@@ -106,7 +112,7 @@ def _vectors_words(s: dict[str, Any], num_test: int) -> str:
 
 
 def _secs(x: Optional[float]) -> str:
-    return f"{x:8.1f}s" if x is not None else f"{'':9}"
+    return f"{_n(x, 8, 1)}s" if x is not None else f"{'':9}"
 
 
 def _fmt(x: float) -> str:
@@ -119,11 +125,11 @@ def certificate_table(cert, names: Optional[dict[str, str]] = None) -> str:
     for s in cert.history:
         lines.append(
             f"{s.steps:8d}{_f(s.ais_mean, 12)}{_f(s.ais_stderr, 9)}{_f(s.raise_mean, 12)}{_f(s.raise_stderr, 9)}"
-            f"{_f(s.gap, 9)}{_f(s.ais_ess, 7, 0)}{s.seconds:8.1f}"
+            f"{_f(s.gap, 9)}{_f(s.ais_ess, 7, 0)}{_n(s.seconds, 8, 1)}"
         )
     exact = next((s.exact_mean for s in reversed(cert.history) if s.exact_mean is not None), None)
     if exact is not None:
-        lines.append(f"{'exact':>8}{exact:12.4f}")
+        lines.append(f"{'exact':>8}{_n(exact, 12, 4)}")
     lines.append("")
     if cert.closed:
         lo, hi = cert.interval
@@ -174,8 +180,8 @@ def bdmc_table(report, names: Optional[dict[str, str]] = None) -> str:
         sm = report.sandwich[k].summary()
         gap = f"{sm['gap']['mean']:.3f} ± {sm['gap']['stderr']:.3f}"
         lines.append(
-            f"  K={k:<6}{sm['lower']['mean']:13.3f}{sm['upper']['mean']:14.3f}{gap:>18}"
-            f"{sm['jeffreys_bound']['mean']:16.3f}{report.sandwich[k].seconds:8.1f}s"
+            f"  K={k:<6}{_n(sm['lower']['mean'], 13, 3)}{_n(sm['upper']['mean'], 14, 3)}{gap:>18}"
+            f"{_n(sm['jeffreys_bound']['mean'], 16, 3)}{_n(report.sandwich[k].seconds, 8, 1)}s"
         )
     if report.ground_truth is not None:
         k_max = max(report.sandwich)
@@ -184,14 +190,14 @@ def bdmc_table(report, names: Optional[dict[str, str]] = None) -> str:
         label = "truth" if closed else "midpoint"
         lines += [
             "",
-            f"  {'estimator':34}{'estimate':>11}{'vs ' + label:>11}{'± s.e.':>9}",
-            f"  {'BDMC midpoint, K=' + str(k_max) + (' (truth)' if closed else ' (open)'):34}{truth:11.3f}",
+            f"  {'estimator':34}{'estimate':>11}{' vs ' + label:>11}{'± s.e.':>9}",  # a space even before 'vs midpoint'
+            f"  {'BDMC midpoint, K=' + str(k_max) + (' (truth)' if closed else ' (open)'):34}{_n(truth, 11, 3)}",
         ]
         for name, v in report.baselines.items():
             b = report._baseline_summary(v)
             lines.append(
-                f"  {name:34}{b['mean']:11.3f}{b['minus_bdmc_midpoint']:11.3f}"
-                f"{b['minus_bdmc_midpoint_stderr']:9.3f}"
+                f"  {name:34}{_n(b['mean'], 11, 3)}{_n(b['minus_bdmc_midpoint'], 11, 3)}"
+                f"{_n(b['minus_bdmc_midpoint_stderr'], 9, 3)}"
             )
         lines.append(
             f"  ('vs {label}': paired difference from the midpoint of the K={k_max} sandwich, example by example; "
@@ -201,7 +207,7 @@ def bdmc_table(report, names: Optional[dict[str, str]] = None) -> str:
         lines += ["", f"  {'estimator':34}{'estimate':>11}{'± s.e.':>9}"]
         for name, v in report.baselines.items():
             m, se = mean_and_stderr(v)
-            lines.append(f"  {name:34}{m:11.3f}{se:9.3f}")
+            lines.append(f"  {name:34}{_n(m, 11, 3)}{_n(se, 9, 3)}")
     if report.real:
         lines += [
             "",
@@ -210,7 +216,7 @@ def bdmc_table(report, names: Optional[dict[str, str]] = None) -> str:
         ]
         for name, v in report.real.items():
             m, se = mean_and_stderr(v)
-            lines.append(f"  {name:34}{m:11.3f}{se:9.3f}")
+            lines.append(f"  {name:34}{_n(m, 11, 3)}{_n(se, 9, 3)}")
     if report.aide is not None:
         a = report.aide
         lines += [
