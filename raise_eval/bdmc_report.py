@@ -27,7 +27,7 @@ from raise_eval.estimators.bdmc import BDMCResult, bdmc
 from raise_eval.diagnostics import GAP_NATS, Warning
 from raise_eval.estimators.importance import elbo, iwae
 from raise_eval.kernels.hmc import HMCKernel, tune_hmc
-from raise_eval.outputs import plot_metadata
+from raise_eval.outputs import save_figure
 from raise_eval.paths.directed import DirectedPath
 from raise_eval.schedules import SCHEDULES, make_schedule
 from raise_eval.stats import mean_and_stderr
@@ -208,8 +208,10 @@ class BDMCReport:
         ax.set_title(f"BDMC on {self.settings['num_examples']} simulated examples")
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(path, dpi=120, **plot_metadata(path))  # marked: a later run may replace it
-        plt.close(fig)
+        try:
+            save_figure(fig, path, dpi=120)  # whole or not at all; marked: a later run may replace it
+        finally:
+            plt.close(fig)
 
 
 def make_kernel_factory(

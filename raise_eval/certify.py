@@ -24,6 +24,7 @@ import json
 import math
 import os
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -31,7 +32,14 @@ import torch
 from torch import Tensor
 
 from raise_eval.diagnostics import LOW_ESS_FRACTION, log_f_advice
-from raise_eval.outputs import plot_metadata
+from raise_eval.outputs import (
+    OutputError,
+    OutputWarning,
+    OutputWriteError,
+    check_output_path,
+    save_figure,
+    write_file,
+)
 from raise_eval.threads import Threads, with_threads
 
 # The warnings that undermine one side of the sandwich: a sandwich with any of them is never called closed.
@@ -211,8 +219,10 @@ class Certificate:
         ax.legend(fontsize=8)
         ax.grid(alpha=0.3)
         fig.tight_layout()
-        fig.savefig(path, dpi=120, **plot_metadata(path))  # marked: a later run may replace it
-        plt.close(fig)
+        try:
+            save_figure(fig, path, dpi=120)  # whole or not at all; marked: a later run may replace it
+        finally:
+            plt.close(fig)
 
 
 def _f(x: Optional[float], width: int, digits: int = 4) -> str:
@@ -374,12 +384,20 @@ def _load_progress(path: Optional[str], fingerprint: dict) -> list[dict]:
 
 
 def _save_progress(path: Optional[str], fingerprint: dict, history: list[CertifyStep]) -> None:
+    """Rewrite the progress file whole (`write_file`). A failed save does not stop the run (its Ks are in memory):
+    warned of (OutputWarning; the same failure once), and the next K's save tries again."""
     if path is None:
         return
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"format": FILE_FORMAT, "fingerprint": fingerprint, "history": [vars(s) for s in history]}, f)
-    os.replace(tmp, path)
+    text = json.dumps({"format": FILE_FORMAT, "fingerprint": fingerprint, "history": [vars(s) for s in history]})
+    try:
+        write_file(path, text, what="the finished Ks", keep_on_failure=False)
+    except (OutputError, OutputWriteError) as e:
+        warnings.warn(
+            f"the certified run's resume file: {e}. The run goes on (its results are unaffected); the next K's save "
+            "tries again",
+            OutputWarning,
+            stacklevel=2,
+        )
 
 
 @with_threads
@@ -436,9 +454,9 @@ def certify(
     ):
         raise ValueError(f"time_budget must be a positive number of seconds (parse_duration reads '30m'), got {time_budget!r}")
     if resume_file is not None:
-        folder = os.path.dirname(os.path.abspath(resume_file))
-        if not os.path.isdir(folder):
-            raise ValueError(f"resume_file {resume_file}: the folder {folder} does not exist; create it first")
+        # A regular file or none, in a folder that exists (a named pipe would block the read, a device be replaced).
+        if not check_output_path(resume_file, "resume_file"):
+            resume_file = None  # the null device: nothing kept
     known = set(inspect.signature(plan_evaluation).parameters) - {"model", "test_data", "steps", "progress"}
     unknown = sorted(set(evaluate_kwargs) - known - {"resume_interval"})
     if unknown:

@@ -8,7 +8,7 @@ import math
 import os
 import re
 import sys
-import tempfile
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -40,7 +40,7 @@ from raise_eval.evaluate import (
     recognition_means,
     run_evaluation,
 )
-from raise_eval.outputs import Output, OutputError, check_outputs
+from raise_eval.outputs import Output, OutputError, OutputWarning, OutputWriteError, check_output_path, check_outputs
 from raise_eval.results import dump_json
 from raise_eval.resume import DEFAULT_INTERVAL as DEFAULT_RESUME_INTERVAL
 from raise_eval.resume import rank_resume_file
@@ -733,8 +733,8 @@ def _setup_run(
         _die(f"--device {args.device} was asked for but torch.cuda.is_available() is False")
     for name in outputs:
         path = getattr(args, name)
-        if path:
-            _check_output(Path(path), f"--{name}")
+        if path and not _check_output(Path(path), f"--{name}"):
+            setattr(args, name, None)  # the null device: no output
     if args.threads is not None and args.threads < 1:
         _die(f"--threads must be at least 1, got {args.threads}")
     cores = os.cpu_count() or 1
@@ -754,21 +754,15 @@ SEED_OFFSETS = 6
 SEED_RANGE = (-(2**63), 2**64 - 1 - SEED_OFFSETS)
 
 
-def _check_output(path: Path, option: str) -> None:
-    folder = path.parent
-    if path.is_dir():
-        _die(f"{option} {path} is a folder; give a file name")
-    if folder.exists() and not folder.is_dir():
-        _die(f"{option} {path}: {folder} is a file, not a folder (nothing was computed)")
-    if not folder.is_dir():
-        _die(f"{option} {path}: the folder {folder} does not exist; create it first (nothing was computed)")
-    if not os.access(folder, os.W_OK):
-        _die(f"{option} {path}: the folder {folder} is not writable (nothing was computed)")
-    try:  # what os.access cannot tell (e.g. /proc, read-only mounts, root): write a probe file and remove it
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".raise-eval-probe-"):
-            pass
-    except OSError as e:
-        _die(f"{option} {path}: cannot write in the folder {folder} ({e.strerror or e}); choose another folder")
+def _check_output(path: Path, option: str) -> bool:
+    """`raise_eval.outputs.check_output_path`, before any work; False (said on stderr) for the null device."""
+    try:
+        if check_output_path(path, option):
+            return True
+    except OutputError as e:
+        _die(str(e))
+    print(f"raise-eval: note: {option} {path} is the null device: nothing will be written", file=sys.stderr)
+    return False
 
 
 def _die(message: str) -> None:
@@ -1101,8 +1095,8 @@ def _check_scale_options(args) -> Optional[int]:
             _die(f"--max-memory: {e}")
     if args.shard_size is not None and args.shard_size < 1:
         _die(f"--shard-size must be at least 1, got {args.shard_size}")
-    if args.resume_file:
-        _check_output(Path(args.resume_file), "--resume-file")
+    if args.resume_file and not _check_output(Path(args.resume_file), "--resume-file"):
+        args.resume_file = None
     if args.resume_interval is not None:
         if not args.resume_file:
             _die("--resume-interval sets how often --resume-file saves; give --resume-file too")
@@ -1141,9 +1135,21 @@ def _attach_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> lis
     return out
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None):
+    """raise-eval's own warnings (a save that failed while the run went on) as one line, without a source line."""
+    if issubclass(category, OutputWarning):
+        print(f"raise-eval: warning: {message}", file=sys.stderr if file is None else file)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
+_default_showwarning = warnings.showwarning
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(_attach_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
+    warnings.showwarning = _show_warning
     try:
         if args.command == "evaluate":
             code = cmd_evaluate(args)
@@ -1154,6 +1160,11 @@ def main(argv=None) -> int:
             return cmd_bdmc(args)
     except (DataError, FileNotFoundError, ValueError, NotImplementedError) as e:
         _die(str(e))
+    except OutputWriteError as e:  # a result computed but not written: where it is kept, or the JSON itself
+        print(f"raise-eval: error: {e}", file=sys.stderr)
+        if e.kept is None and e.text is not None:
+            print(e.text, end="")
+        return 1
     except KeyboardInterrupt:
         # Ctrl-C outside the stages that keep partial results (loading, bdmc): a clean exit, no traceback.
         print("raise-eval: interrupted", file=sys.stderr)

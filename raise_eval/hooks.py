@@ -16,6 +16,7 @@ hook): epoch e is the state after e + 1 passes over the data. With `every=k` the
 from __future__ import annotations
 
 import csv
+import io
 import math
 import os
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from raise_eval.certify import certify
 from raise_eval.evaluate import EvaluationReport, check_settings, evaluate
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.outputs import save_figure, write_file
 from raise_eval.results import dump_json, to_jsonable
 from raise_eval.schedules import make_schedule
 
@@ -313,19 +315,19 @@ class LikelihoodMonitor:
         path = self.history_path
         if path is None:
             return
-        tmp = path.with_name(path.name + ".tmp")
+        # Whole or not at all (raise_eval.outputs.write_file): an interrupted or failed write never leaves a
+        # truncated history; a failure raises OutputWriteError naming where the history was kept instead.
         if path.suffix.lower() == ".json":
-            dump_json([r.to_dict() for r in self.history], str(tmp))
-        else:
-            with open(tmp, "w", newline="", encoding="utf-8") as f:
-                writer = csv.writer(f)
-                writer.writerow(HISTORY_FIELDS)
-                for r in self.history:
-                    row = to_jsonable(r.to_dict())  # non-finite -> None -> an empty cell, like a missing exact
-                    row["warnings"] = ";".join(row["warnings"])
-                    writer.writerow(["" if row[k] is None else row[k] for k in HISTORY_FIELDS])
-        # Replace in one step: an interrupted write never leaves a truncated history behind.
-        os.replace(tmp, path)
+            dump_json([r.to_dict() for r in self.history], str(path))
+            return
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow(HISTORY_FIELDS)
+        for r in self.history:
+            row = to_jsonable(r.to_dict())  # non-finite -> None -> an empty cell, like a missing exact
+            row["warnings"] = ";".join(row["warnings"])
+            writer.writerow(["" if row[k] is None else row[k] for k in HISTORY_FIELDS])
+        write_file(path, text.getvalue(), what="the history")
 
     def _write_plot(self) -> None:
         if self.plot_path is None:
@@ -374,6 +376,4 @@ class LikelihoodMonitor:
         bottom.grid(alpha=0.3)
         bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
         fig.tight_layout()
-        tmp = self.plot_path.with_name(self.plot_path.name + ".tmp")
-        fig.savefig(tmp, format="png", dpi=100)
-        os.replace(tmp, self.plot_path)
+        save_figure(fig, self.plot_path, dpi=100)  # whole or not at all
