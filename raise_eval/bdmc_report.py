@@ -14,6 +14,7 @@ keep their guarantees (see `raise_eval.kernels.hmc`).
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any, Optional
@@ -377,7 +378,9 @@ def evaluate_bdmc(
     )
     check_bdmc_model(model, aide=aide_settings is not None)
     start_total = time.perf_counter()
-    param = next(iter(model.parameters())) if hasattr(model, "parameters") else None
+    # The parameters' device and dtype; a decoder that is a plain function has none: then the buffers' (the prior's).
+    tensors = itertools.chain(model.parameters(), model.buffers()) if hasattr(model, "parameters") else iter(())
+    param = next(tensors, None)
     device = param.device if param is not None else torch.device("cpu")
     aide_steps = None if aide_settings is None else aide_settings.get("steps", max(steps))
     all_settings = {
