@@ -817,7 +817,7 @@ def _start_biases(annealed, family: str, init: str, train_pixel_means) -> list[T
             f"init='base-rates' needs the training-set {what} (train_pixel_means); pass them, or use init='uniform'"
         )
     means = torch.as_tensor(train_pixel_means, dtype=torch.float64).flatten()
-    if means.numel() != annealed.n_visible or bool(((means < 0) | (means > 1)).any()):
+    if means.numel() != annealed.n_visible or not bool(((means >= 0) & (means <= 1)).all()):  # NaN too
         what = f" (for a DBN: the {dbn_means})" if family == "DBN" else ""
         raise ValueError(f"train_pixel_means must be {annealed.n_visible} values in [0, 1]{what}")
     return data_base_rates(annealed, means.unsqueeze(0))

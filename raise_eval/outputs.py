@@ -291,29 +291,14 @@ def _stat_failure(path: str, e: OSError) -> str:
     """Why `path` cannot be looked at, as a clause after its name: a link loop, a name too long, a file where a
     folder is expected, no permission."""
     if e.errno == errno.ELOOP:
+        from raise_eval.models.io.files import link_chain  # only now: importing the models imports torch
+
         return f"is a symbolic link loop ({link_chain(path)}); remove the links or name another file"
     if e.errno == errno.ENAMETOOLONG:
         return "has a name longer than the file system allows; choose a shorter name"
     if e.errno == errno.ENOTDIR:
         return "has a file where a folder should be; name a file in a folder"
     return f"cannot be looked at ({_cause(e)}); name another file"
-
-
-def link_chain(path: PathLike, limit: int = 8) -> str:
-    """'a -> b -> a': the symbolic links followed from `path` until one repeats (a loop) or `limit` links (for
-    messages)."""
-    chain, current, seen = [os.fspath(path)], os.fspath(path), set()
-    for _ in range(limit):
-        seen.add(os.path.abspath(current))
-        try:
-            target = os.readlink(current)
-        except OSError:
-            break
-        chain.append(target)
-        current = os.path.join(os.path.dirname(current), target)
-        if os.path.abspath(current) in seen:
-            return " -> ".join(chain)
-    return " -> ".join(chain) + " -> ..."
 
 
 def _short(text: str, width: int = 60) -> str:
@@ -527,7 +512,6 @@ __all__ = [
     "check_output_path",
     "check_outputs",
     "is_null_device",
-    "link_chain",
     "plot_metadata",
     "same_file",
     "save_figure",
