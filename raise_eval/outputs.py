@@ -233,12 +233,15 @@ def check_output_path(path: PathLike, option: str = "the output") -> bool:
             "would remove it; name a regular file (nothing was computed)"
         )
     target = os.path.realpath(text)
-    folder = os.path.dirname(target)
     _check_name_lengths(target, shown)  # a link may point to a longer name
+    # The folder the file will be written in (the link's target's, for a link), as the user wrote it when it is no link.
+    folder = os.path.dirname(target) if os.path.islink(text) else (os.path.dirname(text) or ".")
     try:
         folder_mode = os.stat(folder).st_mode
     except FileNotFoundError:
-        raise OutputError(f"{shown}: the folder {folder} does not exist; create it first (nothing was computed)") from None
+        raise OutputError(
+            f"{shown}: the folder {folder} does not exist; create it first (nothing was computed)"
+        ) from None
     except OSError as e:
         raise OutputError(f"{shown}: its folder {folder} {_stat_failure(folder, e)} (nothing was computed)") from None
     if not stat.S_ISDIR(folder_mode):
@@ -282,8 +285,8 @@ def _check_name_lengths(path: str, shown: str) -> None:
     size = len(os.fsencode(os.path.abspath(path)))
     if size > _DEFAULT_PATH_MAX:
         raise OutputError(
-            f"{_short(shown)}: the path is {size} bytes long, more than the {_DEFAULT_PATH_MAX} the system allows; choose a "
-            "shorter path (nothing was computed)"
+            f"{_short(shown)}: the path is {size} bytes long, more than the {_DEFAULT_PATH_MAX} the system allows; "
+            "choose a shorter path (nothing was computed)"
         )
 
 
@@ -321,23 +324,24 @@ def _temporary_name(target: Path) -> Path:
 
 
 def _create_temporary(target: Path) -> Path:
-    """Create (exclusively) an empty temporary file for `target`; its mode is that of an existing `target`, else
-    what the umask gives a new file."""
+    """Create (exclusively) an empty temporary file for `target`, with the mode the umask gives a new file."""
     for _ in range(10):
         tmp = _temporary_name(target)
         try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
         except FileExistsError:
             continue
-        try:
-            try:
-                os.chmod(fd, stat.S_IMODE(os.stat(target).st_mode))
-            except (OSError, NotImplementedError):
-                pass  # no target yet (or no fchmod): the umask's mode
-        finally:
-            os.close(fd)
         return tmp
     raise FileExistsError(errno.EEXIST, "could not find a free temporary name", str(target.parent))
+
+
+def _keep_mode(tmp: Path, target: Path) -> None:
+    """Give the written temporary file the mode of the file it replaces (set last: a read-only mode would stop a
+    writer that opens the file by its name)."""
+    try:
+        os.chmod(tmp, stat.S_IMODE(os.stat(target).st_mode))
+    except FileNotFoundError:
+        pass  # a new file: the umask's mode
 
 
 def _write_all(f, data: bytes) -> None:
@@ -445,6 +449,7 @@ def write_file(
     try:
         tmp = _create_temporary(target)
         _write_content(str(tmp), data)
+        _keep_mode(tmp, target)
         os.replace(tmp, target)
         tmp = None
     except Exception as e:  # noqa: BLE001 - a failed write of any kind: clean up, keep the result, say so
@@ -468,7 +473,9 @@ def write_file(
 
 
 # matplotlib's formats by suffix: the temporary file's name ends in .tmp, so the format is given explicitly.
-_FIGURE_FORMATS = {".png": "png", ".pdf": "pdf", ".svg": "svg", ".jpg": "jpg", ".jpeg": "jpeg", ".eps": "eps", ".ps": "ps"}
+_FIGURE_FORMATS = {
+    ".png": "png", ".pdf": "pdf", ".svg": "svg", ".jpg": "jpg", ".jpeg": "jpeg", ".eps": "eps", ".ps": "ps",
+}  # fmt: skip
 
 
 def save_figure(fig, path: PathLike, **savefig_kwargs) -> Optional[Path]:

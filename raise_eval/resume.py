@@ -287,7 +287,8 @@ def _content_problems(loaded: dict, settings: dict) -> list[str]:
             shape = expected.get(stage, {}).get(index) if expected else tuple(log_w.shape)
             if shape is None:
                 count = len(expected[stage])
-                problems.append(f"{name} is beyond the run, which has {count} {stage.upper()} shard{'s' * (count != 1)}")
+                shards_word = "shard" if count == 1 else "shards"
+                problems.append(f"{name} is beyond the run, which has {count} {stage.upper()} {shards_word}")
             elif tuple(log_w.shape) != shape:
                 what = f"{shape[0]:,} chains" if stage == "ais" else f"{shape[0]:,} vectors x {shape[1]:,} chains"
                 problems.append(f"{name} holds log-weights shaped {tuple(log_w.shape)}; the run's settings give {what}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from raise_eval.models.io.checkpoints import load_checkpoint, save_checkpoint, save_npz
+from raise_eval.models.io.checkpoints import load_checkpoint, save_npz
 
 from raise_eval.cli import main
 from raise_eval.evaluate import evaluate

@@ -329,7 +329,7 @@ def test_a_truncated_array_file_is_named(tmp_path):
     np.save(tmp_path / "x.npy", x)
     data = (tmp_path / "x.npy").read_bytes()
     (tmp_path / "cut.npy").write_bytes(data[: len(data) // 2])
-    with pytest.raises(DataError, match=r"cut.npy cannot be read: it is truncated or damaged \(Failed to read all data"):
+    with pytest.raises(DataError, match=r"cut.npy cannot be read: it is truncated or damaged \(Failed to read all"):
         load_array_file(tmp_path / "cut.npy")
 
 

@@ -318,9 +318,10 @@ def test_ctrl_c_during_a_write_leaves_no_temporary_file(tmp_path, monkeypatch):
 def test_the_new_file_gets_the_mode_of_the_one_it_replaces(tmp_path):
     out = tmp_path / "r.json"
     dump_json({"value": 1}, str(out))
-    os.chmod(out, 0o640)
-    dump_json({"value": 2}, str(out))
-    assert stat.S_IMODE(os.stat(out).st_mode) == 0o640
+    for mode in (0o640, 0o444):  # a read-only file too: the mode is given after the content is written
+        os.chmod(out, mode)
+        dump_json({"value": mode}, str(out))
+        assert stat.S_IMODE(os.stat(out).st_mode) == mode and json.loads(out.read_text())["value"] == mode
 
 
 # ------------------------------------------------------------ issue 24: resume files

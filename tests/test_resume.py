@@ -139,7 +139,9 @@ def _nan_log_f(data):
         (_nan_log_f, "RAISE shard 0 has NaN or infinite log f(v) values"),
     ],
 )
-def test_a_hand_edited_resume_file_is_refused_naming_the_file_and_the_shard(digits, tmp_path, monkeypatch, edit, message):
+def test_a_hand_edited_resume_file_is_refused_naming_the_file_and_the_shard(
+    digits, tmp_path, monkeypatch, edit, message
+):
     model, test, means = digits
     file = _edited(tmp_path, digits, edit)
     for name in ("ais", "raise_log_likelihood"):

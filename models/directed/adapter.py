@@ -20,9 +20,10 @@ density random). Construction calls the decoder (and encoder, and a user's prior
 output layouts, and the decoder also on two draws from N(0, I) (a fixed seed of its own; the global random state is
 untouched): an output with NaN or infinite values is refused there, saying that the model produced it, rather than
 becoming NaN bounds later. A decoder that is a plain function (no parameters) works: the model's dtype and device
-are then those of its prior (float32 on the CPU until `model.to(...)` moves it). Pass data_dim=D when you know it: a single output tensor is cut into as many blocks as the
-likelihood has parameters, so a decoder giving means only to a likelihood that expects [means | log-scales] would
-otherwise be read as D/2 means and D/2 log-scales (`describe()` and the data-shape error then say how it was read).
+are then those of its prior (float32 on the CPU until `model.to(...)` moves it). Pass data_dim=D when you know it:
+a single output tensor is cut into as many blocks as the likelihood has parameters, so a decoder giving means only
+to a likelihood that expects [means | log-scales] would otherwise be read as D/2 means and D/2 log-scales
+(`describe()` and the data-shape error then say how it was read).
 """
 
 from __future__ import annotations

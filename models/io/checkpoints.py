@@ -559,7 +559,8 @@ def _load_mat(path: Path) -> Checkpoint:
             f"{path}: {_describe_keys(missing, set())}; a MATLAB RBM needs vishid (n_visible x n_hidden), "
             f"hidbiases and visbiases (found {sorted(arrays) + sorted(skipped)})"
         )
-    model = _make_rbm(path, arrays["vishid"], arrays["visbiases"], arrays["hidbiases"], ("vishid", "visbiases", "hidbiases"))
+    names = ("vishid", "visbiases", "hidbiases")
+    model = _make_rbm(path, *(arrays[n] for n in names), names)
     ignored = sorted(set(arrays) - required) + sorted(skipped)
     metadata: dict[str, Any] = {"ignored_variables": ignored} if ignored else {}
     return Checkpoint(model, metadata, None, str(path), "mat")

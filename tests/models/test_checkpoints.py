@@ -438,10 +438,12 @@ def test_an_npz_named_pt_and_a_pt_named_npz_are_told_to_be_renamed(tmp_path, rbm
     npz = tmp_path / "m.npz"
     save_npz(npz, rbm)
     npz.rename(tmp_path / "m.pt")
-    with pytest.raises(CheckpointError, match=r"m.pt is a NumPy .npz archive of \d+ bytes \(numpy.savez\) named .pt; rename it to .npz"):
+    renamed_npz = r"m.pt is a NumPy .npz archive of \d+ bytes \(numpy.savez\) named .pt; rename it to .npz"
+    with pytest.raises(CheckpointError, match=renamed_npz):
         load_checkpoint(tmp_path / "m.pt")
     _saved(tmp_path, rbm).rename(tmp_path / "s.npz")
-    with pytest.raises(CheckpointError, match=r"s.npz is a file of \d+ bytes written by torch.save named .npz; rename it to .pt"):
+    renamed_pt = r"s.npz is a file of \d+ bytes written by torch.save named .npz; rename it to .pt"
+    with pytest.raises(CheckpointError, match=renamed_pt):
         load_checkpoint(tmp_path / "s.npz")
 
 

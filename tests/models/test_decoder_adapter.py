@@ -86,7 +86,10 @@ class _NaNAwayFromZero(nn.Module):
 @pytest.mark.parametrize(
     "decoder, message",
     [
-        (lambda z: torch.full((z.shape[0], 12), float("nan")), "the model produced NaN values: the decoder's output for z = zeros"),
+        (
+            lambda z: torch.full((z.shape[0], 12), float("nan")),
+            "the model produced NaN values: the decoder's output for z = zeros",
+        ),
         (_NaNAwayFromZero(), "the model produced NaN values: the decoder's output for z = two draws from N(0, I)"),
         (lambda z: torch.full((z.shape[0], 12), float("inf")), "the model produced infinite values"),
     ],
