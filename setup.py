@@ -27,7 +27,8 @@ setup(
         "lightning": ["lightning>=2.0"],  # raise_eval.lightning.SandwichCallback
         "vision": ["torchvision"],
         # mkdocs.yml's site; 1.6 brought the anchor validation that `mkdocs build --strict` relies on (.ci/run).
-        "docs": ["mkdocs==1.6.1"],
+        # Pygments: code highlighted at build time (the codehilite extension), so the site needs no CDN.
+        "docs": ["mkdocs==1.6.1", "Pygments>=2.12"],
     },
     entry_points={"console_scripts": ["raise-eval=raise_eval.cli:main"]},
 )

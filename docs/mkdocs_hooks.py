@@ -1,5 +1,6 @@
-"""mkdocs hooks (mkdocs.yml `hooks:`): the site's home page is the README, and links from the pages to the
-repository's other files work both on GitHub and in the built site.
+"""mkdocs hooks (mkdocs.yml `hooks:`): the site's home page is the README, links from the pages to the
+repository's other files work both on GitHub and in the built site, and the stylesheet of the code highlighting
+(css/pygments.css, for the codehilite extension) is generated from the installed Pygments.
 
 The pages are written for GitHub, where a link is a path relative to the file that holds it: the README links to
 `docs/methods.md`, a page in docs/ to `../results/schedules/table.md`. mkdocs only knows docs/, so before the build
@@ -62,7 +63,11 @@ def _resolve(source: Path, target: str) -> Path:
 
 def on_files(files: Files, config) -> Files:
     """Add every repository file outside docs/ that the README or a page links to (recursively through markdown
-    files) at its repository path."""
+    files) at its repository path, and css/pygments.css."""
+    from pygments.formatters import HtmlFormatter  # the docs extra installs Pygments (codehilite needs it)
+
+    css = HtmlFormatter(style="default").get_style_defs(".highlight")
+    files.append(File.generated(config, "css/pygments.css", content=css))
     work = [README] + sorted(DOCS.glob("*.md"))
     seen = set(work)
     while work:

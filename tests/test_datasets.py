@@ -318,3 +318,32 @@ def test_dataset_files_are_the_files_load_dataset_reads(tmp_path, monkeypatch):
     assert [p.name for p in dataset_files("omniglot", "test")] == ["images_background.npz", "images_evaluation.npz"]
     monkeypatch.setenv("RAISE_EVAL_DATA", str(tmp_path / "absent"))
     assert dataset_files("mnist", "test") == []  # no data root: nothing is read either
+
+
+# ------------------------------------------------------------ issue 24: messages that name the right thing
+
+
+def test_a_truncated_array_file_is_named(tmp_path):
+    """numpy's 'Failed to read all data for array' named no file."""
+    x = (np.random.default_rng(0).random((50, 64)) < 0.5).astype(np.uint8)
+    np.save(tmp_path / "x.npy", x)
+    data = (tmp_path / "x.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(data[: len(data) // 2])
+    with pytest.raises(DataError, match=r"cut.npy cannot be read: it is truncated or damaged \(Failed to read all"):
+        load_array_file(tmp_path / "cut.npy")
+
+
+def test_a_data_root_or_file_that_is_no_folder_or_file_says_what_it_is(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(DataError, match=r"data root .*afile is a file, not a folder; give the folder that holds"):
+        resolve_data_root(tmp_path / "afile")
+    (tmp_path / "loopA").symlink_to(tmp_path / "loopB")
+    (tmp_path / "loopB").symlink_to(tmp_path / "loopA")
+    with pytest.raises(DataError, match=r"data root .*loopA is a symbolic link loop"):
+        resolve_data_root(tmp_path / "loopA")
+    (tmp_path / "x.npy").symlink_to(tmp_path / "y.npy")
+    (tmp_path / "y.npy").symlink_to(tmp_path / "x.npy")
+    with pytest.raises(DataError, match=r"data file .*x.npy is a symbolic link loop"):
+        load_array_file(tmp_path / "x.npy")
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_array_file(tmp_path / "absent.npy")

@@ -157,4 +157,29 @@ def test_site_builds_in_strict_mode(tmp_path):
     assert (tmp_path / "site" / "index.html").is_file()
     # The home page is the README: its quick start is there, with its links rewritten to the site's pages.
     home = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
-    assert "Quick start: the embedded default" in home and 'href="methods/#certified-evaluation"' in home
+    assert "Quick start: the embedded default" in home and 'href="methods.html#certified-evaluation"' in home
+    _check_works_from_disk_offline(tmp_path / "site")
+
+
+def _check_works_from_disk_offline(site: Path) -> None:
+    """Issue 24: opened from disk (file://) every link lands on a page, not a directory listing; code is highlighted
+    at build time (nothing fetched from a CDN); wide tables wrap (css/site.css)."""
+    pages = sorted(site.rglob("*.html"))
+    for page in pages:
+        if page.name == "404.html":  # served by a web server only: its links are absolute on purpose
+            continue
+        html = page.read_text(encoding="utf-8")
+        for target in re.findall(r'(?:href|src)="([^"]*)"', html):
+            if ":" in target or target.startswith("#"):
+                assert not re.match(r"https?://[^/]*(cdn|googleapis)", target), (page, target)
+                continue
+            path = target.split("#")[0].split("?")[0]
+            if path:
+                resolved = (page.parent / path).resolve()
+                assert resolved.is_file(), f"{page.relative_to(site)} links to {target}, not a file"
+        assert "highlight.js" not in html and "hljs" not in html, page
+    api = (site / "api.html").read_text(encoding="utf-8")
+    assert re.search(r'<div class="highlight"><pre><span></span><code><span class="kn">import</span>', api)
+    assert ".highlight .kn" in (site / "css" / "pygments.css").read_text(encoding="utf-8")
+    css = (site / "css" / "site.css").read_text(encoding="utf-8")
+    assert re.search(r"table td,\s*\.wy-table-responsive table th \{\s*white-space: normal;", css)

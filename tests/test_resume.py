@@ -3,6 +3,7 @@ between shards or inside one (Ctrl-C, a crash); other settings refused."""
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,13 +79,79 @@ def test_other_settings_are_refused_by_name(digits, tmp_path):
     evaluate(model, test, train_pixel_means=means, **RUN, resume_file=str(file))
     with pytest.raises(ValueError, match=r"seed: 0 in the file, 1 now"):
         evaluate(model, test, train_pixel_means=means, **RUN, seed=1, resume_file=str(file))
-    with pytest.raises(ValueError, match=r"start_biases: '\w+' in the file, '\w+' now"):
+    with pytest.raises(ValueError, match=r"the start distribution differs \(another --init") as e:
         evaluate(model, test, init="uniform", **RUN, resume_file=str(file))
+    assert not re.search(r"[0-9a-f]{16}", str(e.value))  # what changed, not two digests
     with pytest.raises(ValueError, match=r"shard_size: 10 in the file, 20 now"):
         evaluate(model, test, train_pixel_means=means, **{**RUN, "shard_size": 20}, resume_file=str(file))
     (tmp_path / "junk.pt").write_text("not a resume file")
     with pytest.raises(ValueError, match="is not a raise-eval resume file"):
         evaluate(model, test, train_pixel_means=means, **RUN, resume_file=str(tmp_path / "junk.pt"))
+
+
+def test_a_changed_model_or_test_set_is_said_in_words_not_digests(digits, tmp_path):
+    """Issue 24: the file keeps digests of the parameters and the test vectors; a mismatch names what they are."""
+    model, test, means = digits
+    file = tmp_path / "run.pt"
+    evaluate(model, test, train_pixel_means=means, **RUN, resume_file=str(file))
+    other = type(model)(model.W + 0.01, model.vbias, model.hbias)  # the same shapes, other weights
+    with pytest.raises(ValueError) as e:
+        evaluate(other, test, train_pixel_means=means, **RUN, resume_file=str(file))
+    message = str(e.value)
+    assert "the model's parameters differ (another checkpoint, or other weights of the same shapes)" in message
+    assert "parameters:" not in message and not re.search(r"[0-9a-f]{16}", message)
+    with pytest.raises(ValueError, match=r"the test vectors differ \(another --data"):
+        evaluate(model, test[:-1], train_pixel_means=means, **RUN, resume_file=str(file))
+
+
+def _edited(tmp_path, digits, edit) -> Path:
+    """A finished run's resume file, then `edit(data)` applied to it by hand."""
+    model, test, means = digits
+    file = tmp_path / "run.pt"
+    evaluate(model, test, train_pixel_means=means, **RUN, resume_file=str(file))
+    data = torch.load(file, weights_only=True)
+    edit(data)
+    torch.save(data, file)
+    return file
+
+
+def _set_nan(data):
+    data["shards"]["ais"][1]["log_weights"][3] = float("nan")
+
+
+def _shorten(data):
+    data["shards"]["ais"][2]["log_weights"] = data["shards"]["ais"][2]["log_weights"][:5].clone()
+
+
+def _extra_shard(data):
+    data["shards"]["raise"][9] = data["shards"]["raise"][0]
+
+
+def _nan_log_f(data):
+    data["shards"]["raise"][0]["log_unnormalized"][0] = float("inf")
+
+
+@pytest.mark.parametrize(
+    "edit, message",
+    [
+        (_set_nan, "AIS shard 1 has 1 NaN or infinite log-weight"),
+        (_shorten, "AIS shard 2 holds log-weights shaped (5,); the run's settings give 10 chains"),
+        (_extra_shard, "RAISE shard 9 is beyond the run, which has 5 RAISE shards"),
+        (_nan_log_f, "RAISE shard 0 has NaN or infinite log f(v) values"),
+    ],
+)
+def test_a_hand_edited_resume_file_is_refused_naming_the_file_and_the_shard(
+    digits, tmp_path, monkeypatch, edit, message
+):
+    model, test, means = digits
+    file = _edited(tmp_path, digits, edit)
+    for name in ("ais", "raise_log_likelihood"):
+        _interrupt_after(monkeypatch, name, 0)  # no estimator may run: the refusal comes first
+    with pytest.raises(ValueError) as e:
+        evaluate(model, test, train_pixel_means=means, **RUN, resume_file=str(file))
+    text = str(e.value)
+    assert text.startswith(f"--resume-file {file} does not hold what the run that wrote it saves (")
+    assert message in text and text.endswith("it was edited or damaged; delete it to start over")
 
 
 def test_cli_resume(tmp_path, capsys):

@@ -17,9 +17,13 @@ gradient. Batches follow `DirectedLatentModel`: z (*batch, latent_dim) is flatte
 decoder and x (*batch, D) broadcasts against z's batch. The wrapped modules are registered as submodules (so
 `model.to(device, dtype)` moves them) and put in eval mode (dropout or batch-norm statistics would make the
 density random). Construction calls the decoder (and encoder, and a user's prior) once on zeros to check their
-output layouts. Pass data_dim=D when you know it: a single output tensor is cut into as many blocks as the
-likelihood has parameters, so a decoder giving means only to a likelihood that expects [means | log-scales] would
-otherwise be read as D/2 means and D/2 log-scales (`describe()` and the data-shape error then say how it was read).
+output layouts, and the decoder also on two draws from N(0, I) (a fixed seed of its own; the global random state is
+untouched): an output with NaN or infinite values is refused there, saying that the model produced it, rather than
+becoming NaN bounds later. A decoder that is a plain function (no parameters) works: the model's dtype and device
+are then those of its prior (float32 on the CPU until `model.to(...)` moves it). Pass data_dim=D when you know it:
+a single output tensor is cut into as many blocks as the likelihood has parameters, so a decoder giving means only
+to a likelihood that expects [means | log-scales] would otherwise be read as D/2 means and D/2 log-scales
+(`describe()` and the data-shape error then say how it was read).
 """
 
 from __future__ import annotations
@@ -167,6 +171,13 @@ class DecoderModel(nn.Module, DirectedLatentModel):
                     "must return one row of likelihood parameters per latent vector"
                 )
             found = self.likelihood.data_dim(params)
+            _check_finite(params, "zeros")
+            # Zeros can hide NaN (a 0/0, a log of a ReLU): two draws from N(0, I), from a generator of our own.
+            draws = torch.randn(2, self.latent_dim, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+            _check_finite(
+                self.likelihood.split(self.decoder(draws.to(dtype=like.dtype, device=like.device))),
+                "two draws from N(0, I)",
+            )
         reading = None
         if isinstance(out, Tensor) and self.likelihood.num_blocks() > 1:
             values = out.reshape(out.shape[0], -1).shape[1]
@@ -232,6 +243,31 @@ class DecoderModel(nn.Module, DirectedLatentModel):
                 f"the encoder maps x of shape (2, {self.data_dim}) to mean {tuple(mean.shape)} and scale "
                 f"{tuple(log_std.shape)}; both must be (2, latent_dim={self.latent_dim})"
             )
+        for name, t in (("mean", mean), (self.encoder_scale, log_std)):
+            bad = _non_finite(t)
+            if bad:
+                raise ValueError(
+                    f"the encoder produced {bad} in its {name} for x of shape (2, {self.data_dim}) (zeros): check its "
+                    "weights and its forward pass"
+                )
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the model's tensors: the decoder's (or its likelihood's) parameters, else the prior's."""
+        return self._tensor_like().dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's tensors: the decoder's (or its likelihood's) parameters, else the prior's."""
+        return self._tensor_like().device
+
+    def _tensor_like(self) -> Tensor:
+        # A plain-function decoder has no parameters: the standard prior's buffer follows model.to(...).
+        for t in self.parameters():
+            return t
+        for t in self.buffers():
+            return t
+        return torch.zeros(0)
 
     # ------------------------------------------------------------------ generative model
     def decode(self, z: Tensor) -> tuple:
@@ -306,3 +342,23 @@ class DecoderModel(nn.Module, DirectedLatentModel):
     def posterior_approximation(self) -> Optional[DiagonalGaussianPosterior]:
         """The encoder as a `PosteriorApproximation` (for IWAE, the ELBO and AIDE); None without an encoder."""
         return None if self.encoder is None else DiagonalGaussianPosterior(self.encode)
+
+
+def _non_finite(t: Tensor) -> str:
+    """'NaN values' / 'infinite values' / 'NaN and infinite values', or '' when every value of `t` is finite."""
+    if not t.is_floating_point() or bool(torch.isfinite(t).all()):
+        return ""
+    nan, inf = bool(torch.isnan(t).any()), bool(torch.isinf(t).any())
+    return "NaN and infinite values" if nan and inf else ("NaN values" if nan else "infinite values")
+
+
+def _check_finite(params: tuple, what: str) -> None:
+    """Refuse decoder outputs (the likelihood's parameters) with NaN or infinite values, for latents `what`."""
+    for i, p in enumerate(params):
+        bad = _non_finite(p)
+        if bad:
+            which = f"parameter block {i} of the likelihood" if len(params) > 1 else "output"
+            raise ValueError(
+                f"the model produced {bad}: the decoder's {which} for z = {what} is not finite; check the decoder's "
+                "weights and its forward pass (a division by zero, a log of zero or of a negative number)"
+            )

@@ -32,13 +32,25 @@ Importers (`load_checkpoint` picks one from the file name):
 - MATLAB .mat (level 5) with vishid (n_visible, n_hidden), hidbiases (or hidrecbiases) and visbiases, as saved by
   Salakhutdinov's RBM code; other MATLAB variables are listed in metadata["ignored_variables"].
 
+What save_checkpoint stores, load_checkpoint reads back: metadata (and a VAE's config) are kept in types that
+torch.load(weights_only=True) reads. NumPy scalars become Python numbers (np.float32(0.1) -> 0.10000000149011612,
+the float32's exact value), NumPy arrays nested lists, paths (os.PathLike) strings, datetime/date/time values ISO
+8601 strings, tensors detached CPU copies; anything else that loader would refuse (a function, an arbitrary object)
+is refused when saving, naming its key, before anything is written.
+
 Float64 weights stay float64; anything else is read as float32. Missing keys, unknown keys in a .pt state, gaps in
 the layer indices, mismatched shapes and NaN or infinite values are errors that say what was expected.
 """
 
 from __future__ import annotations
 
+import datetime
+import io
+import os
 import re
+import zipfile
+import zlib
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -48,7 +60,7 @@ import torch
 from raise_eval.models.boltzmann.dbm import DBM
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.rbm import RBM
-from raise_eval.models.io.files import check_magic
+from raise_eval.models.io.files import check_magic, why_unusable
 from raise_eval.models.io.matfile import read_mat
 from torch import Tensor
 
@@ -89,18 +101,21 @@ def save_checkpoint(
     metadata: Optional[dict[str, Any]] = None,
     train_pixel_means: Optional[Tensor] = None,
 ) -> None:
-    """Write an RBM, a DBM, a DBN or a VAE in raise-eval's format (see the module docstring)."""
+    """Write an RBM, a DBM, a DBN or a VAE in raise-eval's format (see the module docstring). `metadata` is stored
+    in a form load_checkpoint reads back (NumPy scalars and arrays, paths and dates converted); a value it could not
+    read back raises TypeError naming its key, and nothing is written."""
     from raise_eval.models.directed.vae import VAE
 
+    stored = _storable(metadata, "metadata")
     if isinstance(model, VAE):
         torch.save(
             {
                 "format": FORMAT,
                 "version": VERSION,
                 "model_type": "vae",
-                "config": asdict(model.config),
+                "config": _storable(asdict(model.config), "the VAE's config"),
                 "state": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()},
-                "metadata": dict(metadata or {}),
+                "metadata": stored,
                 **(
                     {}
                     if train_pixel_means is None
@@ -116,11 +131,76 @@ def save_checkpoint(
         "version": VERSION,
         "model_type": model_type,
         "state": {k: t.detach().cpu().clone() for k, t in state.items()},
-        "metadata": dict(metadata or {}),
+        "metadata": stored,
     }
     if train_pixel_means is not None:
         payload["train_pixel_means"] = _pixel_means_to_save(train_pixel_means, model)
     torch.save(payload, str(path))
+
+
+def _storable(values: Optional[Mapping], where: str) -> dict:
+    """`values` in types torch.load(weights_only=True) reads back (see the module docstring); TypeError naming the
+    key of a value it would refuse."""
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise TypeError(f"save_checkpoint: {where} must be a dict, got a {type(values).__name__}")
+    converted = _convert(dict(values))
+    _check_loadable(converted, where)
+    return converted
+
+
+def _convert(value):
+    if isinstance(value, np.generic):  # np.float32(0.1), np.int64(3), np.bool_(True), np.str_('a')
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return _convert(value.tolist())  # an object array's elements are converted in turn
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        return value.isoformat()
+    if isinstance(value, Tensor):
+        return value.detach().cpu().clone()  # an nn.Parameter or a CUDA tensor as a plain CPU tensor
+    if isinstance(value, Mapping):
+        return {_convert(k): _convert(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_convert(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_convert(v) for v in value)  # a named tuple becomes a plain one
+    return value  # whatever else: `_check_loadable` asks torch's loader
+
+
+def _reads_back(value) -> bool:
+    buffer = io.BytesIO()
+    try:
+        torch.save(value, buffer)
+        buffer.seek(0)
+        torch.load(buffer, map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - any refusal by the loader (or failure to pickle) counts
+        return False
+    return True
+
+
+def _check_loadable(value, where: str) -> None:
+    """Raise TypeError naming the first part of `value` that torch.load(weights_only=True) cannot read back."""
+    if _reads_back(value):
+        return
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            if not _reads_back(k):
+                raise TypeError(
+                    f"save_checkpoint: a key of {where} is a {type(k).__name__} ({k!r:.60}), which load_checkpoint "
+                    "could not read back; use strings as keys"
+                )
+            _check_loadable(v, f"{where}[{k!r}]")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _check_loadable(v, f"{where}[{i}]")
+    raise TypeError(
+        f"save_checkpoint: {where} is a {type(value).__module__}.{type(value).__qualname__} ({value!r:.60}), which "
+        "load_checkpoint could not read back (torch.load(weights_only=True) reads numbers, strings, lists, tuples, "
+        "dicts and tensors); store it as one of those, e.g. str(value)"
+    )
 
 
 def save_npz(path: Union[str, Path], model, train_pixel_means: Optional[Tensor] = None) -> None:
@@ -163,6 +243,9 @@ def _pixel_means_to_save(train_pixel_means, model) -> Tensor:
         raise ValueError(
             f"train_pixel_means has {means.numel()} entries; the model has {model.n_visible} visible units"
         )
+    problem = _means_problem(means)
+    if problem:  # load_checkpoint would refuse them
+        raise ValueError(f"train_pixel_means {problem}; they must be the training set's pixel means, in [0, 1]")
     return means.to(model.dtype)
 
 
@@ -177,8 +260,11 @@ def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None,
     """Load a raise-eval .pt checkpoint, an .npz (RBM, DBM or DBN) or a MATLAB .mat RBM (chosen by the file
     name)."""
     path = Path(path)
-    if not path.exists():
+    unusable = why_unusable(path)
+    if unusable == "does not exist":
         raise FileNotFoundError(f"checkpoint {path} does not exist")
+    if unusable is not None:  # a symbolic link loop, a broken link, a folder, a device: said as such
+        raise CheckpointError(f"checkpoint {path} {unusable}; give the checkpoint file")
     suffix = path.suffix.lower()
     if suffix in (".pt", ".pth", ".ckpt"):
         ckpt = _load_raise_eval(path)
@@ -254,7 +340,27 @@ def _pixel_means(path: Path, means, model, convert: bool) -> Optional[Tensor]:
     means = torch.as_tensor(np.asarray(means) if not isinstance(means, Tensor) else means).flatten()
     if means.numel() != model.n_visible:
         raise CheckpointError(f"{path}: train_pixel_means has {means.numel()} entries for {model.n_visible} units")
+    problem = _means_problem(means)
+    if problem:
+        raise CheckpointError(
+            f"{path}: train_pixel_means {problem}; they must be the training set's pixel means, in [0, 1] (save the "
+            "checkpoint again with them, or without train_pixel_means and evaluate with --init uniform)"
+        )
     return means.to(model.dtype) if convert else means
+
+
+def _means_problem(means: Tensor) -> str:
+    """What is wrong with pixel means ('has 3 NaN entries', ...), or '' when they are numbers in [0, 1]."""
+    if means.is_complex():
+        return f"have dtype {means.dtype}"
+    means = means.double()
+    nan = int(torch.isnan(means).sum())
+    if nan:
+        return f"have {nan} NaN entr{'ies' if nan != 1 else 'y'}"
+    outside = int(((means < 0) | (means > 1)).sum())
+    if outside:
+        return f"have {outside} entr{'ies' if outside != 1 else 'y'} outside [0, 1]"
+    return ""
 
 
 def _load_vae(path: Path, payload: dict) -> Checkpoint:
@@ -265,9 +371,14 @@ def _load_vae(path: Path, payload: dict) -> Checkpoint:
         raise CheckpointError(f"{path}: a VAE checkpoint needs 'config' (data_dim, latent_dim, hidden, activation)")
     known = {"data_dim", "latent_dim", "hidden", "activation"}
     _check_keys(path, set(config), known, "a VAE config")
+    state = payload["state"]
+    if isinstance(state, dict):
+        for name, t in state.items():
+            if isinstance(t, Tensor) and (t.is_complex() or t.dtype == torch.bool):
+                raise CheckpointError(f"{path}: parameter {name} has dtype {t.dtype}; expected real numbers")
     try:
         model = VAE(VAEConfig(**config))
-        model.load_state_dict(payload["state"], strict=True)
+        model.load_state_dict(state, strict=True)
     except (RuntimeError, ValueError, TypeError) as e:
         raise CheckpointError(f"{path}: the state does not fit the VAE config: {e}") from None
     for name, t in model.state_dict().items():
@@ -289,10 +400,14 @@ def _load_npz(path: Path) -> Checkpoint:
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
-    except ValueError as e:  # object arrays need pickle, which is refused
-        raise CheckpointError(
-            f"{path}: cannot read the arrays without pickle ({e}); save plain numeric arrays"
-        ) from None
+    except ValueError as e:
+        if "allow_pickle" in str(e):  # object arrays need pickle, which is refused
+            raise CheckpointError(
+                f"{path}: cannot read the arrays without pickle ({e}); save plain numeric arrays"
+            ) from None
+        raise CheckpointError(f"{path} cannot be read: an array in it is truncated or damaged ({e})") from None
+    except (EOFError, OSError, zipfile.BadZipFile, zlib.error) as e:
+        raise CheckpointError(f"{path} cannot be read: it is truncated or damaged ({type(e).__name__}: {e})") from None
     means = arrays.pop("train_pixel_means", None)
     layered = sorted(k for k in arrays if _LAYERED_KEY.match(k))
     if "model_type" in arrays:
@@ -444,14 +559,19 @@ def _load_mat(path: Path) -> Checkpoint:
             f"{path}: {_describe_keys(missing, set())}; a MATLAB RBM needs vishid (n_visible x n_hidden), "
             f"hidbiases and visbiases (found {sorted(arrays) + sorted(skipped)})"
         )
-    model = _make_rbm(path, arrays["vishid"], arrays["visbiases"], arrays["hidbiases"])
+    names = ("vishid", "visbiases", "hidbiases")
+    model = _make_rbm(path, *(arrays[n] for n in names), names)
     ignored = sorted(set(arrays) - required) + sorted(skipped)
     metadata: dict[str, Any] = {"ignored_variables": ignored} if ignored else {}
     return Checkpoint(model, metadata, None, str(path), "mat")
 
 
-def _make_rbm(path: Path, W, vbias, hbias) -> RBM:
+def _make_rbm(path: Path, W, vbias, hbias, names: tuple = ("W", "vbias", "hbias")) -> RBM:
+    """An RBM from its weights and biases; `names` are their keys in the file, for the messages."""
     W, vbias, hbias = (torch.as_tensor(np.asarray(x)) if not isinstance(x, Tensor) else x for x in (W, vbias, hbias))
+    for name, t in zip(names, (W, vbias, hbias)):
+        if t.is_complex() or t.dtype == torch.bool:  # .to(float32) would keep the real part without a word
+            raise CheckpointError(f"{path}: {name} has dtype {t.dtype}; expected real numbers")
     if W.dim() != 2:
         raise CheckpointError(
             f"{path}: the weight matrix must be 2-D (n_visible, n_hidden), got shape {tuple(W.shape)}"

@@ -15,6 +15,7 @@ keep their guarantees (see `raise_eval.kernels.hmc`).
 from __future__ import annotations
 
 import hashlib
+import itertools
 import time
 from typing import Any, Optional
 
@@ -144,7 +145,9 @@ def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], simulated, 
     iwae_samples, elbo_samples, seed, progress = s.iwae_samples, s.elbo_samples, s.seed, s.progress
     aide_plan = s.aide_plan
     start_total = time.perf_counter()
-    param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None  # a function has none
+    # The parameters' device and dtype; a decoder that is a plain function has none: then the buffers' (the prior's).
+    tensors = itertools.chain(model.parameters(), model.buffers()) if hasattr(model, "parameters") else iter(())
+    param = next(tensors, None)
     device = param.device if param is not None else torch.device("cpu")
     all_settings = {
         "model": model.describe() if hasattr(model, "describe") else type(model).__name__,

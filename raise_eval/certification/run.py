@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import warnings
 from typing import Any, Callable, Optional
 
 import torch
@@ -24,6 +25,7 @@ from raise_eval.evaluation.plan import plan_evaluation
 from raise_eval.evaluation.report import EvaluationInterrupted
 from raise_eval.evaluation.run import run_evaluation
 from raise_eval.evaluation.settings import evaluate_settings
+from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path, write_file
 from raise_eval.runtime.resume import model_digest, tensor_digest
 from raise_eval.runtime.threads import using_threads
 from raise_eval.settings import Named
@@ -104,10 +106,9 @@ def _fingerprint(settings: CertifySettings, model, test: Tensor, train_pixel_mea
 
 
 def _certify(model, test_data, settings: CertifySettings, train_pixel_means, labels, resume_file, on_step):
-    if resume_file is not None:
-        folder = os.path.dirname(os.path.abspath(resume_file))
-        if not os.path.isdir(folder):
-            raise ValueError(f"resume_file {resume_file}: the folder {folder} does not exist; create it first")
+    # A regular file or none, in a folder that exists (a named pipe would block the read, a device be replaced).
+    if resume_file is not None and not check_output_path(resume_file, "resume_file"):
+        resume_file = None  # the null device: nothing kept
     start = time.perf_counter()
     evaluation = settings.evaluation
     tolerance, max_steps, time_budget, growth = (
@@ -251,11 +252,19 @@ def _load_progress(path: Optional[str], fingerprint: dict) -> list[dict]:
 
 
 def _save_progress(path: Optional[str], fingerprint: dict, history: list[CertifyStep]) -> None:
+    """Rewrite the progress file whole (`write_file`). A failed save does not stop the run (its Ks are in memory):
+    warned of (OutputWarning), and the next K's save tries again."""
     if path is None:
         return
-    tmp = f"{path}.tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump({"format": FILE_FORMAT, "fingerprint": fingerprint, "history": [vars(s) for s in history]}, f)
-    os.replace(tmp, path)
+    text = json.dumps({"format": FILE_FORMAT, "fingerprint": fingerprint, "history": [vars(s) for s in history]})
+    try:
+        write_file(path, text, what="the finished Ks", keep_on_failure=False)
+    except (OutputError, OutputWriteError) as e:
+        warnings.warn(
+            f"the certified run's resume file: {e}. The run goes on (its results are unaffected); the next K's save "
+            "tries again",
+            OutputWarning,
+            stacklevel=2,
+        )
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+import warnings
 
 import torch
 
@@ -18,6 +19,7 @@ from raise_eval._version import __version__
 from raise_eval.cli import bdmc, evaluate
 from raise_eval.cli.options import attach_dash_values, die
 from raise_eval.io.datasets import DataError
+from raise_eval.io.outputs import OutputWarning, OutputWriteError
 from raise_eval.io.user_model import UserCodeError
 from raise_eval.runtime.distributed import shutdown as shutdown_process_group
 from raise_eval.settings import SettingsError
@@ -51,11 +53,23 @@ def _on_sigterm(signum, frame) -> None:
     raise KeyboardInterrupt  # Ctrl-C ignored (a background job): SIGTERM still stops, keeping what finished
 
 
+_default_showwarning = warnings.showwarning
+
+
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """raise-eval's own warnings (a save that failed while the run went on) as one line, without a source line."""
+    if issubclass(category, OutputWarning):
+        print(f"raise-eval: warning: {message}", file=sys.stderr if file is None else file)
+    else:
+        _default_showwarning(message, category, filename, lineno, file, line)
+
+
 def main(argv=None) -> int:
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
     parser = build_parser()
     args = parser.parse_args(attach_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
+    warnings.showwarning = _show_warning
     try:
         code = args.run(args)
         if args.command == "evaluate" and code in (0, evaluate.EXIT_OPEN):
@@ -65,6 +79,11 @@ def main(argv=None) -> int:
         die(e.render(args.names))
     except (DataError, FileNotFoundError, ValueError, NotImplementedError, UserCodeError) as e:
         die(str(e))
+    except OutputWriteError as e:  # a result computed but not written: where it is kept, or the JSON itself
+        print(f"raise-eval: error: {e}", file=sys.stderr)
+        if e.kept is None and e.text is not None:
+            print(e.text, end="")
+        return 1
     except KeyboardInterrupt:
         # Ctrl-C outside the stages that keep partial results (loading, bdmc): a clean exit, no traceback.
         print("raise-eval: interrupted", file=sys.stderr)

@@ -9,7 +9,7 @@ import sys
 from raise_eval.bidirectional.report import BDMCFailed, BDMCInterrupted
 from raise_eval.bidirectional.run import check_bdmc_model, evaluate_bdmc
 from raise_eval.bidirectional.settings import BDMCSettings
-from raise_eval.cli.common import configure_threads, write_report
+from raise_eval.cli.common import announce_null_outputs, configure_threads, write_report
 from raise_eval.cli.options import add_subcommand, die, flags, settings_from
 from raise_eval.io.inputs import BDMCInputSettings, load_directed_model, load_real_data, load_simulated
 from raise_eval.io.run_files import OutputSettings
@@ -57,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
     inputs = settings_from(args, BDMCInputSettings)
     settings = settings_from(args, BDMCSettings)
     outputs = settings_from(args, OutputSettings)
+    announce_null_outputs(outputs, FLAGS)
     if "real_examples" in vars(args) and inputs.real_data is None:
         die("--real-examples belongs to --real-data: give --real-data NAME|FILE too")
     settings = settings.replace(threads=configure_threads(settings.threads))

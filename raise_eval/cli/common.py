@@ -10,6 +10,7 @@ import torch
 from raise_eval.cli.options import note
 from raise_eval.io.results import dump_json
 from raise_eval.runtime.threads import resolve_threads
+from raise_eval.settings import render_names
 
 def configure_threads(threads) -> None:
     """Set torch's thread count for the whole run, once ('auto': the cores no other process is using now); the
@@ -20,6 +21,12 @@ def configure_threads(threads) -> None:
              "the run will be slower")  # fmt: skip
     torch.set_num_threads(resolve_threads(threads, torch.get_num_threads()))
     return None
+
+
+def announce_null_outputs(outputs, names: dict[str, str]) -> None:
+    """Say which outputs were given as the null device (nothing is written for them), before any work."""
+    for output in outputs.null:
+        note(f"{render_names(output, names)} is the null device: nothing will be written")
 
 
 def write_report(report, json_path: Optional[str], plot_path: Optional[str], names: dict[str, str],

@@ -20,7 +20,7 @@ hook): epoch e is the state after e + 1 passes over the data. With `every=k` the
 from __future__ import annotations
 
 import csv
-import os
+import io
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -34,6 +34,7 @@ from raise_eval.evaluation.report import EvaluationReport
 from raise_eval.evaluation.run import evaluate
 from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
 from raise_eval.io.datasets import check_binary
+from raise_eval.io.outputs import write_file
 from raise_eval.io.results import dump_json, to_jsonable
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
@@ -332,19 +333,19 @@ class LikelihoodMonitor:
         path = self.history_path
         if path is None:
             return
-        tmp = path.with_name(path.name + ".tmp")
+        # Whole or not at all (raise_eval.io.outputs.write_file): an interrupted or failed write never leaves a
+        # truncated history; a failure raises OutputWriteError naming where the history was kept instead.
         if path.suffix.lower() == ".json":
-            dump_json([r.to_dict() for r in self.history], str(tmp))
-        else:
-            with open(tmp, "w", newline="", encoding="utf-8") as f:
-                writer = csv.writer(f)
-                writer.writerow(HISTORY_FIELDS)
-                for r in self.history:
-                    row = to_jsonable(r.to_dict())  # non-finite -> None -> an empty cell, like a missing exact
-                    row["warnings"] = ";".join(row["warnings"])
-                    writer.writerow(["" if row[k] is None else row[k] for k in HISTORY_FIELDS])
-        # Replace in one step: an interrupted write never leaves a truncated history behind.
-        os.replace(tmp, path)
+            dump_json([r.to_dict() for r in self.history], str(path))
+            return
+        text = io.StringIO(newline="")
+        writer = csv.writer(text)
+        writer.writerow(HISTORY_FIELDS)
+        for r in self.history:
+            row = to_jsonable(r.to_dict())  # non-finite -> None -> an empty cell, like a missing exact
+            row["warnings"] = ";".join(row["warnings"])
+            writer.writerow(["" if row[k] is None else row[k] for k in HISTORY_FIELDS])
+        write_file(path, text.getvalue(), what="the history")
 
     def _write_plot(self) -> None:
         if self.plot_path is None:
@@ -356,6 +357,4 @@ class LikelihoodMonitor:
             f"K = {s.steps} ({s.schedule}, {s.init} start), {s.ais_chains} AIS chains, "
             f"RAISE {s.raise_examples} x {s.raise_chains}, seed {s.seed}"
         )
-        tmp = self.plot_path.with_name(self.plot_path.name + ".tmp")
-        plot_monitor(self.history, str(tmp), title)
-        os.replace(tmp, self.plot_path)
+        plot_monitor(self.history, str(self.plot_path), title)

@@ -60,6 +60,8 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -68,7 +70,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from raise_eval.models.io.files import EMPTY_ZIP_MAGIC, check_magic
+from raise_eval.models.io.files import EMPTY_ZIP_MAGIC, check_magic, why_unusable
 
 DATA_ROOT_ENV = "RAISE_EVAL_DATA"
 _PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"  # raise_eval/data
@@ -103,7 +105,15 @@ def resolve_data_root(data_root: Optional[Union[str, Path]] = None) -> Path:
     if data_root is not None:
         root = Path(data_root).expanduser()
         if not root.is_dir():
-            raise FileNotFoundError(f"data root {root} does not exist")
+            why = why_unusable(root)
+            if why is None:  # a regular file
+                raise DataError(
+                    f"data root {root} is a file, not a folder; give the folder that holds MNIST/, binarized_mnist/ "
+                    "and omniglot/ (--data-root)"
+                )
+            if why == "does not exist":
+                raise FileNotFoundError(f"data root {root} does not exist")
+            raise DataError(f"data root {root} {why}; give the folder that holds the datasets (--data-root)")
         return root
     env = os.environ.get(DATA_ROOT_ENV)
     if env:
@@ -441,8 +451,11 @@ def dataset_table() -> str:
 def load_array_file(path: Union[str, Path]) -> Tensor:
     """Binary vectors from a .npy file, or a .npz with a single array (or one named data, x or images)."""
     path = Path(path)
-    if not path.exists():
+    unusable = why_unusable(path)
+    if unusable == "does not exist":
         raise FileNotFoundError(f"data file {path} does not exist")
+    if unusable is not None:  # a link loop, a broken link, a folder, a device: never opened
+        raise DataError(f"data file {path} {unusable}; give a .npy or .npz file")
     if path.suffix == ".npz" and _is_empty_zip(path):
         raise DataError(
             f"{path} is an empty .npz archive (it holds no arrays); save the vectors in it, e.g. "
@@ -465,9 +478,15 @@ def load_array_file(path: Union[str, Path]) -> Tensor:
                 array = z[chosen]
         else:
             raise DataError(f"{path}: data files must be .npy or .npz (got {path.suffix or 'no extension'})")
-    except ValueError as e:
-        if isinstance(e, DataError) or "allow_pickle" not in str(e):
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as e:
+        if isinstance(e, DataError):
             raise
+        if "allow_pickle" not in str(e):  # numpy's words name no file: a truncated .npy, a damaged .npz member
+            detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DataError(
+                f"{path} cannot be read: it is truncated or damaged ({detail}); write it again "
+                f"({'numpy.save' if path.suffix == '.npy' else 'numpy.savez'})"
+            ) from None
         # An object array is read only by unpickling, which can run any code: never done for a data file.
         save = "numpy.save(path, " if path.suffix == ".npy" else "numpy.savez(path, data="
         raise DataError(

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
-from typing import Any
+from pathlib import Path
+from typing import Any, Optional
 
 import torch
 
@@ -36,23 +36,21 @@ def to_jsonable(obj: Any) -> Any:
     return str(obj)
 
 
-def dump_json(obj: Any, path: str) -> None:
-    """Write `obj` as indented JSON (strictly valid: no NaN/Infinity tokens). A document (a dict) begins with
-    "tool": "raise-eval" and "raise_eval_version", the mark by which a later run knows it may replace the file. The
-    file is replaced atomically (a temporary file, then os.replace): a failed write leaves the old file whole."""
+def dump_json(obj: Any, path: str) -> Optional[Path]:
+    """Write `obj` as indented JSON (strictly valid: no NaN/Infinity tokens) and return the path written, or None
+    for the null device (nothing written). A document (a dict) begins with "tool": "raise-eval" and
+    "raise_eval_version", the mark by which a later run knows it may replace the file.
+
+    Written whole or not at all (`raise_eval.io.outputs.write_file`): a failed write leaves the old file as it was, no
+    temporary file, and raises `OutputWriteError` naming the file in the system's temporary folder that keeps the
+    JSON (its `text` holds the JSON for the caller to print when even that failed)."""
+    from raise_eval.io.outputs import write_file  # outputs imports TOOL from here
+
     doc = to_jsonable(obj)
     if isinstance(doc, dict):
         doc = {"tool": TOOL, "raise_eval_version": __version__, **doc}
-    path = os.path.realpath(path)  # through a symbolic link, as open(path, "w") would write
-    tmp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(doc, f, indent=2, allow_nan=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
+    text = json.dumps(doc, indent=2, allow_nan=False) + "\n"  # serialized first: a bug here touches no file
+    return write_file(path, text, what="the JSON")
 
 
 def scalar(t: torch.Tensor) -> float:

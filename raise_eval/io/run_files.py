@@ -1,15 +1,14 @@
 """The files a command writes, declared once (`OutputSettings`: --json, --plot, --resume-file, --overwrite) and
-checked before any work: each path's folder must exist and be writable, and `raise_eval.io.outputs.check_outputs`
-refuses an output that would cost work (an input, a duplicate, a file raise-eval did not write)."""
+checked before any work (`raise_eval.io.outputs.check_output_path`: a regular file or nothing yet, in a folder
+raise-eval can write; the null device means no output), and against the run's inputs and what exists
+(`check_outputs`: an input, a duplicate, a file raise-eval did not write)."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
-from raise_eval.io.outputs import Output, OutputError, check_outputs
+from raise_eval.io.outputs import Output, OutputError, check_output_path, check_outputs
 from raise_eval.settings import SettingsError, setting, settings_class
 
 PLOT_SUFFIXES = (".png", ".pdf", ".svg", ".jpg", ".jpeg")
@@ -18,31 +17,6 @@ OVERWRITE_HELP = (
     "before any work; raise-eval's own results are replaced without asking). The run's inputs (the checkpoint, the "
     "data) are never overwritten"
 )
-
-
-def check_output_path(path: str, field: str) -> None:
-    """SettingsError naming `field` unless `path` can be written: not a folder, in a folder that exists and takes a
-    new file."""
-    p = Path(path)
-    folder = p.parent
-    where = f"{{{field}}} {path}"
-    if p.is_dir():
-        raise SettingsError(f"{where} is a folder; give a file name", (field,))
-    if folder.exists() and not folder.is_dir():
-        raise SettingsError(f"{where}: {folder} is a file, not a folder (nothing was computed)", (field,))
-    if not folder.is_dir():
-        raise SettingsError(
-            f"{where}: the folder {folder} does not exist; create it first (nothing was computed)", (field,)
-        )
-    if not os.access(folder, os.W_OK):
-        raise SettingsError(f"{where}: the folder {folder} is not writable (nothing was computed)", (field,))
-    try:  # what os.access cannot tell (e.g. /proc, read-only mounts, root): write a probe file and remove it
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".raise-eval-probe-"):
-            pass
-    except OSError as e:
-        raise SettingsError(
-            f"{where}: cannot write in the folder {folder} ({e.strerror or e}); choose another folder", (field,)
-        ) from None
 
 
 def have_matplotlib() -> bool:
@@ -78,12 +52,21 @@ class OutputSettings:
         kind="path", none="no resume file", flag="--resume-file", metavar="FILE", group="large runs",
     )  # fmt: skip
     overwrite: bool = setting(False, OVERWRITE_HELP, kind="flag", flag="--overwrite", group="output")
+    null: tuple = setting((), "the outputs given as the null device (/dev/null): nothing is written for them",
+                          kind="any")  # fmt: skip
 
     def _validate(self) -> None:
+        null = list(self.null)
         for field in ("json", "plot", "resume_file"):
             path = getattr(self, field)
-            if path:
-                check_output_path(path, field)
+            try:
+                writable = not path or check_output_path(path, f"{{{field}}}")
+            except OutputError as e:
+                raise SettingsError(str(e), (field,)) from None
+            if not writable:  # the null device: no output, said by the caller
+                null.append(f"{{{field}}} {path}")
+                object.__setattr__(self, field, None)
+        object.__setattr__(self, "null", tuple(null))
         if self.plot:
             if not have_matplotlib():
                 raise SettingsError(

@@ -1,13 +1,13 @@
 """Plots of the reports (matplotlib, the "plot" extra): a report is data; these functions draw it into a file.
 Each figure is drawn on its own Agg canvas (no pyplot state, no window) and saved marked as raise-eval's, so that a
-later run may replace it (`raise_eval.io.outputs`)."""
+later run may replace it, through `raise_eval.io.outputs.save_figure` (whole or not at all)."""
 
 from __future__ import annotations
 
 import math
 
 from raise_eval.diagnostics import GAP_NATS
-from raise_eval.io.outputs import plot_metadata
+from raise_eval.io.outputs import save_figure
 
 
 def _figure(size):
@@ -50,7 +50,7 @@ def plot_certificate(cert, path: str) -> None:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, **plot_metadata(path))  # marked: a later run may replace it
+    save_figure(fig, path, dpi=120)  # whole or not at all; marked: a later run may replace it
 
 
 def plot_bdmc(report, path: str) -> None:
@@ -70,7 +70,7 @@ def plot_bdmc(report, path: str) -> None:
     ax.set_title(f"BDMC on {report.settings['num_examples']} simulated examples")
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120, **plot_metadata(path))  # marked: a later run may replace it
+    save_figure(fig, path, dpi=120)  # whole or not at all; marked: a later run may replace it
 
 
 def plot_monitor(history, path: str, title: str) -> None:
@@ -111,4 +111,4 @@ def plot_monitor(history, path: str, title: str) -> None:
     bottom.grid(alpha=0.3)
     bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig.tight_layout()
-    fig.savefig(path, format="png", dpi=100)
+    save_figure(fig, path, dpi=100)  # whole or not at all

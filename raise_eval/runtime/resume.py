@@ -14,22 +14,33 @@ The file (written with torch.save, read with torch.load(weights_only=True)) is a
         estimates and standard errors so far, stacked), generator (the generator's state), extra (what the phase
         adds at its end, e.g. RAISE's start weights)}
 
-It is rewritten atomically (a temporary file, then os.replace) after every finished shard and, inside a shard,
+It is rewritten atomically (`raise_eval.io.outputs.write_file`: a temporary file, then os.replace) after every
+finished shard and, inside a shard,
 every `interval` seconds and at Ctrl-C: while a resume file is in use, Ctrl-C (SIGINT) lets the annealing loop
 finish its step, save, and then stop (a second Ctrl-C stops at once). A crash loses the steps since the last save.
 Everything a step depends on is in the file (the loop's state carries what one step hands to the next, and the
 generator's state is restored), so a continued shard gives the bits of an uninterrupted one. A file written with
-other settings is refused, naming each setting that differs and its two values.
+other settings is refused, naming each setting that differs and its two values (for the model, the test data, the
+start distribution and the schedule, which the file keeps as digests, what differs is said in words). A file whose
+shards do not fit the settings it records (another number of chains or vectors than they give, a shard index beyond
+the run) or whose log-weights are NaN or infinite (an edited or damaged file) is refused too, naming the shard.
+
+A save that fails while the run goes on (a full disk, an I/O error) does not stop the run: its results are in
+memory and are reported as usual, and stopping would throw away the work of the whole run. It is said once, by a
+`raise_eval.io.outputs.OutputWarning`; later saves try again, and until one succeeds the file keeps its last complete
+save (an interrupted run continues from there). No partial or temporary file is left behind. The null device
+(`/dev/null`) as the file keeps nothing: every save is discarded.
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
+import math
 import signal
 import threading
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Optional
@@ -38,6 +49,7 @@ import torch
 from torch import Tensor
 
 from raise_eval.kernels.block_gibbs import BoltzmannState  # the resumable runs anneal Boltzmann paths
+from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path, write_file
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)  # format 1 (finished shards only) is format 2 without a shard in progress
@@ -100,18 +112,23 @@ class ResumeFile:
         if not interval >= 0:
             raise ValueError(f"the resume interval must be a number of seconds >= 0, got {interval!r}")
         self.path = Path(path)
+        # Refused before anything reads it: a named pipe would block the read below, a device or a folder would be
+        # replaced by the first save. The null device keeps nothing.
+        self.discard = not check_output_path(self.path, "--resume-file")
         self.interval = float(interval)
         self.settings = dict(settings)
         self.context = dict(context or {})  # e.g. threads and torch version: reported when they change
         self.context_changes: list[str] = []
         self.continued: list[str] = []  # what this run took from the file, for the report's notes
+        self.save_error: Optional[str] = None  # why the latest save failed; None when it succeeded
+        self._warned = False
         self.data: dict[str, Any] = {
             "format": FORMAT,
             "settings": self.settings,
             "context": self.context,
             "shards": {},
         }
-        if self.path.exists():
+        if self.path.exists() and not self.discard:
             try:
                 loaded = torch.load(str(self.path), map_location="cpu", weights_only=True)
             except Exception as e:  # noqa: BLE001 - any unreadable file gets the same advice
@@ -126,7 +143,7 @@ class ResumeFile:
                 )
             old = loaded.get("settings", {})
             differ = [
-                f"{k}: {old.get(k)!r} in the file, {self.settings.get(k)!r} now"
+                _difference(k, old.get(k), self.settings.get(k))
                 for k in sorted(set(old) | set(self.settings))
                 if old.get(k) != self.settings.get(k)
             ]
@@ -135,6 +152,14 @@ class ResumeFile:
                     f"--resume-file {self.path} was written by a run with other settings ("
                     + "; ".join(differ)
                     + "); run with the same settings to continue it, or delete it or name another file to start over"
+                )
+            problems = _content_problems(loaded, self.settings)
+            if problems:
+                raise ValueError(
+                    f"--resume-file {self.path} does not hold what the run that wrote it saves ("
+                    + "; ".join(problems[:3])
+                    + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
+                    + "): it was edited or damaged; delete it to start over"
                 )
             self.data = {**loaded, "format": FORMAT}
             context = loaded.get("context", {})
@@ -190,10 +215,100 @@ class ResumeFile:
 
     def write(self, running: Optional[dict] = None) -> None:
         """Atomically replace the file (a reader, or a crash, never sees half a file), with the annealing state of
-        the shard in progress when given."""
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        torch.save(self.data if running is None else {**self.data, "running": running}, str(tmp))
-        os.replace(tmp, self.path)
+        the shard in progress when given. A failed save does not stop the run: it is warned of once
+        (OutputWarning), `save_error` says why, and the next save tries again (see the module docstring)."""
+        if self.discard:
+            return
+        payload = self.data if running is None else {**self.data, "running": running}
+        try:
+            write_file(self.path, lambda p: torch.save(payload, p), what="the resume state", keep_on_failure=False)
+        except (OutputError, OutputWriteError) as e:
+            self.save_error = str(e)
+            if not self._warned:
+                self._warned = True
+                kept = (
+                    f"{self.path} keeps the run's last complete save, from which an interrupted run continues"
+                    if self.path.exists()
+                    else f"nothing is saved in {self.path} yet: an interrupted run would start over"
+                )
+                warnings.warn(
+                    f"--resume-file: {e}. The run goes on (its results are unaffected) and later saves try again; "
+                    f"until one succeeds, {kept}",
+                    OutputWarning,
+                    stacklevel=2,
+                )
+            return
+        self.save_error = None
+
+
+_DIGESTS = {
+    "parameters": "the model's parameters differ (another checkpoint, or other weights of the same shapes)",
+    "test_data": "the test vectors differ (another --data, --split, --pixel-order or --test-subset, or changed data)",
+    "start_biases": "the start distribution differs (another --init, --train-data or training-set base rates)",
+    "schedule_betas": "the explicit schedule's betas differ",
+}
+
+
+def _difference(key: str, old, new) -> str:
+    """One setting that differs between a resume file and this run, in words: the digests as what they stand for."""
+    if key in _DIGESTS and old is not None and new is not None:
+        return _DIGESTS[key]
+    return f"{key}: {old!r} in the file, {new!r} now"
+
+
+def _content_problems(loaded: dict, settings: dict) -> list[str]:
+    """What in a resume file with matching settings the run that wrote it could not have saved: shards of another
+    size than the settings give, shard indices beyond the run, NaN or infinite log-weights."""
+    from raise_eval.runtime.sharding import raise_vectors_per_shard, shard_bounds  # sharding imports this module
+
+    problems: list[str] = []
+    expected: dict[str, dict[int, tuple]] = {}
+    ints = [settings.get(k) for k in ("ais_chains", "shard_size", "raise_examples", "raise_chains")]
+    if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in ints):
+        ais_chains, shard_size, raise_examples, raise_chains = ints
+        expected["ais"] = {i: (b - a,) for i, (a, b) in enumerate(shard_bounds(ais_chains, shard_size))}
+        per_shard = raise_vectors_per_shard(shard_size, raise_chains)
+        expected["raise"] = {
+            i: (b - a, raise_chains) for i, (a, b) in enumerate(shard_bounds(raise_examples, per_shard))
+        }
+    shards = loaded.get("shards", {})
+    if not isinstance(shards, dict):
+        return [f"'shards' is a {type(shards).__name__}, not a dict"]
+    for stage, records in shards.items():
+        if stage not in ("ais", "raise") or not isinstance(records, dict):
+            problems.append(f"an unknown stage {stage!r}")
+            continue
+        for index, record in records.items():
+            name = f"{stage.upper()} shard {index}"
+            log_w = record.get("log_weights") if isinstance(record, dict) else None
+            if not isinstance(log_w, Tensor) or not log_w.is_floating_point():
+                problems.append(f"{name} has no log-weights")
+                continue
+            shape = expected.get(stage, {}).get(index) if expected else tuple(log_w.shape)
+            if shape is None:
+                count = len(expected[stage])
+                shards_word = "shard" if count == 1 else "shards"
+                problems.append(f"{name} is beyond the run, which has {count} {stage.upper()} {shards_word}")
+            elif tuple(log_w.shape) != shape:
+                what = f"{shape[0]:,} chains" if stage == "ais" else f"{shape[0]:,} vectors x {shape[1]:,} chains"
+                problems.append(f"{name} holds log-weights shaped {tuple(log_w.shape)}; the run's settings give {what}")
+            bad = int((~torch.isfinite(log_w)).sum())
+            if bad:
+                problems.append(f"{name} has {bad:,} NaN or infinite log-weight{'s' * (bad != 1)}")
+            log_f = record.get("log_unnormalized")
+            if isinstance(log_f, Tensor) and log_f.is_floating_point() and not bool(torch.isfinite(log_f).all()):
+                problems.append(f"{name} has NaN or infinite log f(v) values")
+    running = loaded.get("running")
+    if isinstance(running, dict) and isinstance(running.get("log_weights"), Tensor):
+        if bool(torch.isnan(running["log_weights"]).any()):
+            problems.append(f"the {running.get('stage')} shard in progress has NaN log-weights")
+    log_f = loaded.get("log_f")
+    values = log_f.get("log_unnormalized") if isinstance(log_f, dict) else None
+    if isinstance(values, Tensor) and values.is_floating_point() and not bool(torch.isfinite(values).all()):
+        problems.append("the saved log f(v) estimates have NaN or infinite values")
+    elif isinstance(values, float) and not math.isfinite(values):
+        problems.append("the saved log f(v) estimates have NaN or infinite values")
+    return problems
 
 
 class ShardCheckpoint:

@@ -1,5 +1,7 @@
 """Checkpoint round trips, importers (npz, MATLAB) and clear errors for malformed files."""
 
+import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -25,6 +27,51 @@ def test_round_trip(tmp_path, rbm):
     assert ckpt.metadata == {"dataset": "digits", "epochs": 3}
     assert torch.allclose(ckpt.train_pixel_means, torch.full((5,), 0.2))
     assert load_checkpoint(path, dtype=torch.float64).model.dtype == torch.float64
+
+
+def test_what_save_checkpoint_writes_load_checkpoint_reads(tmp_path, rbm):
+    """Issue 24: metadata holding NumPy scalars, a Path or a datetime was saved, then refused by load_checkpoint."""
+    import datetime
+
+    metadata = {
+        "lr": np.float32(0.1),
+        "epochs": np.int64(3),
+        "done": np.bool_(True),
+        "out": tmp_path / "runs",
+        "when": datetime.datetime(2024, 5, 1, 12, 30),
+        "day": datetime.date(2024, 5, 1),
+        "losses": np.array([0.5, 0.25]),
+        "nested": {"sizes": (np.int32(5), np.int32(3)), "w": torch.nn.Parameter(torch.ones(2))},
+    }
+    path = tmp_path / "m.pt"
+    save_checkpoint(path, rbm, metadata=metadata)
+    loaded = load_checkpoint(path).metadata
+    assert loaded["lr"] == float(np.float32(0.1)) and type(loaded["lr"]) is float
+    assert loaded["epochs"] == 3 and type(loaded["epochs"]) is int and loaded["done"] is True
+    assert loaded["out"] == str(tmp_path / "runs")
+    assert loaded["when"] == "2024-05-01T12:30:00" and loaded["day"] == "2024-05-01"
+    assert loaded["losses"] == [0.5, 0.25] and loaded["nested"]["sizes"] == (5, 3)
+    assert type(loaded["nested"]["w"]) is torch.Tensor and torch.equal(loaded["nested"]["w"], torch.ones(2))
+    assert isinstance(metadata["lr"], np.float32)  # the caller's dict is not changed
+
+
+def test_metadata_that_would_not_load_is_refused_when_saving_naming_the_key(tmp_path, rbm):
+    path = tmp_path / "m.pt"
+    with pytest.raises(TypeError) as e:
+        save_checkpoint(path, rbm, metadata={"dataset": "digits", "optimizer": {"schedule": print}})
+    message = str(e.value)
+    assert "metadata['optimizer']['schedule'] is a builtins.builtin_function_or_method" in message
+    assert "load_checkpoint could not read back" in message and "e.g. str(value)" in message
+    assert not path.exists()  # nothing written
+
+
+def test_a_vae_config_with_numpy_integers_reads_back(tmp_path):
+    from raise_eval.models import VAE, VAEConfig
+
+    torch.manual_seed(0)  # parameter initialization only
+    vae = VAE(VAEConfig(data_dim=np.int64(6), latent_dim=np.int64(2), hidden=[np.int64(4)]))
+    save_checkpoint(tmp_path / "v.pt", vae)
+    assert load_checkpoint(tmp_path / "v.pt").model.config.hidden == [4]
 
 
 @pytest.mark.parametrize("name", ["rbm_5x3_plain.mat", "rbm_5x3_compressed.mat"])
@@ -310,3 +357,114 @@ def test_npz_model_type_errors(tmp_path):
         load_checkpoint(_npz(tmp_path, **arrays))
     with pytest.raises(CheckpointError, match=r"model_type must be a 0-d string array"):
         load_checkpoint(_npz(tmp_path, **arrays, model_type=np.array(["dbm"])))
+
+
+# ------------------------------------------------------------ issue 24: messages that name the right thing
+
+
+def test_complex_weights_are_refused_naming_the_key(tmp_path, rbm):
+    """They were cast to their real part (torch's UserWarning the only trace)."""
+    W, a, b = rbm.W.numpy(), rbm.vbias.numpy(), rbm.hbias.numpy()
+    with pytest.raises(CheckpointError, match=r"bad.npz: W has dtype torch.complex64; expected real numbers"):
+        load_checkpoint(_npz(tmp_path, W=W.astype(np.complex64) + 1j, vbias=a, hbias=b))
+    with pytest.raises(CheckpointError, match=r"bad.npz: hbias has dtype torch.complex128"):
+        load_checkpoint(_npz(tmp_path, W=W, vbias=a, hbias=b.astype(np.complex128)))
+    path = tmp_path / "c.pt"
+    state = {"W": rbm.W.to(torch.complex64), "vbias": rbm.vbias, "hbias": rbm.hbias}
+    torch.save({"format": "raise-eval-checkpoint", "version": 1, "model_type": "rbm", "state": state}, path)
+    with pytest.raises(CheckpointError, match=r"c.pt: W has dtype torch.complex64"):
+        load_checkpoint(path)
+
+
+def test_a_vaes_complex_parameter_is_refused_naming_it(tmp_path):
+    from raise_eval.models import VAE, VAEConfig
+
+    torch.manual_seed(0)  # parameter initialization only
+    path = tmp_path / "v.pt"
+    save_checkpoint(path, VAE(VAEConfig(data_dim=6, latent_dim=2, hidden=[4])))
+    payload = torch.load(path, weights_only=True)
+    name = next(iter(payload["state"]))
+    payload["state"][name] = payload["state"][name].to(torch.complex64)
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError, match=rf"parameter {re.escape(name)} has dtype torch.complex64"):
+        load_checkpoint(path)
+
+
+def test_nan_training_means_are_named_as_such_when_saving_and_loading(tmp_path, rbm):
+    """They were reported as 'base bias 0 has NaN or infinite entries' once the run began."""
+    with pytest.raises(ValueError, match=r"train_pixel_means have 1 NaN entry; they must be the training set's"):
+        save_checkpoint(tmp_path / "m.pt", rbm, train_pixel_means=torch.tensor([0.5, float("nan"), 0.5, 0.5, 0.5]))
+    assert not (tmp_path / "m.pt").exists()
+    payload = {
+        "format": "raise-eval-checkpoint",
+        "version": 1,
+        "model_type": "rbm",
+        "state": {"W": rbm.W, "vbias": rbm.vbias, "hbias": rbm.hbias},
+        "train_pixel_means": torch.full((5,), float("nan")),
+    }
+    torch.save(payload, tmp_path / "nan.pt")
+    with pytest.raises(CheckpointError, match=r"nan.pt: train_pixel_means have 5 NaN entries; .*--init uniform"):
+        load_checkpoint(tmp_path / "nan.pt")
+    np.savez(tmp_path / "big.npz", W=rbm.W.numpy(), vbias=rbm.vbias.numpy(), hbias=rbm.hbias.numpy(),
+             train_pixel_means=np.full(5, 2.0))
+    with pytest.raises(CheckpointError, match=r"big.npz: train_pixel_means have 5 entries outside \[0, 1\]"):
+        load_checkpoint(tmp_path / "big.npz")
+
+
+def test_a_plain_pickle_is_named_and_never_unpickled(tmp_path, rbm):
+    """torch's own message advised weights_only=False, which runs the pickle's code."""
+    import pickle
+
+    path = tmp_path / "m.pt"
+    with open(path, "wb") as f:
+        pickle.dump({"W": rbm.W.numpy()}, f)
+    with pytest.raises(CheckpointError) as e:
+        load_checkpoint(path)
+    message = str(e.value)
+    assert "is a plain Python pickle" in message and "raise-eval never unpickles arbitrary objects" in message
+    assert "weights_only=False" not in message and "\n" not in message
+    legacy = tmp_path / "legacy.pt"  # torch.save's pre-1.6 format is a pickle too, and still loads
+    torch.save(torch.load(_saved(tmp_path, rbm), weights_only=True), legacy, _use_new_zipfile_serialization=False)
+    assert torch.equal(load_checkpoint(legacy).model.W, rbm.W)
+
+
+def _saved(tmp_path, rbm) -> Path:
+    path = tmp_path / "saved.pt"
+    save_checkpoint(path, rbm)
+    return path
+
+
+def test_an_npz_named_pt_and_a_pt_named_npz_are_told_to_be_renamed(tmp_path, rbm):
+    npz = tmp_path / "m.npz"
+    save_npz(npz, rbm)
+    npz.rename(tmp_path / "m.pt")
+    renamed_npz = r"m.pt is a NumPy .npz archive of \d+ bytes \(numpy.savez\) named .pt; rename it to .npz"
+    with pytest.raises(CheckpointError, match=renamed_npz):
+        load_checkpoint(tmp_path / "m.pt")
+    _saved(tmp_path, rbm).rename(tmp_path / "s.npz")
+    renamed_pt = r"s.npz is a file of \d+ bytes written by torch.save named .npz; rename it to .pt"
+    with pytest.raises(CheckpointError, match=renamed_pt):
+        load_checkpoint(tmp_path / "s.npz")
+
+
+def test_a_checkpoint_path_that_is_no_file_says_what_it_is(tmp_path):
+    """A link to /dev/zero was 'an empty file'; a link loop 'does not exist'."""
+    (tmp_path / "zero.pt").symlink_to("/dev/zero")
+    (tmp_path / "a.pt").symlink_to(tmp_path / "b.pt")
+    (tmp_path / "b.pt").symlink_to(tmp_path / "a.pt")
+    (tmp_path / "broken.pt").symlink_to(tmp_path / "gone.pt")
+    (tmp_path / "folder.pt").mkdir()
+    os.mkfifo(tmp_path / "pipe.pt")  # never opened: a read would block
+    cases = {
+        "zero.pt": "is a symbolic link to /dev/zero, a character device, not a file",
+        "a.pt": f"is a symbolic link loop ({tmp_path / 'a.pt'} -> {tmp_path / 'b.pt'} -> {tmp_path / 'a.pt'})",
+        "broken.pt": "is a broken symbolic link",
+        "folder.pt": "is a folder, not a file",
+        "pipe.pt": "is a named pipe (FIFO), not a file",
+    }
+    for name, words in cases.items():
+        with pytest.raises(CheckpointError) as e:
+            load_checkpoint(tmp_path / name)
+        assert f"checkpoint {tmp_path / name} {words}" in str(e.value), name
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        load_checkpoint(tmp_path / "absent.pt")

@@ -55,6 +55,64 @@ def test_same_bdmc_numbers_as_the_vae_for_the_same_seed(vae):
     assert ours.step_sizes == theirs.step_sizes
 
 
+def test_a_decoder_that_is_a_plain_function_works(vae):
+    """Issue 24: the docs allow "an nn.Module (or function)"; a function has no parameters, and BDMC took its device
+    and dtype from next(iter(model.parameters())) (StopIteration). Same numbers as the module it calls."""
+    function = DecoderModel(lambda z: vae.decoder(z), latent_dim=3, likelihood="bernoulli", encoder=vae.encode)
+    assert list(function.parameters()) == []
+    options = dict(num_examples=3, chains=2, steps=(5,), num_leapfrog=3, pilot_chains=2, iwae_samples=(1,))
+    options.update(elbo_samples=2, seed=4)
+    ours, theirs = evaluate_bdmc(function, **options), evaluate_bdmc(wrap(vae), **options)
+    assert torch.equal(ours.sandwich[5].lower, theirs.sandwich[5].lower)
+    assert torch.equal(ours.sandwich[5].upper, theirs.sandwich[5].upper)
+    assert ours.settings["dtype"] == "float32" and ours.settings["device"] == "cpu"
+    assert (function.dtype, function.device) == (torch.float32, torch.device("cpu"))
+    assert function.to(torch.float64).dtype == torch.float64  # the prior's buffer moves with the model
+    assert wrap(vae).dtype == torch.float32
+
+
+class _NaNAwayFromZero(nn.Module):
+    """Finite on the zeros of the first probe, NaN for any other z (a 0/0 hidden by the origin)."""
+
+    def __init__(self):
+        super().__init__()
+        self.linear = nn.Linear(3, 12)
+
+    def forward(self, z):
+        norm = z.abs().sum(-1, keepdim=True)
+        return self.linear(z) + torch.where(norm > 0, norm * float("nan"), torch.zeros_like(norm))
+
+
+@pytest.mark.parametrize(
+    "decoder, message",
+    [
+        (
+            lambda z: torch.full((z.shape[0], 12), float("nan")),
+            "the model produced NaN values: the decoder's output for z = zeros",
+        ),
+        (_NaNAwayFromZero(), "the model produced NaN values: the decoder's output for z = two draws from N(0, I)"),
+        (lambda z: torch.full((z.shape[0], 12), float("inf")), "the model produced infinite values"),
+    ],
+)
+def test_a_decoder_that_produces_nan_is_refused_when_the_model_is_built(decoder, message):
+    """Issue 24: a NaN decoder gave exit 0 with every number nan and a sandwich 'nan nats wide'."""
+    with pytest.raises(ValueError) as e:
+        DecoderModel(decoder, latent_dim=3, likelihood="bernoulli")
+    assert message in str(e.value) and "check the decoder's weights and its forward pass" in str(e.value)
+    linear = nn.Linear(3, 12)
+    state = torch.random.get_rng_state()
+    DecoderModel(linear, latent_dim=3)  # the probe's draws leave the global random state alone
+    assert torch.equal(torch.random.get_rng_state(), state)
+
+
+def test_an_encoder_that_produces_nan_is_refused_when_the_model_is_built():
+    def encoder(x):
+        return torch.full((x.shape[0], 3), float("nan")), torch.zeros(x.shape[0], 3)
+
+    with pytest.raises(ValueError, match="the encoder produced NaN values in its mean"):
+        DecoderModel(nn.Linear(3, 12), latent_dim=3, encoder=encoder)
+
+
 def linear_gaussian_adapter(lg: LinearGaussianModel) -> DecoderModel:
     decoder = nn.Linear(lg.latent_dim, lg.data_dim).double()
     with torch.no_grad():
