@@ -39,6 +39,12 @@ FINGERPRINT_FIELDS = (
     "shard_size", "test_subset",
 )  # fmt: skip
 CERTIFY_FIELDS = ("tolerance", "max_steps", "time_budget", "growth")
+# Fingerprint entries kept as digests, said in words when they differ.
+DIGEST_WORDS = {
+    "parameters": "the model's parameters differ (another checkpoint, or other weights of the same shapes)",
+    "test_data": "the test data differ",
+    "train_pixel_means": "the base rates (training data or train_pixel_means) differ",
+}
 
 
 def certify(
@@ -240,7 +246,7 @@ def _load_progress(path: Optional[str], fingerprint: dict) -> list[dict]:
     if doc.get("fingerprint") != fingerprint:
         old = doc.get("fingerprint", {})
         differs = [
-            f"{k}: {old.get(k)!r} in the file, {fingerprint.get(k)!r} now"
+            DIGEST_WORDS[k] if k in DIGEST_WORDS else f"{k}: {old.get(k)!r} in the file, {fingerprint.get(k)!r} now"
             for k in sorted(set(fingerprint) | set(old))
             if fingerprint.get(k) != old.get(k)
         ]

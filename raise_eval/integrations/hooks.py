@@ -34,7 +34,7 @@ from raise_eval.evaluation.report import EvaluationReport
 from raise_eval.evaluation.run import evaluate
 from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
 from raise_eval.io.datasets import check_binary
-from raise_eval.io.outputs import write_file
+from raise_eval.io.outputs import OutputError, check_output_path, write_file
 from raise_eval.io.results import dump_json, to_jsonable
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
@@ -128,19 +128,29 @@ MONITOR_EVALUATION = EvaluateSettings(
 MONITOR_FIELDS = ("every", "prefix", "history_path", "plot_path", "until_gap", "max_steps", "time_budget")
 
 
-def _history_path(value):
+def _output_path(value, field: str) -> Path:
+    """A file the monitor rewrites: a regular file or nothing yet, in a folder that exists (`check_output_path`:
+    a pipe, a device or a link loop is refused now, not at the first record)."""
     path = Path(value)
     if not path.parent.is_dir():
-        raise FileNotFoundError(f"history_path: the folder {path.parent} does not exist")
+        raise FileNotFoundError(f"{field}: the folder {path.parent} does not exist")
+    try:
+        if not check_output_path(path, field):
+            raise SettingsError(f"{{{field}}} {path} is the null device; leave {{{field}}} out to write nothing")
+    except OutputError as e:
+        raise SettingsError(str(e), (field,)) from None
+    return path
+
+
+def _history_path(value):
+    path = _output_path(value, "history_path")
     if path.suffix.lower() not in (".csv", ".json"):
         raise SettingsError(f"{{history_path}} must end in .csv or .json, got {str(path)!r}", ("history_path",))
     return path
 
 
 def _plot_path(value):
-    path = Path(value)
-    if not path.parent.is_dir():
-        raise FileNotFoundError(f"plot_path: the folder {path.parent} does not exist")
+    path = _output_path(value, "plot_path")
     try:
         import matplotlib  # noqa: F401
     except ImportError:
