@@ -44,9 +44,7 @@ def _combined(name: str, sources: tuple[str, ...]) -> types.ModuleType:
 
 for _old, _sources in MOVED.items():
     if _old not in sys.modules:
-        sys.modules[_old] = (
-            importlib.import_module(_sources[0]) if len(_sources) == 1 else _combined(_old, _sources)
-        )
+        sys.modules[_old] = importlib.import_module(_sources[0]) if len(_sources) == 1 else _combined(_old, _sources)
 
 
 class _LazyAlias(importlib.abc.MetaPathFinder, importlib.abc.Loader):

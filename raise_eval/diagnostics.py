@@ -1,6 +1,7 @@
 """Warnings a careful researcher would raise about an AIS / RAISE evaluation.
 
-Each warning is a code and a sentence saying what it means and what to do (settings named as `{field}`). `raise-eval evaluate` prints them under
+Each warning is a code and a sentence saying what it means and what to do (settings named as `{field}`).
+`raise-eval evaluate` prints them under
 its table and lists them in the JSON under `warnings`; the README's "How to read the numbers" says the same.
 """
 
@@ -67,7 +68,8 @@ def diagnose(
     """The warnings that apply to one evaluation (average test log-likelihoods in nats; RAISE may be missing when
     it did not run; `ais_mean` is None when log f(v) did not finish). `log_z` is AIS's log Z-hat and
     `log_test_mass` is log sum_v f(v) over the distinct test vectors: Z is at least that sum, so a smaller log Z-hat
-    is impossible. `init` and `log_f_method` tailor the advice. `log_f_check` is the `raise_eval.evaluation.log_f_check.LogFCheck`
+    is impossible. `init` and `log_f_method` tailor the advice. `log_f_check` is the
+    `raise_eval.evaluation.log_f_check.LogFCheck`
     of an estimated log f(v) (`log_f_estimated`), or None when it was not run. `num_test` is the number of test
     vectors (None: not known)."""
     out = []
@@ -153,7 +155,8 @@ def diagnose(
                     if log_f_method == "exact"
                     else " Here AIS also rests on the estimated log f(v), a lower bound"
                     + (
-                        ": the mean-field bound can sit below log f(v) by more than the gap; try {log_f_method} importance."
+                        ": the mean-field bound can sit below log f(v) by more than the gap; try {log_f_method} "
+                        "importance."
                         if log_f_method == "mean-field"
                         else "."
                     )

@@ -12,11 +12,12 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
+from raise_eval.io import writing
 import torch
 from raise_eval.models import VAE, VAEConfig
 from raise_eval.models.io.checkpoints import save_checkpoint
 
-from raise_eval import outputs
 from raise_eval.cli import main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,7 +118,7 @@ def _full_disk(monkeypatch, keep: Path):
             raise OSError(errno.ENOSPC, "No space left on device")
         f.write(data)
 
-    monkeypatch.setattr(outputs, "_write_all", write_all)
+    monkeypatch.setattr(writing, "_write_all", write_all)
 
 
 @pytest.mark.parametrize("command", ["evaluate", "bdmc"])

@@ -29,10 +29,10 @@ from raise_eval.io.outputs import (
     is_null_device,
     plot_metadata,
     same_file,
-    save_figure,
-    write_file,
     written_by_raise_eval,
 )
+from raise_eval.io import writing
+from raise_eval.io.writing import save_figure, write_file
 from raise_eval.io.results import dump_json
 
 
@@ -115,7 +115,7 @@ def test_a_failed_json_write_leaves_the_old_file_whole(tmp_path, monkeypatch):
             raise OSError(errno.ENOSPC, "No space left on device")
         f.write(data)
 
-    monkeypatch.setattr(outputs, "_write_all", full_disk)
+    monkeypatch.setattr(writing, "_write_all", full_disk)
     with pytest.raises(OutputWriteError) as e:
         dump_json({"value": 2}, str(out))
     assert out.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["keep", "r.json"]
@@ -222,7 +222,7 @@ def test_a_legal_name_of_the_largest_size_is_written_and_its_temporary_name_fits
     for name in ("b" * (limit - 5) + ".json", "é" * ((limit - 5) // 2) + ".json"):  # one-byte and two-byte letters
         path = tmp_path / name
         assert len(os.fsencode(path.name)) <= limit
-        assert len(os.fsencode(outputs._temporary_name(path).name)) <= limit
+        assert len(os.fsencode(writing._temporary_name(path).name)) <= limit
         assert check_output_path(path, "--json")
         dump_json({"value": 1}, str(path))
         assert json.loads(path.read_text())["value"] == 1
@@ -263,7 +263,7 @@ def test_when_the_result_cannot_be_kept_either_the_error_carries_it(tmp_path, mo
     def full_disk(f, data):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(outputs, "_write_all", full_disk)
+    monkeypatch.setattr(writing, "_write_all", full_disk)
     out = tmp_path / "r.json"
     with pytest.raises(OutputWriteError) as e:
         dump_json({"value": 3}, str(out))
@@ -309,7 +309,7 @@ def test_ctrl_c_during_a_write_leaves_no_temporary_file(tmp_path, monkeypatch):
         f.write(data[:3])
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(outputs, "_write_all", interrupted)
+    monkeypatch.setattr(writing, "_write_all", interrupted)
     with pytest.raises(KeyboardInterrupt):
         write_file(tmp_path / "r.json", "{}")
     assert list(tmp_path.iterdir()) == []

@@ -58,9 +58,7 @@ class BDMCReport:
         if gap > GAP_NATS:
             width = f"is {gap:.2f} nats wide, more than the {GAP_NATS:g} nat"
         else:
-            width = (
-                f"is {gap:.2f} ± {se:.2f} nats wide: within two standard errors of more than the {GAP_NATS:g} nat"
-            )
+            width = f"is {gap:.2f} ± {se:.2f} nats wide: within two standard errors of more than the {GAP_NATS:g} nat"
         return [
             Warning(
                 "bdmc-open",

@@ -94,7 +94,9 @@ def _given_examples(model, simulated, num_examples: int) -> tuple[Tensor, Tensor
     try:
         z, x = simulated
     except (TypeError, ValueError):
-        raise ValueError("simulated must be a pair (z, x) of tensors shaped (N, latent_dim) and (N, data_dim)") from None
+        raise ValueError(
+            "simulated must be a pair (z, x) of tensors shaped (N, latent_dim) and (N, data_dim)"
+        ) from None
     z, x = torch.as_tensor(z), torch.as_tensor(x)
     if z.dim() != 2 or x.dim() != 2 or len(z) != len(x):
         raise ValueError(
@@ -103,7 +105,8 @@ def _given_examples(model, simulated, num_examples: int) -> tuple[Tensor, Tensor
         )
     if z.shape[1] != model.latent_dim or x.shape[1] != model.data_dim:
         raise ValueError(
-            f"simulated z has {z.shape[1]} columns and x {x.shape[1]}; the model's latent_dim is {model.latent_dim} and "
+            f"simulated z has {z.shape[1]} columns and x {x.shape[1]}; the model's latent_dim is {model.latent_dim} "
+            "and "
             f"its data_dim {model.data_dim}"
         )
     if len(z) < num_examples:
@@ -121,7 +124,9 @@ def _given_examples(model, simulated, num_examples: int) -> tuple[Tensor, Tensor
         log_joint = model.log_joint(x, z)
     if not bool(torch.isfinite(log_joint).all()):
         bad = int((~torch.isfinite(log_joint)).nonzero()[0])
-        raise ValueError(f"simulated example {bad} has log p(x, z) = {float(log_joint[bad])}: x is not a draw of p(x | z)")
+        raise ValueError(
+            f"simulated example {bad} has log p(x, z) = {float(log_joint[bad])}: x is not a draw of p(x | z)"
+        )
     return z, x
 
 
@@ -141,7 +146,12 @@ def bdmc_settings(settings: Optional[BDMCSettings], overrides: dict[str, Any]) -
 def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], simulated, labels: Optional[dict]) -> BDMCReport:
     s = settings
     num_examples, chains, steps, schedule = s.num_examples, s.chains, s.steps, s.schedule
-    num_leapfrog, target_accept, pilot_chains, pilot_steps = s.num_leapfrog, s.target_accept, s.pilot_chains, s.pilot_steps
+    num_leapfrog, target_accept, pilot_chains, pilot_steps = (
+        s.num_leapfrog,
+        s.target_accept,
+        s.pilot_chains,
+        s.pilot_steps,
+    )
     iwae_samples, elbo_samples, seed, progress = s.iwae_samples, s.elbo_samples, s.seed, s.progress
     aide_plan = s.aide_plan
     start_total = time.perf_counter()
@@ -226,7 +236,11 @@ def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], simulated, 
             real_path = DirectedPath(model, real_x)
             k = max(steps)
             forward = ais(
-                real_path, make_schedule(schedule, k), chains, generator=g, kernel=kernel_for(real_path),
+                real_path,
+                make_schedule(schedule, k),
+                chains,
+                generator=g,
+                kernel=kernel_for(real_path),
                 progress=progress,
             )
             real[f"AIS K={k} (lower bound)"] = forward.log_normalizer

@@ -48,7 +48,9 @@ class BDMCSettings:
         4, "chains per example in the HMC pilot", kind="count", least=1, flag="--pilot-chains", metavar="C",
         group="annealing",
     )  # fmt: skip
-    pilot_steps: int = setting(500, "K of the HMC pilot (or the largest K asked for, when smaller)", kind="count", least=1)
+    pilot_steps: int = setting(
+        500, "K of the HMC pilot (or the largest K asked for, when smaller)", kind="count", least=1
+    )
     iwae_samples: tuple = setting(
         (1, 100, 1000), "IWAE sample sizes", kind="counts", least=1, flag="--iwae", metavar="k", group="baselines",
     )  # fmt: skip
@@ -71,15 +73,18 @@ class BDMCSettings:
         flag="--aide-steps", metavar="K", group="AIDE",
     )  # fmt: skip
     aide_ng: Optional[int] = setting(
-        None, "with --aide: Ng, AIS runs per example", kind="count", least=1, none=str(AIDE_DEFAULTS["aide_ng"]), flag="--aide-ng",
+        None, "with --aide: Ng, AIS runs per example", kind="count", least=1, none=str(AIDE_DEFAULTS["aide_ng"]),
+        flag="--aide-ng",
         metavar="N", group="AIDE",
     )  # fmt: skip
     aide_nt: Optional[int] = setting(
-        None, "with --aide: Nt, encoder draws per example", kind="count", least=1, none=str(AIDE_DEFAULTS["aide_nt"]), flag="--aide-nt",
+        None, "with --aide: Nt, encoder draws per example", kind="count", least=1, none=str(AIDE_DEFAULTS["aide_nt"]),
+        flag="--aide-nt",
         metavar="N", group="AIDE",
     )  # fmt: skip
     aide_mg: Optional[int] = setting(
-        None, "with --aide: Mg, AIS meta-inference traces", kind="count", least=1, none=str(AIDE_DEFAULTS["aide_mg"]), flag="--aide-mg",
+        None, "with --aide: Mg, AIS meta-inference traces", kind="count", least=1, none=str(AIDE_DEFAULTS["aide_mg"]),
+        flag="--aide-mg",
         metavar="M", group="AIDE",
     )  # fmt: skip
     aide_mt: Optional[int] = setting(

@@ -25,7 +25,8 @@ from raise_eval.evaluation.plan import plan_evaluation
 from raise_eval.evaluation.report import EvaluationInterrupted
 from raise_eval.evaluation.run import run_evaluation
 from raise_eval.evaluation.settings import evaluate_settings
-from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path, write_file
+from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path
+from raise_eval.io.writing import write_file
 from raise_eval.runtime.resume import model_digest, tensor_digest
 from raise_eval.runtime.threads import using_threads
 from raise_eval.settings import Named
@@ -272,5 +273,3 @@ def _save_progress(path: Optional[str], fingerprint: dict, history: list[Certify
             OutputWarning,
             stacklevel=2,
         )
-
-

@@ -28,7 +28,8 @@ UNDERMINING = {
     "log-z-below-test-mass": "AIS's log Z is below the test vectors' own mass: AIS has missed most of the model",
     "raise-above-ais": "RAISE is above AIS beyond noise: RAISE bounds the annealing model, not the model",
     "exact-outside-sandwich": "the exact log-likelihood lies outside the sandwich",
-    "log-f-biased": "the log f(v) estimates rose with a longer estimate: the AIS log-likelihood rests on a biased log f",
+    "log-f-biased": "the log f(v) estimates rose with a longer estimate: the AIS log-likelihood rests on a biased "
+    "log f",
     "log-f-unchecked": "log f(v) is estimated and was not checked for bias",
 }
 FILE_FORMAT = "raise-eval certify 1"
@@ -58,7 +59,9 @@ def closure_reasons(report, tolerance: float) -> list[str]:
     """Why the sandwich of one `EvaluationReport` is not closed at `tolerance` nats (empty: closed)."""
     if report.gap is None:
         return ["AIS or RAISE did not finish"]
-    noise = math.hypot(float(report.ais.stderr), report.raise_stderr if math.isfinite(report.raise_stderr) else math.inf)
+    noise = math.hypot(
+        float(report.ais.stderr), report.raise_stderr if math.isfinite(report.raise_stderr) else math.inf
+    )
     exact = getattr(report, "exact_mean", None)
     interval = sandwich_interval(report) if exact is not None and math.isfinite(noise) else None
     return _reasons(
@@ -143,7 +146,9 @@ def step_of(report, steps: int, tolerance: float) -> CertifyStep:
     t = report.timing
     varying = sum(t.get(k) or 0.0 for k in ("ais_seconds", "raise_seconds"))
     a = report.ais
-    interval = (None, None) if report.gap is None or not math.isfinite(report.raise_stderr) else sandwich_interval(report)
+    interval = (
+        (None, None) if report.gap is None or not math.isfinite(report.raise_stderr) else sandwich_interval(report)
+    )
     return CertifyStep(
         steps=steps,
         ais_mean=report.ais_mean,

@@ -12,6 +12,7 @@ from raise_eval.io.results import dump_json
 from raise_eval.runtime.threads import resolve_threads
 from raise_eval.settings import render_names
 
+
 def configure_threads(threads) -> None:
     """Set torch's thread count for the whole run, once ('auto': the cores no other process is using now); the
     settings then carry None (torch's setting) so that nothing below changes it again."""

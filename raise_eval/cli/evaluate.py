@@ -157,7 +157,8 @@ def _refuse_options_an_rbm_ignores(args: argparse.Namespace, model) -> None:
     if given_here and model_family(model) == "RBM":
         die(
             f"{', '.join(given_here)} {'sets' if len(given_here) == 1 else 'set'} how a DBM's or DBN's log f(v) is "
-            f"estimated; an RBM's is exact (closed form), so nothing would use {'it' if len(given_here) == 1 else 'them'}: "
+            "estimated; an RBM's is exact (closed form), so nothing would use "
+            f"{'it' if len(given_here) == 1 else 'them'}: "
             "drop it (nothing was computed)"
         )
 

@@ -155,6 +155,7 @@ def format_duration(seconds: float) -> str:
         return f"{seconds / 3600:.1f} h"
     return f"{seconds / 86400:,.1f} days"
 
+
 def _dtype_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 
@@ -336,7 +337,8 @@ def check_memory(stages: list[StageCost], max_memory: int) -> None:
         value = f" ({biggest.option} {biggest.count - biggest.extra:,})" if biggest.option and biggest.each else ""
         raise SettingsError(
             f"{stage.label} ({stage.work}) needs about {format_size(stage.bytes)}, over the memory bound of "
-            f"{format_size(max_memory)} ({{max_memory}}), {format_size(biggest.bytes)} of it for {biggest.what}{value}; "
+            f"{format_size(max_memory)} ({{max_memory}}), {format_size(biggest.bytes)} of it for "
+            f"{biggest.what}{value}; "
             f"{fix}; nothing was computed"
         )
 

@@ -148,7 +148,10 @@ class EvaluationReport:
                 "gap": self.gap,
                 "log_unnormalized": None
                 if self.log_f is None
-                else {**self.log_f.to_dict(), "check": None if self.log_f_check is None else self.log_f_check.to_dict()},
+                else {
+                    **self.log_f.to_dict(),
+                    "check": None if self.log_f_check is None else self.log_f_check.to_dict(),
+                },
                 "num_test": self.num_test,
             },
             "settings": self.settings,

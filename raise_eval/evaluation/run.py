@@ -272,7 +272,11 @@ def _note_continued(store: Optional[ResumeFile], resume_file, notes: list[str]) 
 
 def _log_f_to(est: LogUnnormalizedEstimate, device) -> LogUnnormalizedEstimate:
     return LogUnnormalizedEstimate(
-        est.log_unnormalized.to(device), est.stderr.to(device), est.method, est.num_samples, est.seconds,
+        est.log_unnormalized.to(device),
+        est.stderr.to(device),
+        est.method,
+        est.num_samples,
+        est.seconds,
         getattr(est, "steps", 0),
     )
 

@@ -37,7 +37,13 @@ def pilot_stage(plan: EvaluationPlan) -> tuple[Tensor, Any]:
 def ais_stage(plan: EvaluationPlan, betas: Tensor, store=None) -> AISResult:
     """AIS over the annealed machine in shards (shard i on rank i % world size)."""
     return sharded_ais(
-        plan.path, betas, plan.ais_chains, seed=plan.seed, shard_size=plan.shard_size, progress=plan.progress, store=store
+        plan.path,
+        betas,
+        plan.ais_chains,
+        seed=plan.seed,
+        shard_size=plan.shard_size,
+        progress=plan.progress,
+        store=store,
     )
 
 
@@ -97,10 +103,18 @@ def log_f_check_stage(plan: EvaluationPlan, main: LogUnnormalizedEstimate) -> Op
     generator = torch.Generator(device=plan.model.device).manual_seed(plan.seed + 5)
 
     def estimate(v: Tensor) -> Tensor:
-        return log_unnormalized_estimate(plan.model, v, **longer, generator=generator, progress=plan.progress).log_unnormalized
+        return log_unnormalized_estimate(
+            plan.model, v, **longer, generator=generator, progress=plan.progress
+        ).log_unnormalized
 
     return check_log_f(
-        estimate, plan.test, main.log_unnormalized, indices=indices, method=longer["method"], budget=budget, factor=factor
+        estimate,
+        plan.test,
+        main.log_unnormalized,
+        indices=indices,
+        method=longer["method"],
+        budget=budget,
+        factor=factor,
     )
 
 

@@ -308,11 +308,14 @@ def estimate_cost(plan, *, budget: float = TIMING_BUDGET) -> CostEstimate:
     if log_f is not None and estimate.seconds and log_f.seconds / estimate.seconds >= 0.5:
         check = estimate.stage("log_f_check")
         share = (log_f.seconds + (check.seconds if check else 0.0)) / estimate.seconds
-        estimate.notes.append(Named(
-            f"log f(v) and its check are {share:.0%} of the time and do not depend on {{steps}}: {{test_subset}} N "
-            f"estimates on N of the {plan.n_test:,} test vectors (or lower {{log_f_ais_steps}}/{{log_f_ais_chains}}/"
-            "{log_f_samples})"
-        ))
+        estimate.notes.append(
+            Named(
+                f"log f(v) and its check are {share:.0%} of the time and do not depend on {{steps}}: {{test_subset}} N "
+                f"estimates on N of the {plan.n_test:,} test vectors (or lower "
+                "{log_f_ais_steps}/{log_f_ais_chains}/"
+                "{log_f_samples})"
+            )
+        )
     return estimate
 
 

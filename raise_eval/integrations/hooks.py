@@ -34,7 +34,8 @@ from raise_eval.evaluation.report import EvaluationReport
 from raise_eval.evaluation.run import evaluate
 from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
 from raise_eval.io.datasets import check_binary
-from raise_eval.io.outputs import OutputError, check_output_path, write_file
+from raise_eval.io.outputs import OutputError, check_output_path
+from raise_eval.io.writing import write_file
 from raise_eval.io.results import dump_json, to_jsonable
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
@@ -154,7 +155,9 @@ def _plot_path(value):
     try:
         import matplotlib  # noqa: F401
     except ImportError:
-        raise ImportError("plot_path needs matplotlib: pip install raise-eval[plot] (or pip install matplotlib)") from None
+        raise ImportError(
+            "plot_path needs matplotlib: pip install raise-eval[plot] (or pip install matplotlib)"
+        ) from None
     return path
 
 
@@ -314,7 +317,9 @@ class LikelihoodMonitor:
         # No autograd graph through parameters that require grad (a Lightning module's); the numbers are the same.
         with torch.no_grad():
             if certify_settings is None:
-                report = evaluate(model, self._moved[1], self.settings.evaluation, train_pixel_means=self.train_pixel_means)
+                report = evaluate(
+                    model, self._moved[1], self.settings.evaluation, train_pixel_means=self.train_pixel_means
+                )
                 verdict = None
             else:
                 cert = certify(model, self._moved[1], certify_settings, train_pixel_means=self.train_pixel_means)
@@ -343,7 +348,7 @@ class LikelihoodMonitor:
         path = self.history_path
         if path is None:
             return
-        # Whole or not at all (raise_eval.io.outputs.write_file): an interrupted or failed write never leaves a
+        # Whole or not at all (raise_eval.io.writing.write_file): an interrupted or failed write never leaves a
         # truncated history; a failure raises OutputWriteError naming where the history was kept instead.
         if path.suffix.lower() == ".json":
             dump_json([r.to_dict() for r in self.history], str(path))

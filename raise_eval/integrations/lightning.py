@@ -37,7 +37,8 @@ except ImportError:
         import pytorch_lightning as pl
     except ImportError:
         raise ImportError(
-            "raise_eval.integrations.lightning needs Lightning: pip install raise-eval[lightning] (or pip install lightning)"
+            "raise_eval.integrations.lightning needs Lightning: pip install raise-eval[lightning] (or pip install "
+            "lightning)"
         ) from None
 
 from raise_eval.integrations.hooks import LikelihoodMonitor, SandwichRecord

@@ -55,13 +55,13 @@ def check_device(value) -> str:
     try:
         device = torch.device(value)
     except (RuntimeError, TypeError):
-        raise SettingsError(f"{{device}} {value!r} is not a torch device; use cpu, cuda or cuda:N", ("device",)) from None
+        raise SettingsError(
+            f"{{device}} {value!r} is not a torch device; use cpu, cuda or cuda:N", ("device",)
+        ) from None
     if device.type not in ("cpu", "cuda"):
         raise SettingsError(f"{{device}} {value}: raise-eval runs on cpu or cuda, not {device.type}", ("device",))
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise SettingsError(
-            f"{{device}} {value} was asked for but torch.cuda.is_available() is False", ("device",)
-        )
+        raise SettingsError(f"{{device}} {value} was asked for but torch.cuda.is_available() is False", ("device",))
     return str(value)
 
 
@@ -90,7 +90,9 @@ class InputSettings:
         kind="text", none="the dataset recorded in the checkpoint's metadata", flag="--data", metavar="NAME|FILE",
         group="data",
     )  # fmt: skip
-    split: str = setting("test", f"split of a named dataset: {_splits_help()}", kind="text", flag="--split", group="data")
+    split: str = setting(
+        "test", f"split of a named dataset: {_splits_help()}", kind="text", flag="--split", group="data"
+    )
     pixel_order: str = setting(
         "row-major",
         "how a named dataset's images are flattened: row-major, or fortran (column-major, each image transposed), "
@@ -274,7 +276,9 @@ class BDMCInputSettings:
 
     def _validate(self) -> None:
         if (self.checkpoint is None) == (self.model is None):
-            raise SettingsError("give a {checkpoint} or {model} FILE.py:FACTORY (one of the two)", ("checkpoint", "model"))
+            raise SettingsError(
+                "give a {checkpoint} or {model} FILE.py:FACTORY (one of the two)", ("checkpoint", "model")
+            )
         if self.real_data is None:
             if self.data_root is not None:
                 raise SettingsError("{data_root} belongs to {real_data}: give {real_data} NAME|FILE too")
@@ -288,7 +292,8 @@ class BDMCInputSettings:
 
     def files(self) -> list[tuple[str, Optional[str]]]:
         """The files a bdmc run reads, which no output may name."""
-        files = [("the checkpoint", self.checkpoint), ("the --model file", self.model and self.model.rpartition(":")[0]),
+        model_file = self.model and self.model.rpartition(":")[0]
+        files = [("the checkpoint", self.checkpoint), ("the --model file", model_file),
                  ("the --simulated file", self.simulated)]  # fmt: skip
         if self.real_data and is_array_file(self.real_data):
             files.append(("the --real-data file", self.real_data))

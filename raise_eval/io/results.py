@@ -41,10 +41,10 @@ def dump_json(obj: Any, path: str) -> Optional[Path]:
     for the null device (nothing written). A document (a dict) begins with "tool": "raise-eval" and
     "raise_eval_version", the mark by which a later run knows it may replace the file.
 
-    Written whole or not at all (`raise_eval.io.outputs.write_file`): a failed write leaves the old file as it was, no
+    Written whole or not at all (`raise_eval.io.writing.write_file`): a failed write leaves the old file as it was, no
     temporary file, and raises `OutputWriteError` naming the file in the system's temporary folder that keeps the
     JSON (its `text` holds the JSON for the caller to print when even that failed)."""
-    from raise_eval.io.outputs import write_file  # outputs imports TOOL from here
+    from raise_eval.io.writing import write_file  # outputs imports TOOL from here
 
     doc = to_jsonable(obj)
     if isinstance(doc, dict):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 
 from raise_eval.diagnostics import GAP_NATS
-from raise_eval.io.outputs import save_figure
+from raise_eval.io.writing import save_figure
 
 
 def _figure(size):
@@ -32,8 +32,13 @@ def plot_certificate(cert, path: str) -> None:
         pts = [(k, m, e or 0.0) for k, m, e in zip(ks, means, errs) if m is not None and math.isfinite(m)]
         if pts:
             ax.errorbar(
-                [p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts], marker="o", capsize=3,
-                label=name, color=colour,
+                [p[0] for p in pts],
+                [p[1] for p in pts],
+                yerr=[p[2] for p in pts],
+                marker="o",
+                capsize=3,
+                label=name,
+                color=colour,
             )
     exact = next((s.exact_mean for s in reversed(cert.history) if s.exact_mean is not None), None)
     if exact is not None:
@@ -102,9 +107,7 @@ def plot_monitor(history, path: str, title: str) -> None:
     if max(r.gap for r in h) >= GAP_NATS / 2:
         # Only when it is near: the threshold line would otherwise flatten small gaps into the zero line.
         bottom.axhline(GAP_NATS, color="C3", linestyle=":", label=f"{GAP_NATS:g} nat: large-gap warning")
-    bottom.annotate(
-        f"{h[-1].gap:.3f}", (epochs[-1], h[-1].gap), textcoords="offset points", xytext=(-4, 6), ha="right"
-    )
+    bottom.annotate(f"{h[-1].gap:.3f}", (epochs[-1], h[-1].gap), textcoords="offset points", xytext=(-4, 6), ha="right")
     bottom.set_ylabel("gap (nats)")
     bottom.set_xlabel("epoch (from 0)")
     bottom.legend(fontsize=8)

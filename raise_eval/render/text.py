@@ -27,7 +27,7 @@ def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
     lines = [
         f"raise-eval evaluate{' ' + s['checkpoint'] if s.get('checkpoint') else ''}: {model}, {s['dtype']} on "
         f"{s['device']}",
-        f"data: {s['data'] + ' (' + s['split'] + ', ' + _vectors_words(s, report.num_test) + ')' if s.get('data') else _vectors_words(s, report.num_test) + ' (test vectors given in Python)'}; "
+        f"data: {_data_words(s, report.num_test)}; "
         f"start: {s['init']}; "
         f"{_schedule_words(s, report.timing)}, K = {s['steps']}; seed {s['seed']}",
         "",
@@ -59,18 +59,21 @@ def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
         )
         if report.log_f_check is not None:
             c = report.log_f_check
-            lines.append(f"  {'check':26}{_n(c.mean_rise, 12, 4)}{_n(c.mean_rise_stderr, 10, 4)}{_secs(c.seconds)}   {c.describe()}")
+            lines.append(
+                f"  {'check':26}{_n(c.mean_rise, 12, 4)}{_n(c.mean_rise_stderr, 10, 4)}{_secs(c.seconds)}   "
+                f"{c.describe()}"
+            )
     elif lf is not None and report.settings.get("model", "RBM").split()[0] in ("DBM", "DBN"):
-        route = "" if report.exact_values is None or not report.exact_values.route else f" ({report.exact_values.route})"
+        route = (
+            "" if report.exact_values is None or not report.exact_values.route else f" ({report.exact_values.route})"
+        )
         lines.append(f"log f(v): exact, by enumeration{route}; used by AIS and the control variate")
     lines.append("average test log-likelihood (nats)")
     if report.ais_mean is not None:
         label = "AIS (log f-hat - log Z-hat)" if estimated else "AIS (optimistic)"
         lines.append(f"  {label:26}{_n(report.ais_mean, 12, 4)}{_n(float(a.stderr), 10, 4)}")
         if estimated:
-            lines.append(
-                f"  {'':26}an estimate, not a bound: log f-hat errs low, log Z-hat errs low"
-            )
+            lines.append(f"  {'':26}an estimate, not a bound: log f-hat errs low, log Z-hat errs low")
     if r is not None:
         cv = report.control_variate
         alpha = f"alpha = {cv.alpha:g}" if cv.alpha_rule == "fixed" else f"alpha = {cv.alpha:.3f} (optimal)"
@@ -89,10 +92,20 @@ def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
         lines.append(f"  {'exact':26}{_n(report.exact_mean, 12, 4)}")
     lines.append(f"total wall time {report.timing['seconds']:.1f} s")
     if report.interrupted:
-        lines.append(f"interrupted during {report.interrupted}: the numbers above are what finished before Ctrl-C or SIGTERM")
+        lines.append(
+            f"interrupted during {report.interrupted}: the numbers above are what finished before Ctrl-C or SIGTERM"
+        )
     lines += [f"note: {render_names(n, names)}" for n in report.notes]
     lines += [f"warning [{w.code}]: {render_names(w.message, names)}" for w in report.warnings]
     return "\n".join(lines)
+
+
+def _data_words(s: dict[str, Any], num_test: int) -> str:
+    """'digits (test, 360 vectors)', or for vectors given in Python '360 vectors (test vectors given in Python)'."""
+    vectors = _vectors_words(s, num_test)
+    if s.get("data"):
+        return f"{s['data']} ({s['split']}, {vectors})"
+    return f"{vectors} (test vectors given in Python)"
 
 
 def _schedule_words(s: dict[str, Any], timing: dict[str, Optional[float]]) -> str:
@@ -136,7 +149,11 @@ def certificate_table(cert, names: Optional[dict[str, str]] = None) -> str:
         lines.append(
             f"verdict: CLOSED at K = {cert.history[-1].steps}: the average test log-likelihood lies in "
             f"[{lo:.4f}, {hi:.4f}] (RAISE to AIS, ±2 standard errors"
-            + (", and the log f(v) check's rise above" if cert.report is not None and log_f_allowance(cert.report) > 0 else "")
+            + (
+                ", and the log f(v) check's rise above"
+                if cert.report is not None and log_f_allowance(cert.report) > 0
+                else ""
+            )
             + ")"
         )
     elif cert.verdict == "interrupted":
@@ -149,7 +166,9 @@ def certificate_table(cert, names: Optional[dict[str, str]] = None) -> str:
         if len(gaps) >= 2:
             lines.append(f"  gap against K: {', '.join(f'{g:.3f}' for g in gaps)}")
         if cert.needed_steps is not None:
-            lines.append(f"  if the trend holds, the gap reaches {cert.tolerance:g} nats at about K = {cert.needed_steps:,}")
+            lines.append(
+                f"  if the trend holds, the gap reaches {cert.tolerance:g} nats at about K = {cert.needed_steps:,}"
+            )
     lines.append(f"certified run: {cert.seconds:.1f} s")
     lines += [f"note: {render_names(n, names)}" for n in cert.notes]
     return "\n".join(lines)

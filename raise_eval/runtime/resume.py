@@ -14,7 +14,7 @@ The file (written with torch.save, read with torch.load(weights_only=True)) is a
         estimates and standard errors so far, stacked), generator (the generator's state), extra (what the phase
         adds at its end, e.g. RAISE's start weights)}
 
-It is rewritten atomically (`raise_eval.io.outputs.write_file`: a temporary file, then os.replace) after every
+It is rewritten atomically (`raise_eval.io.writing.write_file`: a temporary file, then os.replace) after every
 finished shard and, inside a shard,
 every `interval` seconds and at Ctrl-C: while a resume file is in use, Ctrl-C (SIGINT) lets the annealing loop
 finish its step, save, and then stop (a second Ctrl-C stops at once). A crash loses the steps since the last save.
@@ -49,7 +49,8 @@ import torch
 from torch import Tensor
 
 from raise_eval.kernels.block_gibbs import BoltzmannState  # the resumable runs anneal Boltzmann paths
-from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path, write_file
+from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path
+from raise_eval.io.writing import write_file
 
 FORMAT = 2
 READABLE_FORMATS = (1, 2)  # format 1 (finished shards only) is format 2 without a shard in progress

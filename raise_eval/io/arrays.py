@@ -1,0 +1,103 @@
+"""Binary vectors from files and tensors: `load_array_file` reads a .npy array or a .npz holding one array (or one
+named `data`, `x` or `images`), never unpickling; `check_binary` checks a matrix of 0s and 1s against the model's
+width; `DataError` says what is wrong with data and how to fix it."""
+
+from __future__ import annotations
+
+import zipfile
+import zlib
+from pathlib import Path
+from typing import Optional, Union
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from raise_eval.models.io.files import EMPTY_ZIP_MAGIC, check_magic, why_unusable
+
+
+class DataError(ValueError):
+    """Data that cannot be evaluated as it is; the message says what is wrong and how to fix it."""
+
+
+def load_array_file(path: Union[str, Path]) -> Tensor:
+    """Binary vectors from a .npy file, or a .npz with a single array (or one named data, x or images)."""
+    path = Path(path)
+    unusable = why_unusable(path)
+    if unusable == "does not exist":
+        raise FileNotFoundError(f"data file {path} does not exist")
+    if unusable is not None:  # a link loop, a broken link, a folder, a device: never opened
+        raise DataError(f"data file {path} {unusable}; give a .npy or .npz file")
+    if path.suffix == ".npz" and _is_empty_zip(path):
+        raise DataError(
+            f"{path} is an empty .npz archive (it holds no arrays); save the vectors in it, e.g. "
+            "numpy.savez(path, data=x) with x shaped (N, n_visible)"
+        )
+    if path.suffix in (".npy", ".npz"):
+        try:
+            check_magic(path, path.suffix[1:])
+        except ValueError as e:
+            raise DataError(str(e)) from None
+    try:
+        if path.suffix == ".npy":
+            array = np.load(path, allow_pickle=False)
+        elif path.suffix == ".npz":
+            with np.load(path, allow_pickle=False) as z:
+                keys = list(z.keys())
+                chosen = next((k for k in ("data", "x", "images") if k in keys), keys[0] if len(keys) == 1 else None)
+                if chosen is None:
+                    raise DataError(f"{path} holds arrays {keys}; name the data array 'data' (or save a single array)")
+                array = z[chosen]
+        else:
+            raise DataError(f"{path}: data files must be .npy or .npz (got {path.suffix or 'no extension'})")
+    except (ValueError, EOFError, OSError, zipfile.BadZipFile, zlib.error) as e:
+        if isinstance(e, DataError):
+            raise
+        if "allow_pickle" not in str(e):  # numpy's words name no file: a truncated .npy, a damaged .npz member
+            detail = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise DataError(
+                f"{path} cannot be read: it is truncated or damaged ({detail}); write it again "
+                f"({'numpy.save' if path.suffix == '.npy' else 'numpy.savez'})"
+            ) from None
+        # An object array is read only by unpickling, which can run any code: never done for a data file.
+        save = "numpy.save(path, " if path.suffix == ".npy" else "numpy.savez(path, data="
+        raise DataError(
+            f"{path} holds a NumPy object array (dtype=object: Python objects such as lists or None, not numbers), "
+            f"which raise-eval does not unpickle; convert it to numbers and save it again, e.g. "
+            f"{save}numpy.asarray(x, dtype=numpy.uint8))"
+        ) from None
+    if array.dtype == np.bool_:
+        array = array.astype(np.uint8)
+    if not np.issubdtype(array.dtype, np.number):
+        raise DataError(f"{path} holds {array.dtype} values; expected numbers 0 and 1")
+    return torch.from_numpy(np.ascontiguousarray(array).astype(np.float32, copy=False))
+
+
+def _is_empty_zip(path: Path) -> bool:
+    """Whether `path` is a zip archive with no members (what numpy.savez writes when given no arrays)."""
+    with open(path, "rb") as f:
+        return f.read(len(EMPTY_ZIP_MAGIC)) == EMPTY_ZIP_MAGIC
+
+
+def check_binary(data: Tensor, n_visible: Optional[int] = None, what: str = "data") -> Tensor:
+    """Check that `data` is (N, n_visible) with every value 0 or 1; return it. Raises DataError saying how to fix."""
+    if data.dim() != 2:
+        raise DataError(f"{what} must be a matrix of binary vectors shaped (N, D); got shape {tuple(data.shape)}")
+    if data.shape[0] == 0:
+        raise DataError(f"{what} is empty")
+    if n_visible is not None and data.shape[1] != n_visible:
+        hint = {196: " (14x14 images: try --data mnist14)", 784: " (28x28 images: try mnist or binarized_mnist)"}
+        raise DataError(
+            f"the model has {n_visible} visible units but {what} has {data.shape[1]} columns"
+            f"{hint.get(data.shape[1], '')}; the data must match the model's input size"
+        )
+    if not torch.is_floating_point(data):
+        data = data.float()
+    bad = (data != 0) & (data != 1)
+    if bool(bad.any()):
+        row, col = (int(i) for i in torch.nonzero(bad)[0])
+        raise DataError(
+            f"{what} must be binary (0 or 1) but holds {int(bad.sum())} other values, e.g. {data[row, col].item():g} "
+            f"at row {row}, column {col}; binarize it first (e.g. threshold at 0.5, or sample Bernoulli(x))"
+        )
+    return data
