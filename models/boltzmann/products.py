@@ -6,8 +6,8 @@ A sampling step of a Boltzmann machine spends most of its time in the products x
 - "mm": torch.mm / torch.addmm (MKL's sgemm or dgemm on x86 builds), any dtype and device;
 - "onednn": `torch.ops.mkldnn._linear_pointwise` (oneDNN, bundled with PyTorch), float32 on the CPU; a second
   neighbour's product is added by the op's binary post-op;
-- "table": for binary x (values 0. and 1.) only: the units of x are cut into groups of k (k = 4 where it divides the
-  layer's width, else 5, 3 or 6), and a table holds, for each group, the 2^k sums of its weight rows (summed in
+- "table": for binary x (values 0. and 1.) only: the units of x are cut into groups of k (3 to 6, dividing the
+  layer's width; see TABLE_GROUP_SIZES), and a table holds, for each group, the 2^k sums of its weight rows (summed in
   float64, rounded once). x W is then the sum over groups of one table row each, which
   `torch.nn.functional.embedding_bag` adds up: k times fewer additions than the dense product's multiply-adds,
   and the table (2^k / k times the weights' memory) is read in column blocks that stay in the cache.
@@ -51,9 +51,12 @@ MIN_TIMED_MACS: Optional[int] = 1 << 20
 # flat from here on, and three rounds of every route then take a few milliseconds.
 TIMING_ROWS = 1024
 TIMING_ROUNDS = 2
-# Group sizes of the table route, in order of preference; and the width of its column blocks.
-TABLE_GROUP_SIZES = (4, 5, 3, 6)
-TABLE_COLUMN_BLOCK = 64
+# The table route's column blocks hold 256 bytes of each table row (64 float32 columns), and its group size k is the
+# largest in TABLE_GROUP_SIZES that divides the inputs' width and keeps a block of the table within TABLE_BLOCK_BYTES
+# (about a core's L2 cache: the lookups of a block then hit the cache); the smallest that divides it otherwise.
+TABLE_GROUP_SIZES = (6, 5, 4, 3)
+TABLE_ROW_BYTES = 256
+TABLE_BLOCK_BYTES = 1 << 20
 # The table route is not offered when its tables would exceed this many bytes (per product).
 TABLE_MAX_BYTES = 256 << 20
 
@@ -156,12 +159,13 @@ def onednn_available() -> bool:
 
 
 # --------------------------------------------------------------------------------------------- the table route
-def table_group_size(width: int) -> Optional[int]:
+def table_group_size(width: int, element_size: int = 4) -> Optional[int]:
     """The group size k the table route uses for inputs of this width (None: no k in TABLE_GROUP_SIZES divides it)."""
-    for k in TABLE_GROUP_SIZES:
-        if width % k == 0:
+    dividing = [k for k in TABLE_GROUP_SIZES if width % k == 0]
+    for k in sorted(dividing, reverse=True):
+        if (width // k) * (1 << k) * TABLE_ROW_BYTES <= TABLE_BLOCK_BYTES:
             return k
-    return None
+    return min(dividing) if dividing else None
 
 
 class SubsetSumTable:
@@ -175,11 +179,12 @@ class SubsetSumTable:
     def __init__(self, matrices: Sequence[Tensor]):
         self.dtype = matrices[0].dtype
         self.cols = matrices[0].shape[1]
+        element_size = matrices[0].element_size()
         self.group_sizes, self.offsets, pieces = [], [], []
         offset = 0
         for a in matrices:
             n = a.shape[0]
-            k = table_group_size(n)
+            k = table_group_size(n, element_size)
             if k is None:
                 raise ValueError(f"no group size in {TABLE_GROUP_SIZES} divides {n}")
             codes = torch.arange(1 << k)
@@ -192,17 +197,19 @@ class SubsetSumTable:
         if offset >= 1 << 24:
             raise ValueError("the table has too many rows for exact float codes")
         table = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
-        block = TABLE_COLUMN_BLOCK
+        block = max(1, TABLE_ROW_BYTES // element_size)
         self.blocks = [table[:, j : j + block].contiguous() for j in range(0, self.cols, block)]
         self.nbytes = table.numel() * table.element_size()
+        self.groups = sum(a.shape[0] // k for a, k in zip(matrices, self.group_sizes))
         self._bases: dict[tuple[int, int], Tensor] = {}  # (term, rows) -> offset + g 2^k, repeated over rows
+        self._bag_starts: dict[int, Tensor] = {}  # rows -> where each row's codes start (embedding_bag's offsets)
         self._weights = [torch.tensor([float(1 << i) for i in range(k)], dtype=self.dtype) for k in self.group_sizes]
 
     @staticmethod
     def nbytes_for(inner: Sequence[int], cols: int, element_size: int) -> Optional[int]:
         total = 0
         for n in inner:
-            k = table_group_size(n)
+            k = table_group_size(n, element_size)
             if k is None:
                 return None
             total += (n // k) * (1 << k) * cols * element_size
@@ -226,18 +233,17 @@ class SubsetSumTable:
 
     def __call__(self, xs: Sequence[Tensor], out: Optional[Tensor], bias: Optional[Tensor], alpha: float) -> Tensor:
         """sum_t xs[t] A_t (times alpha, plus bias, when bias is given), shaped (rows, cols), written into `out`."""
-        codes = self._codes(xs)
+        rows = xs[0].shape[0]
+        codes = self._codes(xs).view(-1)
+        starts = self._bag_starts.get(rows)
+        if starts is None:
+            starts = self._bag_starts[rows] = torch.arange(0, rows * self.groups, self.groups, dtype=torch.int32)
+        sums = [F.embedding_bag(codes, block, starts, mode="sum") for block in self.blocks]
         if out is None:
-            out = torch.empty(codes.shape[0], self.cols, dtype=self.dtype)
-        start = 0
-        for block in self.blocks:
-            stop = start + block.shape[1]
-            sums = F.embedding_bag(codes, block, mode="sum")
-            if bias is None:
-                out[:, start:stop].copy_(sums)
-            else:
-                torch.add(bias[start:stop], sums, alpha=alpha, out=out[:, start:stop])
-            start = stop
+            out = torch.empty(rows, self.cols, dtype=self.dtype)
+        torch.cat(sums, 1, out=out)
+        if bias is not None:
+            torch.add(bias, out, alpha=alpha, out=out)
         return out
 
 
