@@ -15,7 +15,7 @@ gives 8 uniform bytes.
 
 The passes over the probabilities are few because each matters at this size: the bytes are converted to floats,
 -d = b - 256 p is computed in one pass and clamped to [-1, 0] (-1: x = 1, 0: x = 0, in between: a tie), the ties are
-found from block minima of the clamped values read as integers, and one negation leaves x (and d at the ties).
+found from block minima of the clamped values read as integers, and one absolute value leaves x (and d at the ties).
 On other devices (CUDA's Philox is fast) the plain comparison with torch.rand is used.
 """
 
@@ -83,7 +83,7 @@ def _sample_lazy_bytes(flat_probs: Tensor, generator: torch.Generator, out: Tens
     torch.sub(random_bytes, flat_probs, alpha=256.0, out=out)
     out.clamp_(-1.0, 0.0)
     ties = _tie_indices(out)
-    out.neg_()  # 1. where d >= 1, 0. where d <= 0, d at the ties
+    out.abs_()  # 1. where d >= 1, 0. where d <= 0, d at the ties (abs, not neg: +0., never -0.)
     if ties.numel() > 0:
         u = torch.rand(ties.numel(), generator=generator, dtype=out.dtype)
         out[ties] = u.lt_(out[ties])

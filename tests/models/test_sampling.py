@@ -19,6 +19,7 @@ def test_sampler_frequencies_match_probabilities(dtype, columns):
     x = sample_bernoulli_probs(p, torch.Generator().manual_seed(0))
     assert x.dtype == dtype and x.shape == p.shape
     assert set(x.unique().tolist()) <= {0.0, 1.0}
+    assert not torch.signbit(x).any()  # zeros are +0., as a user printing a sample expects
     mean = x.double().mean(0)
     pd = probs.double()
     se = (pd * (1 - pd) / p.shape[0]).sqrt()
