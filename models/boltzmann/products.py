@@ -9,7 +9,7 @@ A sampling step of a Boltzmann machine spends most of its time in the products x
 - "table": for binary x (values 0. and 1.) only: the units of x are cut into groups of k (3 to 6, dividing the
   layer's width; see TABLE_GROUP_SIZES), and a table holds, for each group, the 2^k sums of its weight rows (summed in
   float64, rounded once). x W is then the sum over groups of one table row each, which
-  `torch.nn.functional.embedding_bag` adds up: k times fewer additions than the dense product's multiply-adds,
+  `torch.embedding_bag` adds up: k times fewer additions than the dense product's multiply-adds,
   and the table (2^k / k times the weights' memory) is read in column blocks that stay in the cache.
 
 The three accumulate in the layer's dtype, so they agree up to rounding (a few units in the last place of the sum of
@@ -38,7 +38,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 ROUTES = ("mm", "onednn", "table")
@@ -238,7 +237,9 @@ class SubsetSumTable:
         starts = self._bag_starts.get(rows)
         if starts is None:
             starts = self._bag_starts[rows] = torch.arange(0, rows * self.groups, self.groups, dtype=torch.int32)
-        sums = [F.embedding_bag(codes, block, starts, mode="sum") for block in self.blocks]
+        # torch.embedding_bag (mode 0: sum) rather than F.embedding_bag: a third less call overhead, and a block
+        # costs a few tens of microseconds.
+        sums = [torch.embedding_bag(block, codes, starts, False, 0, False, None, False)[0] for block in self.blocks]
         if out is None:
             out = torch.empty(rows, self.cols, dtype=self.dtype)
         torch.cat(sums, 1, out=out)
