@@ -315,7 +315,7 @@ def run_route(
         if bias is not None:
             return torch.add(bias, acc, alpha=alpha, **({} if out is None else {"out": out}))
         return acc if out is None else out.copy_(acc)
-    for i, (x, a) in enumerate(mats):
+    for i, (x, a) in enumerate(mats):  # out=None, not a new tensor: products that need a gradient take this route
         if i > 0:
             out.addmm_(x, a, alpha=alpha)
         elif bias is None:
@@ -420,6 +420,4 @@ def neighbour_product(
             if table is not None:
                 return run_route("table", terms, out, bias, alpha, table)
             route = "mm"
-    if route == "mm" and out is None:
-        out = torch.empty(x0.shape[0], cols, dtype=x0.dtype, device=x0.device)
     return run_route(route, terms, out, bias, alpha)

@@ -243,6 +243,21 @@ def test_products_are_routed_by_timing_once_per_shape(monkeypatch):
     products.clear_route_choices()
 
 
+@pytest.mark.parametrize("sizes", [(300, 200), (120, 200, 90)])
+def test_products_that_need_a_gradient_are_differentiable(sizes):
+    """With parameters that require a gradient (training, e.g. a free-energy loss), the layer's input is torch.mm's,
+    without out= buffers, and backpropagates to the weights."""
+    model, layers = _float32_chain(sizes, seed=16)
+    weights = [w.clone().requires_grad_() for w in model.weights]
+    trained = LayeredBoltzmannMachine(weights, model.biases, model.weight_scale)
+    for l in range(trained.num_layers):
+        for w in weights:
+            w.grad = None
+        trained.layer_logits(layers, l).sum().backward()
+        adjacent = [i for i in (l - 1, l) if 0 <= i < len(weights)]
+        assert [weights[i].grad is not None for i in range(len(weights))] == [i in adjacent for i in range(len(weights))]
+
+
 def test_the_table_route_follows_changes_of_the_weights():
     """The tables are built once per weight tensor and rebuilt when it changes in place (a model trained between
     evaluations)."""
