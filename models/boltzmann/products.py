@@ -73,7 +73,8 @@ class RouteChoice:
         binary: whether the inputs were known to be 0./1. (the table route needs it).
         route: "mm", "onednn" or "table".
         how: "measured" (the fastest of `timings_ms`), "forced" (RAISE_EVAL_PRODUCT_ROUTE or `force_route`),
-            "forced-unavailable" (the forced route cannot compute it: torch.mm) or "only" (one route applies).
+            "forced-unavailable" (the forced route cannot compute it: torch.mm), "only" (one route applies) or
+            "adopted" (`adopt_route_choices`, e.g. from a checkpoint).
         timings_ms: (route, milliseconds per product of TIMING_ROWS rows, the best of TIMING_ROUNDS) for every
             route timed; empty unless measured.
     """
@@ -144,6 +145,33 @@ def route_choices() -> tuple[RouteChoice, ...]:
     """The routes chosen so far in this process, in the order they were first needed."""
     with _lock:
         return tuple(_choices.values())
+
+
+def adopt_route_choices(records) -> None:
+    """Take routes chosen by another process (`RouteChoice`s or their `as_dict()`, e.g. saved with a checkpoint) for
+    the same shapes and thread counts, without timing: a resumed run then computes its products as the interrupted
+    one did and continues to its bits. Shapes not among them are timed as usual."""
+    for record in records:
+        r = record.as_dict() if isinstance(record, RouteChoice) else dict(record)
+        if r["route"] not in ROUTES:
+            raise ValueError(f"unknown product route {r['route']!r}")
+        dtype = getattr(torch, r["dtype"])
+        key = (int(r["rows"]), tuple(int(n) for n in r["inner"]), int(r["cols"]), dtype, int(r["threads"]))
+        key += (bool(r["binary"]), None)
+        timings = tuple((name, float(ms)) for name, ms in dict(r.get("timings_ms", {})).items())
+        choice = RouteChoice(
+            rows=key[0],
+            inner=key[1],
+            cols=key[2],
+            dtype=r["dtype"],
+            threads=key[4],
+            binary=key[5],
+            route=r["route"],
+            how="adopted",
+            timings_ms=timings,
+        )
+        with _lock:
+            _choices[key] = choice
 
 
 def clear_route_choices() -> None:

@@ -1,6 +1,7 @@
 """Exact identities of the layered Boltzmann machine energy (no sampling, no tolerance beyond rounding)."""
 
 import itertools
+import json
 import math
 
 import pytest
@@ -256,6 +257,23 @@ def test_products_that_need_a_gradient_are_differentiable(sizes):
         trained.layer_logits(layers, l).sum().backward()
         adjacent = [i in (l - 1, l) for i in range(len(weights))]
         assert [w.grad is not None for w in weights] == adjacent
+
+
+def test_adopted_route_choices_are_used_without_timing(monkeypatch):
+    """Choices saved by another process (as JSON-ready dicts) are taken for their shapes without timing, so that a
+    resumed run computes its products as the interrupted one did."""
+    products.clear_route_choices()
+    monkeypatch.delenv(products.ROUTE_ENV, raising=False)
+    cpu = torch.device("cpu")
+    threads = torch.get_num_threads()
+    record = products.RouteChoice(64, (784,), 500, "float32", threads, True, "mm", "measured", (("mm", 1.0),))
+    products.adopt_route_choices([json.loads(json.dumps(record.as_dict()))])
+    monkeypatch.setattr(products, "_time_routes", lambda *a: pytest.fail("timed an adopted shape"))
+    choice = products.choose_route(64, (784,), 500, torch.float32, cpu, True, False)
+    assert (choice.route, choice.how, dict(choice.timings_ms)) == ("mm", "adopted", {"mm": 1.0})
+    with pytest.raises(ValueError, match="unknown product route"):
+        products.adopt_route_choices([dict(record.as_dict(), route="gpu")])
+    products.clear_route_choices()
 
 
 def test_the_table_route_follows_changes_of_the_weights():
