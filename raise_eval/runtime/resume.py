@@ -48,7 +48,8 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from raise_eval.kernels.block_gibbs import BoltzmannState  # the resumable runs anneal Boltzmann paths
+from raise_eval.kernels.block_gibbs import BoltzmannState
+from raise_eval.models.boltzmann import products  # the resumable runs anneal Boltzmann paths
 from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path
 from raise_eval.settings import Named, SettingsError
 from raise_eval.io.writing import write_file
@@ -224,6 +225,8 @@ class ResumeFile:
         (OutputWarning), `save_error` says why, and the next save tries again (see the module docstring)."""
         if self.discard:
             return
+        # The product routes chosen so far (by timing, once per shape): a continued run adopts them.
+        self.data["product_routes"] = [c.as_dict() for c in products.route_choices()]
         payload = self.data if running is None else {**self.data, "running": running}
         try:
             write_file(self.path, lambda p: torch.save(payload, p), what="the resume state", keep_on_failure=False)
