@@ -25,7 +25,7 @@ def test_a_forced_route_is_recorded():
     assert any(r["how"].startswith("forced") for r in routes)
 
 
-def test_a_resumed_run_adopts_the_routes_its_file_recorded(tmp_path):
+def test_a_resumed_run_adopts_the_routes_its_file_recorded(tmp_path, monkeypatch):
     model, test = _model_and_data()
     products.clear_route_choices()
     file = tmp_path / "run.pt"
@@ -33,7 +33,8 @@ def test_a_resumed_run_adopts_the_routes_its_file_recorded(tmp_path):
     measured = {(r["rows"], tuple(r["inner"]), r["cols"]): r["route"] for r in first.settings["product_routes"]}
     assert measured and torch.load(file, weights_only=True)["product_routes"]
     products.clear_route_choices()  # a new process: nothing timed yet
+    monkeypatch.setattr(products, "_time_routes", lambda *a: (_ for _ in ()).throw(AssertionError("timed again")))
     again = evaluate(model, test, ais_chains=2000, resume_file=str(file), **SMALL)
-    adopted = [r for r in again.settings["product_routes"] if r["how"] == "adopted"]
-    assert adopted and all(measured[(r["rows"], tuple(r["inner"]), r["cols"])] == r["route"] for r in adopted)
+    # The same routes, taken from the file without timing, reported as the first run chose them.
+    assert again.settings["product_routes"] == first.settings["product_routes"]
     assert again.ais_mean == first.ais_mean and again.raise_mean == first.raise_mean

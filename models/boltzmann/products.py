@@ -150,7 +150,9 @@ def route_choices() -> tuple[RouteChoice, ...]:
 def adopt_route_choices(records) -> None:
     """Take routes chosen by another process (`RouteChoice`s or their `as_dict()`, e.g. saved with a checkpoint) for
     the same shapes and thread counts, without timing: a resumed run then computes its products as the interrupted
-    one did and continues to its bits. Shapes not among them are timed as usual."""
+    one did and continues to its bits. Shapes not among them are timed as usual. A choice keeps the `how` it was
+    made by, so that the continued run's report equals the uninterrupted run's (records without one read
+    'adopted')."""
     for record in records:
         r = record.as_dict() if isinstance(record, RouteChoice) else dict(record)
         if r["route"] not in ROUTES:
@@ -167,7 +169,7 @@ def adopt_route_choices(records) -> None:
             threads=key[4],
             binary=key[5],
             route=r["route"],
-            how="adopted",
+            how=str(r.get("how") or "adopted"),
             timings_ms=timings,
         )
         with _lock:

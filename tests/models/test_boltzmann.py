@@ -270,7 +270,9 @@ def test_adopted_route_choices_are_used_without_timing(monkeypatch):
     products.adopt_route_choices([json.loads(json.dumps(record.as_dict()))])
     monkeypatch.setattr(products, "_time_routes", lambda *a: pytest.fail("timed an adopted shape"))
     choice = products.choose_route(64, (784,), 500, torch.float32, cpu, True, False)
-    assert (choice.route, choice.how, dict(choice.timings_ms)) == ("mm", "adopted", {"mm": 1.0})
+    assert (choice.route, choice.how, dict(choice.timings_ms)) == ("mm", "measured", {"mm": 1.0})
+    products.adopt_route_choices([{k: v for k, v in record.as_dict().items() if k != "how"}])
+    assert products.choose_route(64, (784,), 500, torch.float32, cpu, True, False).how == "adopted"
     with pytest.raises(ValueError, match="unknown product route"):
         products.adopt_route_choices([dict(record.as_dict(), route="gpu")])
     products.clear_route_choices()
