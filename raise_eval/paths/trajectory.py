@@ -59,41 +59,47 @@ def _independent(model: LayeredBoltzmannMachine) -> bool:
     return all(not bool(w.any()) for w in model.weights)
 
 
-def _check_points(models: Sequence, what: str) -> None:
+def _check_points(models: Sequence, what: str, names: Optional[Sequence[str]] = None) -> None:
     """Layered machines of one architecture, dtype and device (ValueError naming the first that differs)."""
     if len(models) == 0:
         raise ValueError(f"a trajectory needs at least one {what}")
     first = models[0]
+    name = (lambda i: names[i]) if names is not None else (lambda i: f"{what} {i}")  # noqa: E731
     for i, m in enumerate(models):
         if not isinstance(m, LayeredBoltzmannMachine):
             raise TypeError(
-                f"a trajectory runs through RBMs and DBMs (layered Boltzmann machines); {what} {i} is a "
+                f"a trajectory runs through RBMs and DBMs (layered Boltzmann machines); {name(i)} is a "
                 f"{type(m).__name__}"
             )
         if m.layer_sizes != first.layer_sizes:
             sizes = "-".join(map(str, m.layer_sizes))
             raise ValueError(
-                f"{what} {i} has layers {sizes} but {what} 0 has {'-'.join(map(str, first.layer_sizes))}: not one "
+                f"{name(i)} has layers {sizes} but {name(0)} has {'-'.join(map(str, first.layer_sizes))}: not one "
                 "model's trajectory"
             )
         if m.dtype != first.dtype or m.device != first.device:
             raise ValueError(
-                f"{what} {i} is {m.dtype} on {m.device} but {what} 0 is {first.dtype} on {first.device}; convert them "
+                f"{name(i)} is {m.dtype} on {m.device} but {name(0)} is {first.dtype} on {first.device}; convert them "
                 "to one dtype and device"
             )
 
 
-def check_trajectory(models: Sequence, what: str = "checkpoint") -> None:
+def check_trajectory(models: Sequence, what: str = "checkpoint", names: Optional[Sequence[str]] = None) -> None:
     """Refuse models that are not one machine's trajectory: layered Boltzmann machines (RBMs, DBMs) of the same
     class (unit types), layer sizes, dtype and device. ValueError (TypeError for other models) naming the first
-    that differs."""
-    _check_points(models, what)
+    that differs, as `names[i]` when given, else as '{what} i'."""
+    name = (lambda i: names[i]) if names is not None else (lambda i: f"{what} {i}")  # noqa: E731
     for i, m in enumerate(models):
-        if type(m) is not type(models[0]):
+        if isinstance(m, LayeredBoltzmannMachine) and type(m) is not type(models[0]):
             raise ValueError(
-                f"{what} {i} is a {type(m).__name__} but {what} 0 a {type(models[0]).__name__}: not one model's "
+                f"{name(i)} is {_a(type(m).__name__)} but {name(0)} {_a(type(models[0]).__name__)}: not one model's "
                 "trajectory"
             )
+    _check_points(models, what, names)
+
+
+def _a(noun: str) -> str:
+    return f"{'an' if noun[0] in 'AEIORU' else 'a'} {noun}"  # an RBM, a DBM
 
 
 class TrajectoryPath:

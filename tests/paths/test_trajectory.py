@@ -117,7 +117,7 @@ def test_models_that_are_not_one_trajectory_are_refused():
     with pytest.raises(ValueError, match="float32"):
         check_trajectory([rbms[0], rbms[1].to(dtype=torch.float32)])
     plain = LayeredBoltzmannMachine(rbms[1].weights, rbms[1].biases)
-    with pytest.raises(ValueError, match="LayeredBoltzmannMachine but checkpoint 0 a RBM"):
+    with pytest.raises(ValueError, match="a LayeredBoltzmannMachine but checkpoint 0 an RBM"):
         check_trajectory([rbms[0], plain])
     with pytest.raises(TypeError, match="layered Boltzmann"):
         check_trajectory([torch.nn.Linear(2, 2)])
