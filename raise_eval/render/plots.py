@@ -181,3 +181,44 @@ def plot_trajectory(report, path: str) -> None:
     )
     fig.tight_layout()
     fig.savefig(path, dpi=120, **plot_metadata(path))  # marked: a later run may replace it
+
+
+def plot_track(history, path: str, title: str) -> None:
+    """A tracking monitor's records against the epoch (`LikelihoodMonitor(..., track=...)`): log Z ± s.e. with the
+    exact value where known; below, the AIS log-likelihood (where log f(v) is exact), the exact one, and RAISE at
+    the records that ran it; a PNG at `path`."""
+    from matplotlib.ticker import MaxNLocator
+
+    epochs = [r.epoch for r in history]
+    fig = _figure((7, 6))
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    top.errorbar(epochs, [r.log_z for r in history], yerr=[r.log_z_stderr for r in history], fmt="o-", color="C3",
+                 markersize=3, capsize=2, label="AIS, persistent chains ± s.e.")  # fmt: skip
+    known = [r for r in history if r.log_z_exact is not None]
+    if known:
+        top.plot([r.epoch for r in known], [r.log_z_exact for r in known], "x", color="black", label="exact")
+    top.set_ylabel("log Z")
+    top.set_title(title, fontsize=8)
+    top.legend(fontsize=8)
+    top.grid(alpha=0.3)
+    with_ais = [r for r in history if r.ais is not None]
+    if with_ais:
+        bottom.plot([r.epoch for r in with_ais], [r.ais for r in with_ais], "o-", color="C3", markersize=3,
+                    label="AIS (optimistic)")  # fmt: skip
+    raised = [r for r in history if r.raise_ is not None]
+    if raised:
+        bottom.errorbar([r.epoch for r in raised], [r.raise_ for r in raised], yerr=[r.raise_se or 0 for r in raised],
+                        fmt="s", color="C0", markersize=5, capsize=3, label="RAISE (conservative) ± s.e.")  # fmt: skip
+        for r in raised:
+            bottom.annotate(r.verdict, (r.epoch, r.raise_), textcoords="offset points", xytext=(4, -12), fontsize=7)
+    known = [r for r in history if r.exact is not None]
+    if known:
+        bottom.plot([r.epoch for r in known], [r.exact for r in known], "x", color="black", label="exact")
+    bottom.set_ylabel("average test log-likelihood (nats)")
+    bottom.set_xlabel("epoch (from 0)")
+    if with_ais or raised or known:
+        bottom.legend(fontsize=8)
+    bottom.grid(alpha=0.3)
+    bottom.xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.tight_layout()
+    fig.savefig(path, format="png", dpi=100)

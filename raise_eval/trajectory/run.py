@@ -14,7 +14,6 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from typing import Any, Optional
@@ -23,8 +22,6 @@ import torch
 from torch import Tensor
 
 from raise_eval import exact as exact_mod
-from raise_eval.certification.verdict import verdict_reasons
-from raise_eval.diagnostics import diagnose
 from raise_eval.estimators.bar import bar_ladder
 from raise_eval.estimators.ladder import ladder_pass
 from raise_eval.estimators.raise_ import raise_log_likelihood
@@ -37,6 +34,7 @@ from raise_eval.settings import with_overrides
 from raise_eval.stats import summarize_log_weights
 from raise_eval.trajectory.report import CheckpointEstimate, LinkReport, TrajectoryReport
 from raise_eval.trajectory.settings import TrajectorySettings
+from raise_eval.trajectory.verdict import sandwich_verdict
 
 
 def evaluate_trajectory(
@@ -232,31 +230,12 @@ def _exact_log_z(model, settings: TrajectorySettings) -> Optional[float]:
 
 def _verdict(final: CheckpointEstimate, log_f: Tensor, test: Tensor, settings: TrajectorySettings):
     """(warnings, verdict, interval, reasons) of the last checkpoint's sandwich."""
-    # log of the summed f(v) of the distinct test vectors: Z is at least that (diagnose's test-mass check)
-    rows, inverse = torch.unique(test, dim=0, return_inverse=True)
-    one_each = torch.zeros(rows.shape[0], dtype=torch.long, device=inverse.device)
-    one_each.scatter_(0, inverse, torch.arange(inverse.numel(), device=inverse.device))
-    log_test_mass = float(torch.logsumexp(log_f[one_each.to(log_f.device)], 0))
-    estimated = final.log_f_method != "exact"
-    warnings = diagnose(
-        ais_mean=final.ais_mean, ais_stderr=final.log_z_stderr, ais_ess=final.ess, ais_chains=settings.ais_chains,
-        ais_lower=final.log_z_lower, raise_mean=final.raise_mean, raise_stderr=final.raise_stderr,
-        exact_mean=final.exact_mean, log_z=final.log_z, log_test_mass=log_test_mass, init=settings.init,
-        log_f_method=final.log_f_method, log_f_check=None, log_f_estimated=estimated, num_test=int(test.shape[0]),
-    )  # fmt: skip
-    # The warnings name the evaluation's settings; along a trajectory K is the sub-steps per link ({steps}) too.
-    codes = {w.code for w in warnings}
     if final.raise_mean is None:
-        return warnings, "open", None, ["RAISE did not run on the last checkpoint"]
-    raise_se = final.raise_stderr if final.raise_stderr is not None and math.isfinite(final.raise_stderr) else math.inf
-    noise = math.hypot(final.log_z_stderr, raise_se)
-    low = min(final.ais_mean, final.raise_mean) - 2 * noise
-    high = max(final.ais_mean, final.raise_mean) + 2 * noise
-    reasons = verdict_reasons(
-        gap=final.ais_mean - final.raise_mean, noise=noise, codes=codes, exact=final.exact_mean,
-        interval=(low, high) if math.isfinite(noise) else None, allowance=0.0, method=final.log_f_method,
-        tolerance=settings.tolerance,
+        return [], "open", None, ["RAISE did not run on the last checkpoint"]
+    verdict, interval, reasons, warnings = sandwich_verdict(
+        ais_mean=final.ais_mean, log_z=final.log_z, log_z_stderr=final.log_z_stderr, ess=final.ess,
+        log_z_lower=final.log_z_lower, chains=settings.ais_chains, raise_mean=final.raise_mean,
+        raise_se=final.raise_stderr, exact_mean=final.exact_mean, log_f=log_f, test=test,
+        log_f_method=final.log_f_method, init=settings.init, tolerance=settings.tolerance,
     )  # fmt: skip
-    if reasons:
-        return warnings, "open", None, reasons
-    return warnings, "closed", (low, high), []
+    return warnings, verdict, interval, reasons
