@@ -255,6 +255,10 @@ def cost_estimate_text(estimate, names: Optional[dict[str, str]] = None) -> str:
     return "\n".join(lines)
 
 
+def _nats(x: float) -> str:
+    return f"{x:g} nat" if x == 1 else f"{x:g} nats"
+
+
 def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     """The table of `raise-eval trajectory`: log Z (AIS, BAR, exact) and the test log-likelihood (AIS, RAISE, exact)
     at every checkpoint, BAR's flagged links, and the verdict on the last checkpoint."""
@@ -304,11 +308,11 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     if report.closed:
         lo, hi = report.interval
         lines.append(
-            f"verdict on the last checkpoint (step {final.step}, tolerance {s['tolerance']:g} nats): CLOSED: the "
+            f"verdict on the last checkpoint (step {final.step}, tolerance {_nats(s['tolerance'])}): CLOSED: the "
             f"average test log-likelihood lies in [{lo:.4f}, {hi:.4f}] (RAISE to AIS, ±2 standard errors)"
         )
     else:
-        lines.append(f"verdict on the last checkpoint (step {final.step}, tolerance {s['tolerance']:g} nats): OPEN")
+        lines.append(f"verdict on the last checkpoint (step {final.step}, tolerance {_nats(s['tolerance'])}): OPEN")
         lines += [f"  - {render_names(r, names)}" for r in report.reasons]
     for w in report.warnings:
         lines.append(f"warning [{w.code}]: {render_names(w.message, names)}")
