@@ -19,11 +19,11 @@ import time
 from pathlib import Path
 
 import torch
+from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
 
 from raise_eval import LikelihoodMonitor
 from raise_eval.integrations.hooks import MONITOR_EVALUATION
 from raise_eval.io.datasets import load_dataset
-from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
 from raise_eval.trajectory import TrackSettings
 
 
@@ -66,10 +66,10 @@ def main(argv=None) -> None:
     e = MONITOR_EVALUATION
     print(
         f"784-{args.hidden} RBM, CD-1, {args.epochs} epochs on {len(train):,} vectors; monitors every {args.every} "
-        f"epoch(s) on {len(test)} test vectors, exact {args.exact}; tracking: {args.chains} chains x {args.track_steps} "
-        f"sub-steps per call, RAISE {e.raise_examples} x {e.raise_chains} at final(); full: K = {e.steps}, "
-        f"{e.ais_chains} AIS chains, RAISE {e.raise_examples} x {e.raise_chains} per call; torch threads "
-        f"{torch.get_num_threads()}",
+        f"epoch(s) on {len(test)} test vectors, exact {args.exact}; tracking: {args.chains} chains x "
+        f"{args.track_steps} sub-steps per call, RAISE {e.raise_examples} x {e.raise_chains} at final(); full: "
+        f"K = {e.steps}, {e.ais_chains} AIS chains, RAISE {e.raise_examples} x {e.raise_chains} per call; torch "
+        f"threads {torch.get_num_threads()}",
         flush=True,
     )
     times: dict[str, list[float]] = {"off": [], "track": [], "full": []}

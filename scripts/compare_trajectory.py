@@ -33,8 +33,8 @@ import torch
 from raise_eval import exact
 from raise_eval.estimators.ais import ais
 from raise_eval.evaluation.plan import _start_biases
-from raise_eval.io.trajectory_files import TrajectoryInputSettings, load_trajectory_inputs
 from raise_eval.io.results import dump_json
+from raise_eval.io.trajectory_files import TrajectoryInputSettings, load_trajectory_inputs
 from raise_eval.paths.boltzmann import BoltzmannPath
 from raise_eval.schedules import linear_schedule
 from raise_eval.trajectory import evaluate_trajectory
@@ -90,7 +90,8 @@ def markdown(rows: list[dict], meta: dict) -> str:
     ]
     for r in rows:
         lines.append(
-            f"| {r['method']} | {r['k']} | {r['total_steps']:,} | {r['mean_abs_error']:.4f} | {r['max_abs_error']:.4f} | "
+            f"| {r['method']} | {r['k']} | {r['total_steps']:,} | {r['mean_abs_error']:.4f} | "
+            f"{r['max_abs_error']:.4f} | "
             f"{r['rms_error']:.4f} | {r['mean_error']:+.4f} | {r['mean_stderr']:.4f} | {r['within_2se']:.0%} | "
             f"{r['seconds']:.1f} |"
         )
@@ -100,7 +101,11 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"Final checkpoint (step {meta['steps'][-1]}), trajectory path at K = {v['k']}: verdict **{v['verdict']}** "
         f"(tolerance {v['tolerance']:g} nats); AIS {v['ais']:.4f}, RAISE {v['raise']:.4f} ± {v['raise_se']:.4f}, "
         f"exact {v['exact']:.4f}; interval {v['interval']} "
-        + (f"contains the exact value: {v['contains_exact']}" if v["interval"] else f"(open: {'; '.join(v['reasons'])})"),
+        + (
+            f"contains the exact value: {v['contains_exact']}"
+            if v["interval"]
+            else f"(open: {'; '.join(v['reasons'])})"
+        ),
     ]
     if meta.get("flagged"):
         lines.append(f"BAR's health check flagged: {'; '.join(meta['flagged'])}")
@@ -120,7 +125,9 @@ def plot_errors(rows: list[dict], steps: list[int], path: Path, k: str) -> None:
             continue
         style, colour = styles.get(r["method"], ("^:", "tab:green" if "steps" in r["k"] else "tab:olive"))
         label = r["method"] + ("" if r["method"].startswith("trajectory") else f", {r['k'].split('(')[1][:-1]}")
-        ax.errorbar(steps, r["errors"], yerr=r["stderrs"], fmt=style, color=colour, markersize=3, capsize=2, label=label)
+        ax.errorbar(
+            steps, r["errors"], yerr=r["stderrs"], fmt=style, color=colour, markersize=3, capsize=2, label=label
+        )
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xlabel("training step")
     ax.set_ylabel("log Z estimate - exact (nats)")
@@ -202,11 +209,12 @@ def main(argv=None) -> None:
     k = args.steps[-1]
     report = reports[k]
     final = report.final
+    interval = report.interval
     verdict = {
         "k": k, "verdict": report.verdict, "tolerance": report.settings["tolerance"], "ais": final.ais_mean,
         "raise": final.raise_mean, "raise_se": final.raise_stderr, "exact": final.exact_mean,
         "interval": None if report.interval is None else [round(x, 4) for x in report.interval],
-        "contains_exact": None if report.interval is None else report.interval[0] <= final.exact_mean <= report.interval[1],
+        "contains_exact": None if interval is None else interval[0] <= final.exact_mean <= interval[1],
         "reasons": list(report.reasons),
     }  # fmt: skip
     meta = {
