@@ -152,13 +152,14 @@ def main(argv=None) -> None:
     parser.add_argument("--test-subset", type=int, default=None)
     parser.add_argument("--init", choices=["base-rates", "uniform"], default="base-rates")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="results/trajectory/run")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    inputs = TrajectoryInputSettings(folder=args.folder, data=args.data, data_root=args.data_root, dtype="float64")
+    inputs = TrajectoryInputSettings(folder=args.folder, data=args.data, data_root=args.data_root, dtype=args.dtype)
     loaded = load_trajectory_inputs(inputs, args.init)
     models, steps = loaded.models, loaded.steps
     model = models[-1]
@@ -181,7 +182,7 @@ def main(argv=None) -> None:
             raise_examples=args.raise_examples, raise_chains=args.raise_chains,
             raise_checkpoints=args.raise_checkpoints, init=args.init, exact="auto" if last else "never",
             test_subset=args.test_subset, seed=args.seed, threads=None, training_steps=steps, names=loaded.names,
-            train_pixel_means=loaded.train_pixel_means, labels={"folder": str(args.folder)},
+            train_pixel_means=loaded.train_pixel_means, labels={"folder": str(args.folder)}, exact_log_z=truth,
         )  # fmt: skip
         reports[k] = report
         t = report.timing

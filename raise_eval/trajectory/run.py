@@ -46,6 +46,7 @@ def evaluate_trajectory(
     names: Optional[Sequence[str]] = None,
     train_pixel_means: Optional[Tensor] = None,
     labels: Optional[dict[str, Any]] = None,
+    exact_log_z: Optional[Sequence[Optional[float]]] = None,
     **overrides,
 ) -> TrajectoryReport:
     """Log Z (AIS and BAR), the AIS/RAISE sandwich of the test log-likelihood and the exact values where affordable,
@@ -61,10 +62,14 @@ def evaluate_trajectory(
         names: each checkpoint's name (e.g. its file); 'checkpoint i' when None.
         train_pixel_means: the training set's pixel means, for init='base-rates'.
         labels: entries the report's settings show (e.g. {"folder": path}).
+        exact_log_z: each checkpoint's exact log Z from an earlier run (a report's `log_z_exact`s), used instead of
+            enumerating again (None entries: not known); ignored with exact='never'.
     """
     settings = with_overrides(TrajectorySettings, settings, overrides)
     with using_threads(settings.threads), torch.no_grad():
-        return _evaluate(list(checkpoints), test_data, settings, training_steps, names, train_pixel_means, labels)
+        return _evaluate(
+            list(checkpoints), test_data, settings, training_steps, names, train_pixel_means, labels, exact_log_z
+        )
 
 
 def raise_points(num_checkpoints: int, count: int) -> list[int]:
@@ -77,7 +82,9 @@ def raise_points(num_checkpoints: int, count: int) -> list[int]:
     return sorted({round(j * (num_checkpoints - 1) / (count - 1)) for j in range(count)})
 
 
-def _evaluate(models, test_data, settings: TrajectorySettings, training_steps, names, train_pixel_means, labels):
+def _evaluate(
+    models, test_data, settings: TrajectorySettings, training_steps, names, train_pixel_means, labels, known_log_z
+):
     start_all = time.perf_counter()
     check_trajectory(models)
     count = len(models)
@@ -85,6 +92,8 @@ def _evaluate(models, test_data, settings: TrajectorySettings, training_steps, n
     names = [f"checkpoint {i}" for i in range(count)] if names is None else [str(n) for n in names]
     if len(steps) != count or len(names) != count:
         raise ValueError(f"{count} checkpoints need {count} training steps and names")
+    if known_log_z is not None and len(known_log_z) != count:
+        raise ValueError(f"exact_log_z has {len(known_log_z)} values for {count} checkpoints")
     model = models[-1]
     device, dtype = model.device, model.dtype
     test = check_binary(torch.as_tensor(test_data), model.n_visible, "test data").to(device=device, dtype=dtype)
@@ -124,7 +133,8 @@ def _evaluate(models, test_data, settings: TrajectorySettings, training_steps, n
         values, method = _log_f(m, test, settings, i)
         log_f.append(values)
         log_f_method.append(method)
-        log_z_exact.append(_exact_log_z(m, settings))
+        known = None if known_log_z is None or settings.exact == "never" else known_log_z[i]
+        log_z_exact.append(float(known) if known is not None else _exact_log_z(m, settings))
     timing["log_f_and_exact_seconds"] = time.perf_counter() - t0
 
     # 5. RAISE at a few checkpoints, each along the path truncated there.
