@@ -649,12 +649,22 @@ def annealing_model_marginal(
         return _dbn_log_f(m, None, p_top.log(), DEFAULT_MAX_BYTES, None, False).exp()
     m = model.to(dtype=torch.float64)
     base = [c.to(dtype=torch.float64, device=m.device) for c in base_biases]
-    _check_units(sum(m.layer_sizes), max_units, "p_ann")
     betas = torch.as_tensor(betas, dtype=torch.float64)
-    table0, e, _ = _joint_table(m.annealed(0.0, base))
+    return annealing_model_marginal_along([m.annealed(beta, base) for beta in betas.tolist()], max_units=max_units)
+
+
+def annealing_model_marginal_along(models: Sequence[LayeredBoltzmannMachine], *, max_units: int = 14) -> Tensor:
+    """p_ann(v) of the forward chain through any sequence of machines f_0, ..., f_K of one architecture (the points
+    of an annealing path at its betas), shaped (2^n_visible,): x_0 ~ p_0 exactly, then the collapsed block-Gibbs
+    kernels T_1, ..., T_K of f_1, ..., f_K as matrices, read off on the visible layer. Tiny models only."""
+    if len(models) < 1:
+        raise ValueError("need at least the start")
+    first = models[0].to(dtype=torch.float64)
+    _check_units(sum(first.layer_sizes), max_units, "p_ann")
+    table0, e, _ = _joint_table(first)
     p = torch.softmax(table0.flatten(), dim=0).reshape(table0.shape).sum(1)  # p_0 over even configurations
-    for beta in betas[1:].tolist():
-        p = p @ block_gibbs_transition_matrix(m.annealed(beta, base))
+    for model in models[1:]:
+        p = p @ block_gibbs_transition_matrix(model)
     # marginalize onto the visible layer: the first n_visible bits of the even code
-    v_index = configuration_index(e[:, : m.n_visible])
-    return torch.zeros(2**m.n_visible, dtype=torch.float64, device=m.device).index_add_(0, v_index, p)
+    v_index = configuration_index(e[:, : first.n_visible])
+    return torch.zeros(2**first.n_visible, dtype=torch.float64, device=first.device).index_add_(0, v_index, p)

@@ -51,6 +51,56 @@ def add_monitor_arguments(parser: argparse.ArgumentParser, default_steps: int = 
     group.add_argument("--monitor-test-size", type=int, default=1000, help="test vectors the estimates average over")
 
 
+def add_trajectory_arguments(parser: argparse.ArgumentParser, what: str = "training") -> None:
+    group = parser.add_argument_group(
+        "trajectory",
+        f"save the {what}'s trajectory, a checkpoint every N parameter updates (and the first and last), to a folder "
+        "that `raise-eval trajectory DIR` reads: log Z and the test log-likelihood sandwich at every checkpoint "
+        "from one annealing pass along the training run",
+    )
+    group.add_argument("--save-trajectory", metavar="DIR", default=None, help="folder for the checkpoints (created)")
+    group.add_argument("--trajectory-every", metavar="N", type=int, default=100, help="updates between checkpoints")
+
+
+class TrajectorySaver:
+    """The training loop's `snapshot(updates, model)`: writes DIR/step_<updates>.pt (with `metadata` and the step)
+    and rewrites DIR/trajectory.json, the manifest `raise-eval trajectory` reads the run's order from."""
+
+    def __init__(self, folder, metadata: dict, train_pixel_means: Optional[torch.Tensor]) -> None:
+        from raise_eval.io.trajectory_files import MANIFEST
+
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        stale = sorted(self.folder.glob("step_*.pt")) + [p for p in [self.folder / MANIFEST] if p.exists()]
+        if stale:
+            raise SystemExit(f"{self.folder} already holds a trajectory ({stale[0].name}, ...): choose an empty folder")
+        self.metadata = dict(metadata)
+        self.train_pixel_means = train_pixel_means
+        self.entries: list[tuple[str, int]] = []
+        self.seconds = 0.0
+
+    def __call__(self, updates: int, model) -> None:
+        from raise_eval import save_checkpoint
+        from raise_eval.io.trajectory_files import write_manifest
+
+        start = time.perf_counter()
+        name = f"step_{updates:07d}.pt"
+        save_checkpoint(self.folder / name, model, {**self.metadata, "step": updates}, self.train_pixel_means)
+        self.entries.append((name, updates))
+        write_manifest(self.folder, self.entries, self.metadata)
+        self.seconds += time.perf_counter() - start
+
+
+def make_trajectory_saver(args, metadata: dict, train_pixel_means: Optional[torch.Tensor]) -> dict:
+    """The training function's keywords (snapshot, snapshot_every) for --save-trajectory, or none without it."""
+    if args.save_trajectory is None:
+        return {}
+    if args.trajectory_every < 1:
+        raise SystemExit(f"--trajectory-every must be a positive number of updates, got {args.trajectory_every}")
+    saver = TrajectorySaver(args.save_trajectory, metadata, train_pixel_means)
+    return {"snapshot": saver, "snapshot_every": args.trajectory_every}
+
+
 def make_monitor(args, test: torch.Tensor, train_means: Optional[torch.Tensor], stem: Path, init: str):
     """A LikelihoodMonitor configured from the monitoring options, or None when they turn it off.
 

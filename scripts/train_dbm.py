@@ -13,7 +13,7 @@ shorter schedule gives a usable but weaker model.
 
     python scripts/train_dbm.py [--recipe certifiable] [--dataset omniglot] [--hidden 500 1000] [--centering]
                                 [--chains 100] [--pretrain-epochs 20] [--epochs 16] [--max-minutes M]
-                                [--monitor-every 4] [--out PATH]
+                                [--monitor-every 4] [--out PATH] [--save-trajectory DIR --trajectory-every N]
 
 Recipes (an option given explicitly overrides its recipe's value):
   paper        the architecture above, 100 persistent chains, plain parameters (the default).
@@ -29,7 +29,9 @@ Recipes (an option given explicitly overrides its recipe's value):
                recipe as a better-conditioned gradient at no cost; its effect on certifiability was not isolated.
 
 With --monitor-every N, the training-loop hook estimates the test log-likelihood (AIS and RAISE from the data base
-rates, log f(v) by importance sampling) every N joint epochs.
+rates, log f(v) by importance sampling) every N joint epochs. With --save-trajectory DIR the joint training's
+trajectory is saved (the composed pretrained DBM, a checkpoint every --trajectory-every updates, the last one, and a
+manifest) for `raise-eval trajectory DIR`.
 
 The checkpoint holds the training configuration, the training statistics (reconstruction error and mean-field
 bound per joint epoch), the wall time and the training set's pixel means. With --max-minutes, training stops
@@ -44,7 +46,16 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from _common import SHORT_NAMES, add_dataset_argument, add_monitor_arguments, load_splits, make_monitor, train_monitored
+from _common import (
+    SHORT_NAMES,
+    add_dataset_argument,
+    add_monitor_arguments,
+    add_trajectory_arguments,
+    load_splits,
+    make_monitor,
+    make_trajectory_saver,
+    train_monitored,
+)
 from raise_eval.models.training.dbm import DBMTrainingConfig, mean_field_fixed, train_dbm
 
 from raise_eval import save_checkpoint
@@ -99,6 +110,7 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=None, help="default checkpoints/dbm_{mnist,omniglot}_SIZES.pt")
     parser.add_argument("--no-progress", action="store_true")
     add_monitor_arguments(parser, default_steps=100)
+    add_trajectory_arguments(parser, what="joint training")
     args = parser.parse_args(argv)
     recipe = RECIPES[args.recipe]
     for name in ("chains", "centering"):
@@ -132,6 +144,9 @@ def main(argv=None) -> None:
     )
     report: dict = {}
     max_seconds = None if args.max_minutes is None else 60.0 * args.max_minutes
+    trajectory = make_trajectory_saver(
+        args, {"dataset": args.dataset, "trained_by": "scripts/train_dbm.py", "phase": "joint training"}, train.mean(0)
+    )
     model, seconds = train_monitored(
         monitor,
         lambda callback: train_dbm(
@@ -142,6 +157,7 @@ def main(argv=None) -> None:
             max_seconds=max_seconds,
             report=report,
             callback=callback,
+            **trajectory,
         ),
     )
     for layer in report["pretraining"]["layers"]:
@@ -187,6 +203,10 @@ def main(argv=None) -> None:
     }
     if monitor is not None:
         metadata["monitor_history"] = [r.to_dict() for r in monitor.history]
+    if trajectory:
+        saver = trajectory["snapshot"]
+        metadata["trajectory"] = {"folder": str(saver.folder), "checkpoints": len(saver.entries)}
+        print(f"saved {len(saver.entries)} checkpoints of the joint training to {saver.folder} ({saver.seconds:.1f} s)")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(args.out, model, metadata=metadata, train_pixel_means=train.mean(0))
     print(

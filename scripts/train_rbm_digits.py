@@ -5,6 +5,10 @@ checkpoint shows AIS and RAISE next to the truth. CD-5, 300 epochs, batch 50, le
 0.005), momentum 0.5 -> 0.9, weight decay 1e-4, seed 0: a few seconds on a CPU.
 
     python scripts/train_rbm_digits.py [--out checkpoints/rbm_digits_64-16.pt]
+                                       [--save-trajectory DIR --trajectory-every N]
+
+With --save-trajectory DIR the run's trajectory is saved too (a checkpoint every --trajectory-every updates and a
+manifest): `raise-eval trajectory DIR` then gives log Z and the sandwich at every checkpoint, exact values beside.
 """
 
 import argparse
@@ -12,6 +16,7 @@ import time
 from dataclasses import asdict
 
 import torch
+from _common import add_trajectory_arguments, make_trajectory_saver
 from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
 
 from raise_eval import exact, save_checkpoint
@@ -24,10 +29,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="checkpoints/rbm_digits_64-16.pt", help="where to write the checkpoint")
     parser.add_argument("--seed", type=int, default=0)
+    add_trajectory_arguments(parser)
     args = parser.parse_args(argv)
     train, test = load_dataset("digits", "train"), load_dataset("digits", "test")
+    trajectory = make_trajectory_saver(
+        args, {"dataset": "digits", "trained_by": "scripts/train_rbm_digits.py"}, train.mean(0)
+    )
     start = time.perf_counter()
-    model = train_rbm(train, CONFIG, generator=torch.Generator().manual_seed(args.seed), progress=True)
+    model = train_rbm(train, CONFIG, generator=torch.Generator().manual_seed(args.seed), progress=True, **trajectory)
     seconds = time.perf_counter() - start
     train_ll = exact.log_likelihood(model, train).mean().item()
     test_ll = exact.log_likelihood(model, test).mean().item()

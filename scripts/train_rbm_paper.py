@@ -19,9 +19,12 @@ times a CD-1 epoch).
 Every checkpoint holds the training configuration, the training pixel means, the wall time, and, when monitoring
 is on, the sandwich history of the training-loop hook (`raise_eval.integrations.hooks.LikelihoodMonitor`): every
 `--monitor-every` epochs a cheap AIS + RAISE run (and the exact value for the 20-hidden RBMs) on a fixed random
-subset of the test set, logged to the console, a CSV history and a PNG of the sandwich over epochs.
+subset of the test set, logged to the console, a CSV history and a PNG of the sandwich over epochs. With
+--save-trajectory DIR the run's trajectory is saved too (a checkpoint every --trajectory-every updates and a
+manifest), for `raise-eval trajectory DIR`.
 
     python scripts/train_rbm_paper.py mnistCD1-20 [--monitor-every 5] [--epochs N] [--out-dir checkpoints]
+                                      [--save-trajectory DIR --trajectory-every N]
     python scripts/train_rbm_paper.py all
 """
 
@@ -34,7 +37,14 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
-from _common import add_monitor_arguments, load_splits, make_monitor, train_monitored
+from _common import (
+    add_monitor_arguments,
+    add_trajectory_arguments,
+    load_splits,
+    make_monitor,
+    make_trajectory_saver,
+    train_monitored,
+)
 from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
 
 from raise_eval import save_checkpoint
@@ -74,6 +84,9 @@ def train_one(name: str, args) -> None:
 
     max_seconds = None if args.max_minutes is None else 60.0 * args.max_minutes
     deadline = None if max_seconds is None else time.monotonic() + max_seconds
+    trajectory = make_trajectory_saver(
+        args, {"name": name, "dataset": spec.dataset, "trained_by": "scripts/train_rbm_paper.py"}, train.mean(0)
+    )
     model, seconds = train_monitored(
         monitor,
         lambda callback: train_rbm(
@@ -83,6 +96,7 @@ def train_one(name: str, args) -> None:
             progress=not args.no_progress,
             callback=callback,
             deadline=deadline,
+            **trajectory,
         ),
     )
     metadata = {
@@ -102,6 +116,13 @@ def train_one(name: str, args) -> None:
     }
     if monitor is not None:
         metadata["monitor_history"] = [r.to_dict() for r in monitor.history]
+    if trajectory:
+        saver = trajectory["snapshot"]
+        metadata["trajectory"] = {"folder": str(saver.folder), "checkpoints": len(saver.entries)}
+        print(
+            f"{name}: saved {len(saver.entries)} checkpoints of the trajectory to {saver.folder} "
+            f"({saver.seconds:.1f} s)"
+        )
     save_checkpoint(out, model, metadata=metadata, train_pixel_means=train.mean(0))
     print(f"{name}: trained in {seconds:.0f} s; wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)", flush=True)
 
@@ -118,7 +139,10 @@ def main(argv=None) -> None:
     parser.add_argument("--out-dir", default="checkpoints")
     parser.add_argument("--no-progress", action="store_true")
     add_monitor_arguments(parser)
+    add_trajectory_arguments(parser)
     args = parser.parse_args(argv)
+    if args.save_trajectory is not None and (len(args.models) > 1 or "all" in args.models):
+        parser.error("--save-trajectory saves one run: name one model")
     torch.set_num_threads(args.threads)
     names = list(MODELS) if "all" in args.models else args.models
     for name in names:

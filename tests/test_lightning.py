@@ -193,3 +193,19 @@ def test_missing_lightning_says_how_to_install(monkeypatch):
     monkeypatch.delitem(sys.modules, "raise_eval.integrations.lightning")
     with pytest.raises(ImportError, match=r"pip install raise-eval\[lightning\]"):
         importlib.import_module("raise_eval.integrations.lightning")
+
+
+def test_a_tracking_monitor_gives_its_verdict_at_the_last_epoch():
+    from raise_eval.trajectory import TrackSettings
+
+    g = torch.Generator().manual_seed(2)
+    models = [RBM.random(10, 3, weight_std=0.3 * (i + 1), generator=g) for i in range(3)]
+    monitor = LikelihoodMonitor(binary(30, 3), every=1, init="uniform", raise_examples=8, raise_chains=3,
+                                track=TrackSettings(chains=50, steps=5, start_steps=10))  # fmt: skip
+    module = Recorder(models[0])
+    callback = SandwichCallback(monitor, model_getter=lambda m: m.rbm)
+    for epoch, model in enumerate(models):
+        module.rbm = model
+        rec = callback.on_train_epoch_end(fake_trainer(epoch, max_epochs=3), module)
+    assert [r.verdict is None for r in monitor.history] == [True, True, False] and rec is monitor.history[-1]
+    assert {name for name, _, _ in module.logged} >= {"test_ll/log_z", "test_ll/raise", "test_ll/gap"}

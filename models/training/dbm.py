@@ -228,6 +228,8 @@ def train_dbm_joint(
     report: Optional[dict[str, Any]] = None,
     monitor_size: int = 200,
     callback: Optional[Callable[[int, DBM], None]] = None,
+    snapshot: Optional[Callable[[int, DBM], None]] = None,
+    snapshot_every: int = 0,
 ) -> DBM:
     """Joint training from `model` (step 3 of the module docstring); returns the trained DBM.
 
@@ -235,8 +237,12 @@ def train_dbm_joint(
     epoch the reconstruction error (mean squared error per pixel of sigmoid(b_0 + W_0 mu_1) against v, averaged
     over the epoch's minibatches) and the mean-field bound on log f(v) of the first `monitor_size` vectors.
     `callback(epoch, dbm)` runs after each joint epoch (counting from 0) on a copy of the DBM, e.g. a
-    `raise_eval.hooks.LikelihoodMonitor`.
+    `raise_eval.hooks.LikelihoodMonitor`. `snapshot(updates, dbm)` receives the joint training's trajectory: the
+    starting DBM (0 updates), the DBM after every `snapshot_every` updates and after the last one (its tensors change
+    afterwards: copy or save what you keep).
     """
+    if snapshot_every < 0 or (snapshot is not None and snapshot_every < 1):
+        raise ValueError(f"snapshot_every must be a positive number of updates with a snapshot, got {snapshot_every}")
     n = data.shape[0]
     dtype, device = data.dtype, data.device
     weights = [w.to(dtype=dtype, device=device).clone() for w in model.weights]
@@ -260,6 +266,8 @@ def train_dbm_joint(
     update, stopped = 0, False
     history: dict[str, list] = {"reconstruction_error": [], "mean_field_bound": [], "epoch_end_seconds": []}
     monitor = data[:monitor_size]
+    if snapshot is not None:
+        snapshot(0, DBM(weights, biases))
     start = time.monotonic()
     bar = tqdm(range(config.epochs), desc="joint DBM training", disable=not progress)
     for epoch in bar:
@@ -289,6 +297,8 @@ def train_dbm_joint(
                 vel.mul_(momentum).add_(grad, alpha=lr)
                 p.add_(vel)
             update += 1
+            if snapshot is not None and update % snapshot_every == 0:
+                snapshot(update, DBM(weights, biases))
             if deadline is not None and time.monotonic() > deadline and update < total_updates:
                 stopped = True
                 break
@@ -302,6 +312,8 @@ def train_dbm_joint(
             callback(epoch, DBM([w.clone() for w in weights], [b.clone() for b in biases]))
         if stopped:
             break
+    if snapshot is not None and update % snapshot_every != 0:
+        snapshot(update, DBM(weights, biases))  # the last parameters, when no multiple of snapshot_every
     if report is not None:
         report.update(
             epochs_completed=update / batches,
@@ -322,12 +334,14 @@ def train_dbm(
     max_seconds: Optional[float] = None,
     report: Optional[dict[str, Any]] = None,
     callback: Optional[Callable[[int, DBM], None]] = None,
+    snapshot: Optional[Callable[[int, DBM], None]] = None,
+    snapshot_every: int = 0,
 ) -> DBM:
     """Pretrain, compose and jointly train a DBM on binary `data` (N, n_visible); the module docstring has the
     procedure. `max_seconds` is a wall-clock budget for all of it: pretraining may use
     `config.pretrain_budget_fraction` of it, joint training what is left. `report`, if a dict, gets "pretraining"
     and "joint" entries (epochs, times, training statistics, whether the budget stopped each phase). `callback` runs
-    after each joint epoch (see `train_dbm_joint`)."""
+    after each joint epoch, `snapshot` on the joint training's trajectory (see `train_dbm_joint`)."""
     start = time.monotonic()
     pre_report: dict[str, Any] = {}
     pre_seconds = None if max_seconds is None else max_seconds * config.pretrain_budget_fraction
@@ -346,6 +360,8 @@ def train_dbm(
             deadline=deadline,
             report=joint_report,
             callback=callback,
+            snapshot=snapshot,
+            snapshot_every=snapshot_every,
         )
     if report is not None:
         report.update(

@@ -47,6 +47,8 @@ def train_rbm(
     progress: bool = False,
     callback: Optional[Callable[[int, RBM], None]] = None,
     deadline: Optional[float] = None,
+    snapshot: Optional[Callable[[int, RBM], None]] = None,
+    snapshot_every: int = 0,
 ) -> RBM:
     """Train an RBM on binary `data` (N, n_visible) and return it.
 
@@ -58,10 +60,14 @@ def train_rbm(
         callback: called as callback(epoch, model) after each epoch, epoch counting from 0 (e.g. a
             `raise_eval.hooks.LikelihoodMonitor`).
         deadline: stop after the first minibatch that ends past this time.monotonic() value.
+        snapshot, snapshot_every: the training trajectory: snapshot(updates, model) with the initial parameters
+            (0 updates), after every `snapshot_every` updates and after the last one (e.g. to save checkpoints for
+            `raise-eval trajectory`); the model's tensors are not changed afterwards.
     """
     model, _ = train_scaled_rbm(
-        data, config, 1.0, 1.0, generator=generator, progress=progress, callback=callback, deadline=deadline
-    )
+        data, config, 1.0, 1.0, generator=generator, progress=progress, callback=callback, deadline=deadline,
+        snapshot=snapshot, snapshot_every=snapshot_every,
+    )  # fmt: skip
     return model
 
 
@@ -82,12 +88,15 @@ def train_scaled_rbm(
     deadline: Optional[float] = None,
     callback: Optional[Callable[[int, RBM], None]] = None,
     desc: str = "training RBM",
+    snapshot: Optional[Callable[[int, RBM], None]] = None,
+    snapshot_every: int = 0,
 ) -> tuple[RBM, dict[str, Any]]:
     """Train an RBM whose weight matrix W is used as up * W bottom-up and down * W top-down (up = down = 1: a
     plain RBM, which `train_rbm` trains; 2 and 1 or 1 and 2: the doubled RBMs of DBM pretraining). Returns
     (RBM(W, vbias, hbias) holding the shared W, a report with epochs, time and per-epoch reconstruction errors
     under the doubled conditionals). Training stops after the first minibatch that ends past `deadline`
-    (time.monotonic()); the learning-rate schedule stays the one planned for `config.epochs`.
+    (time.monotonic()); the learning-rate schedule stays the one planned for `config.epochs`. `snapshot` and
+    `snapshot_every` as in `train_rbm`.
     """
     if config.method not in ("pcd", "cd"):
         raise ValueError(f"method must be 'pcd' or 'cd', got {config.method!r}")
@@ -105,6 +114,10 @@ def train_scaled_rbm(
     batches = max(1, n // config.batch_size)
     total_updates = config.epochs * batches
     update, stopped, errors = 0, False, []
+    if snapshot_every < 0 or (snapshot is not None and snapshot_every < 1):
+        raise ValueError(f"snapshot_every must be a positive number of updates with a snapshot, got {snapshot_every}")
+    if snapshot is not None:
+        snapshot(0, RBM(W, vbias, hbias))
     start = time.monotonic()
     for epoch in tqdm(range(config.epochs), desc=desc, disable=not progress):
         order = torch.randperm(n, generator=generator, device=device)
@@ -132,6 +145,8 @@ def train_scaled_rbm(
                 vel.mul_(momentum).add_(grad, alpha=lr)
             W, vbias, hbias = W + velocity[0], vbias + velocity[1], hbias + velocity[2]
             update += 1
+            if snapshot is not None and update % snapshot_every == 0:
+                snapshot(update, RBM(W, vbias, hbias))
             if deadline is not None and time.monotonic() > deadline and update < total_updates:
                 stopped = True
                 break
@@ -141,6 +156,8 @@ def train_scaled_rbm(
             callback(epoch, RBM(W, vbias, hbias))
         if stopped:
             break
+    if snapshot is not None and update % snapshot_every != 0:
+        snapshot(update, RBM(W, vbias, hbias))  # the last parameters, when no multiple of snapshot_every
     report = {
         "epochs_completed": update / batches,
         "epochs_planned": config.epochs,

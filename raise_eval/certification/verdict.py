@@ -64,7 +64,7 @@ def closure_reasons(report, tolerance: float) -> list[str]:
     )
     exact = getattr(report, "exact_mean", None)
     interval = sandwich_interval(report) if exact is not None and math.isfinite(noise) else None
-    return _reasons(
+    return verdict_reasons(
         gap=report.gap,
         noise=noise,
         codes={w.code for w in report.warnings},
@@ -82,7 +82,7 @@ def reasons_of_step(step: CertifyStep, tolerance: float) -> list[str]:
         return ["AIS or RAISE did not finish"]
     raise_se = step.raise_stderr if step.raise_stderr is not None and math.isfinite(step.raise_stderr) else math.inf
     interval = None if step.interval_low is None else (step.interval_low, step.interval_high)
-    return _reasons(
+    return verdict_reasons(
         gap=step.gap,
         noise=math.hypot(step.ais_stderr, raise_se),
         codes=set(step.warnings),
@@ -94,7 +94,11 @@ def reasons_of_step(step: CertifyStep, tolerance: float) -> list[str]:
     )
 
 
-def _reasons(*, gap, noise, codes, exact, interval, allowance, method, tolerance) -> list[str]:
+def verdict_reasons(*, gap, noise, codes, exact, interval, allowance, method, tolerance) -> list[str]:
+    """Why a sandwich with these numbers is not closed at `tolerance` nats (empty: closed): `gap` = AIS - RAISE,
+    `noise` their combined standard error, `codes` the warnings' codes, `exact` the exact value or None,
+    `interval` the reported interval (or None), `allowance` the log f(v) check's allowance, `method` log f(v)'s
+    estimator. For reports other than an `EvaluationReport` (e.g. the final checkpoint of a trajectory)."""
     reasons = []
     if allowance > tolerance / 2:
         reasons.append(

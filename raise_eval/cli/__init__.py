@@ -1,4 +1,4 @@
-"""The `raise-eval` command line: a module per subcommand (evaluate.py, bdmc.py), their options generated from the
+"""The `raise-eval` command line: a module per subcommand (evaluate.py, bdmc.py, trajectory.py), their options generated from the
 settings' declarations (options.py), what they share (common.py). Only this package turns field names into flags
 and errors into exit statuses; it may import everything else, and nothing imports it.
 
@@ -16,7 +16,7 @@ import warnings
 import torch
 
 from raise_eval._version import __version__
-from raise_eval.cli import bdmc, evaluate
+from raise_eval.cli import bdmc, evaluate, trajectory
 from raise_eval.cli.options import attach_dash_values, die
 from raise_eval.io.datasets import DataError
 from raise_eval.io.outputs import OutputWarning, OutputWriteError
@@ -24,7 +24,7 @@ from raise_eval.io.user_model import UserCodeError
 from raise_eval.runtime.distributed import shutdown as shutdown_process_group
 from raise_eval.settings import SettingsError, render_names
 
-SUBCOMMANDS = (evaluate, bdmc)
+SUBCOMMANDS = (evaluate, bdmc, trajectory)
 
 
 def build_parser() -> argparse.ArgumentParser:

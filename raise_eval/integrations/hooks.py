@@ -12,6 +12,12 @@ The settings are a `MonitorSettings` (declared once, checked when the monitor is
 training): how often, where the history and plot go, and the `EvaluateSettings` of each evaluation, whose defaults
 here are cheap ones for monitoring (`MONITOR_EVALUATION`); compare final models with the command's defaults.
 
+With `track` (a `TrackSettings`, or True for its defaults) the monitor instead follows log Z along training: persistent
+AIS chains advanced at every call through the parameters since the last call (`raise_eval.trajectory.online`), a
+`TrajectoryRecord` per call (log Z, its standard error and ESS, and the AIS log-likelihood where log f(v) is exact)
+at a small fraction of a full evaluation's cost; RAISE back along the same trajectory, and a verdict, at `final()`
+and every `track.verdict_every` records.
+
 Epochs count from 0, as `train_rbm` passes them (and as Lightning's `trainer.current_epoch` does in an epoch-end
 hook): epoch e is the state after e + 1 passes over the data. With `every=k` the monitor evaluates after epochs
 0, k, 2k, ..., so the first epoch always gives a point; `monitor.final(epoch, model)` adds the last one.
@@ -21,6 +27,7 @@ from __future__ import annotations
 
 import csv
 import io
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Optional
@@ -30,6 +37,7 @@ from torch import Tensor
 
 from raise_eval.certification.run import certify
 from raise_eval.certification.settings import CertifySettings
+from raise_eval.evaluation.plan import _start_biases
 from raise_eval.evaluation.report import EvaluationReport
 from raise_eval.evaluation.run import evaluate
 from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
@@ -40,6 +48,10 @@ from raise_eval.io.results import dump_json, to_jsonable
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 from raise_eval.settings import SettingsError, setting, settings_class
+from raise_eval.trajectory.online import TrajectoryTracker, estimated_log_f, exact_log_f, exact_log_z
+from raise_eval.trajectory.report import TRACK_FIELDS, TrajectoryRecord
+from raise_eval.trajectory.settings import TrackSettings
+from raise_eval.trajectory.verdict import sandwich_verdict
 
 Logger = Callable[[dict[str, float], int], Any]
 
@@ -126,7 +138,7 @@ MONITOR_EVALUATION = EvaluateSettings(
     init="uniform", steps=100, ais_chains=100, raise_examples=20, raise_chains=5, log_f_method="importance",
     log_f_samples=100,
 )  # fmt: skip
-MONITOR_FIELDS = ("every", "prefix", "history_path", "plot_path", "until_gap", "max_steps", "time_budget")
+MONITOR_FIELDS = ("every", "prefix", "history_path", "plot_path", "until_gap", "max_steps", "time_budget", "track")
 
 
 def _output_path(value, field: str) -> Path:
@@ -159,6 +171,16 @@ def _plot_path(value):
             "plot_path needs matplotlib: pip install raise-eval[plot] (or pip install matplotlib)"
         ) from None
     return path
+
+
+def _track(value):
+    if value is True:
+        return TrackSettings()
+    if value is False:
+        return None
+    if not isinstance(value, TrackSettings):
+        raise SettingsError(f"{{track}} must be a TrackSettings, True or None, got {type(value).__name__}", ("track",))
+    return value
 
 
 def _evaluation(value):
@@ -197,8 +219,20 @@ class MonitorSettings:
         MONITOR_EVALUATION, "the settings of each evaluation (cheap defaults: MONITOR_EVALUATION)", kind="any",
         check=_evaluation,
     )  # fmt: skip
+    track: Optional[TrackSettings] = setting(
+        None,
+        "follow log Z along training with persistent chains instead of a full evaluation per call: a TrackSettings "
+        "(True: its defaults); the start, RAISE's subset and chains, the exact values and the seed are the "
+        "evaluation's",
+        kind="any", none="a full evaluation at each call", check=_track,
+    )  # fmt: skip
 
     def _validate(self) -> None:
+        if self.track is not None and self.until_gap is not None:
+            raise SettingsError(
+                "{until_gap} certifies a full evaluation at each call; {track} follows log Z with persistent chains "
+                "and gives its verdict at final() (and every verdict_every records): choose one"
+            )
         if self.until_gap is None and (self.max_steps is not None or self.time_budget is not None):
             field = "max_steps" if self.max_steps is not None else "time_budget"
             raise SettingsError(f"{{{field}}} bounds a certified evaluation: pass {{until_gap}} too")
@@ -255,8 +289,10 @@ class LikelihoodMonitor:
         self.train_pixel_means = train_pixel_means
         self.logger = logger
         self.last_certificate = None
-        self.history: list[SandwichRecord] = []
+        self.history: list = []  # SandwichRecords, or TrajectoryRecords with `track`
         self.last_report: Optional[EvaluationReport] = None
+        self.tracker: Optional[TrajectoryTracker] = None  # with `track`: the persistent chains and every model seen
+        self.last_verdict = None  # with `track`: (verdict, interval, reasons, warnings) of the latest verdict
         self._moved: tuple[Any, Tensor] = ((self.test_data.device, self.test_data.dtype), self.test_data)
 
     @property
@@ -293,26 +329,31 @@ class LikelihoodMonitor:
             return None
         return self.record(epoch, model)
 
-    def final(self, epoch: int, model) -> SandwichRecord:
-        """Evaluate after the last epoch whether or not it is due (the existing record if it was)."""
-        if self.history and self.history[-1].epoch == epoch:
-            return self.history[-1]
-        return self.record(epoch, model)
+    def final(self, epoch: int, model, *, emit: bool = True):
+        """Evaluate after the last epoch whether or not it is due (the existing record if it was). With `track`, the
+        last record also gets RAISE along the trajectory and a verdict (`last_verdict` says why)."""
+        if self.settings.track is None:
+            if self.history and self.history[-1].epoch == epoch:
+                return self.history[-1]
+            return self.record(epoch, model, emit=emit)
+        last = self.history[-1] if self.history else None
+        if last is not None and last.epoch == epoch:
+            if last.verdict is not None:
+                return last
+            self.history.pop()  # this epoch's record again, now with the verdict (the chains are not advanced)
+            return self._track(epoch, model, emit=emit, advance=False, verdict=True)
+        return self._track(epoch, model, emit=emit, advance=True, verdict=True)
 
     # ------------------------------------------------------------------ evaluation
 
     def record(self, epoch: int, model, *, emit: bool = True) -> SandwichRecord:
         """Evaluate `model` now, append the record to `history` and return it. With `emit` (the default) also call
         the logger and rewrite the history and plot files (`SandwichCallback` emits on global rank 0 only)."""
-        if not isinstance(model, (LayeredBoltzmannMachine, DBN)):
-            raise TypeError(
-                f"LikelihoodMonitor evaluates an RBM, DBM or DBN from raise_eval.models, got {type(model).__name__}; "
-                "build one from your parameters, e.g. RBM(W, vbias, hbias) with W shaped (n_visible, n_hidden)"
-            )
-        key = (model.device, model.dtype)
-        if self._moved[0] != key:
-            # Cache the moved copy: the model keeps its device and dtype from one epoch to the next.
-            self._moved = (key, self.test_data.to(device=model.device, dtype=model.dtype))
+        self._check_model(model)
+        if self.settings.track is not None:
+            every = self.settings.track.verdict_every
+            verdict = every is not None and (len(self.history) + 1) % every == 0
+            return self._track(epoch, model, emit=emit, advance=True, verdict=verdict)
         certify_settings = self.settings.certify_settings
         # No autograd graph through parameters that require grad (a Lightning module's); the numbers are the same.
         with torch.no_grad():
@@ -335,8 +376,83 @@ class LikelihoodMonitor:
                 self.logger(self.metrics(rec), rec.epoch)
         return rec
 
-    def metrics(self, record: SandwichRecord) -> dict[str, float]:
-        """{prefix + 'ais', 'raise', 'gap' and, when known, 'exact'}: what the logger and Lightning receive."""
+    def _check_model(self, model) -> None:
+        if not isinstance(model, (LayeredBoltzmannMachine, DBN)):
+            raise TypeError(
+                f"LikelihoodMonitor evaluates an RBM, DBM or DBN from raise_eval.models, got {type(model).__name__}; "
+                "build one from your parameters, e.g. RBM(W, vbias, hbias) with W shaped (n_visible, n_hidden)"
+            )
+        if self.settings.track is not None and isinstance(model, DBN):
+            raise TypeError("track follows RBMs and DBMs (a DBN's trajectory is not a Boltzmann machine's)")
+        key = (model.device, model.dtype)
+        if self._moved[0] != key:
+            # Cache the moved copy: the model keeps its device and dtype from one epoch to the next.
+            self._moved = (key, self.test_data.to(device=model.device, dtype=model.dtype))
+
+    def _track(self, epoch: int, model, *, emit: bool, advance: bool, verdict: bool) -> TrajectoryRecord:
+        """Advance the persistent chains to `model` (unless `advance` is False: the record of the model they are at)
+        and record log Z; with `verdict`, also RAISE along the trajectory and the verdict."""
+        start = time.perf_counter()
+        self._check_model(model)
+        e, track = self.settings.evaluation, self.settings.track
+        with torch.no_grad():
+            if self.tracker is None:
+                base = _start_biases(model, "RBM" if model.num_layers == 2 else "DBM", e.init, self.train_pixel_means)
+                self.tracker = TrajectoryTracker(track, base if e.init == "base-rates" else None, seed=e.seed)
+            if advance:
+                self.tracker.advance(model)
+            model = self.tracker.models[-1]
+            test = self._moved[1]
+            summary = self.tracker.log_z()
+            log_z = float(summary.estimate)
+            exact_allowed = e.exact != "never"
+            log_f = exact_log_f(model, test, e.max_exact_units if exact_allowed else 0)
+            log_f_method = "exact"
+            log_z_exact = exact_log_z(model, e.max_exact_units) if exact_allowed else None
+            exact = None if log_f is None or log_z_exact is None else float(log_f.mean()) - log_z_exact
+            raise_mean = raise_se = gap = outcome = None
+            if verdict:
+                if log_f is None:
+                    generator = torch.Generator(device=model.device).manual_seed(e.seed + 2)
+                    log_f = estimated_log_f(model, test, e.log_f_budget("log_f_samples"), generator)
+                    log_f_method = "importance"
+                subset = _raise_subset(test.shape[0], e.raise_examples, e.seed + 3)
+                result = self.tracker.raise_(
+                    test[subset.to(test.device)], e.raise_chains,
+                    torch.Generator(device=model.device).manual_seed(e.seed + 1),
+                )  # fmt: skip
+                cv = result.control_variate_mean(log_f, log_f[subset.to(log_f.device)])
+                raise_mean, raise_se = cv.mean, cv.stderr
+                ais_mean = float(log_f.mean()) - log_z
+                gap = ais_mean - raise_mean
+                self.last_verdict = sandwich_verdict(
+                    ais_mean=ais_mean, log_z=log_z, log_z_stderr=float(summary.stderr), ess=float(summary.ess),
+                    log_z_lower=float(summary.lower), chains=track.chains, raise_mean=raise_mean, raise_se=raise_se,
+                    exact_mean=exact, log_f=log_f, test=test, log_f_method=log_f_method, init=e.init,
+                    tolerance=track.tolerance,
+                )  # fmt: skip
+                outcome = self.last_verdict[0]
+        rec = TrajectoryRecord(
+            epoch=int(epoch), log_z=log_z, log_z_stderr=float(summary.stderr), ess=float(summary.ess),
+            ais=None if log_f is None else float(log_f.mean()) - log_z, log_z_exact=log_z_exact, exact=exact,
+            raise_=raise_mean, raise_se=raise_se, gap=gap, verdict=outcome, seconds=time.perf_counter() - start,
+            steps=self.tracker.num_steps,
+        )  # fmt: skip
+        self.history.append(rec)
+        if emit:
+            self._write_history()
+            self._write_plot()
+            if self.logger is not None:
+                self.logger(self.metrics(rec), rec.epoch)
+        return rec
+
+    def metrics(self, record) -> dict[str, float]:
+        """{prefix + 'ais', 'raise', 'gap' and, when known, 'exact'}: what the logger and Lightning receive. With
+        `track`: prefix + 'log_z', and 'ais', 'raise', 'gap', 'exact' when the record has them."""
+        if isinstance(record, TrajectoryRecord):
+            values = {"log_z": record.log_z, "ais": record.ais, "raise": record.raise_, "gap": record.gap,
+                      "exact": record.exact}  # fmt: skip
+            return {f"{self.prefix}{k}": v for k, v in values.items() if v is not None}
         out = {f"{self.prefix}ais": record.ais, f"{self.prefix}raise": record.raise_, f"{self.prefix}gap": record.gap}
         if record.exact is not None:
             out[f"{self.prefix}exact"] = record.exact
@@ -350,26 +466,47 @@ class LikelihoodMonitor:
             return
         # Whole or not at all (raise_eval.io.writing.write_file): an interrupted or failed write never leaves a
         # truncated history; a failure raises OutputWriteError naming where the history was kept instead.
+        fields = HISTORY_FIELDS if self.settings.track is None else TRACK_FIELDS
         if path.suffix.lower() == ".json":
             dump_json([r.to_dict() for r in self.history], str(path))
             return
         text = io.StringIO(newline="")
         writer = csv.writer(text)
-        writer.writerow(HISTORY_FIELDS)
+        writer.writerow(fields)
         for r in self.history:
             row = to_jsonable(r.to_dict())  # non-finite -> None -> an empty cell, like a missing exact
-            row["warnings"] = ";".join(row["warnings"])
-            writer.writerow(["" if row[k] is None else row[k] for k in HISTORY_FIELDS])
+            if "warnings" in row:
+                row["warnings"] = ";".join(row["warnings"])
+            writer.writerow(["" if row[k] is None else row[k] for k in fields])
         write_file(path, text.getvalue(), what="the history")
 
     def _write_plot(self) -> None:
         if self.plot_path is None:
             return
-        from raise_eval.render.plots import plot_monitor
+        from raise_eval.render.plots import plot_monitor, plot_track
 
         s = self.settings.evaluation
+        track = self.settings.track
+        if track is not None:
+            title = (
+                f"log Z along training: {track.chains} persistent chains, {track.steps} sub-steps per call "
+                f"({track.start_steps} to the first model)\n{s.init} start; RAISE {s.raise_examples} x "
+                f"{s.raise_chains} at final()"
+                + (f" and every {track.verdict_every} records" if track.verdict_every else "")
+                + f"; seed {s.seed}"
+            )
+            plot_track(self.history, str(self.plot_path), title)  # whole or not at all (save_figure)
+            return
         title = (
             f"K = {s.steps} ({s.schedule}, {s.init} start), {s.ais_chains} AIS chains, "
             f"RAISE {s.raise_examples} x {s.raise_chains}, seed {s.seed}"
         )
         plot_monitor(self.history, str(self.plot_path), title)
+
+
+def _raise_subset(n_test: int, examples: int, seed: int) -> Tensor:
+    """RAISE's fixed random subset of the monitor's test vectors (all when fewer), sorted."""
+    if examples >= n_test:
+        return torch.arange(n_test)
+    order = torch.randperm(n_test, generator=torch.Generator().manual_seed(seed))
+    return order[:examples].sort().values

@@ -64,7 +64,8 @@ class SandwichCallback(pl.Callback):
         model_getter: returns the RBM, DBM or DBN to evaluate from the LightningModule; default
             `pl_module.model`.
         final: also evaluate after the last epoch (the last of `max_epochs`, or when `trainer.should_stop` is
-            already set, or `max_steps` is reached) when `monitor.every` would skip it.
+            already set, or `max_steps` is reached) when `monitor.every` would skip it, with `monitor.final`: for a
+            tracking monitor (`track`) that record also has RAISE along the trajectory and the verdict.
 
     Metrics are logged with on_step=False, on_epoch=True (the only form Lightning allows in an epoch-end hook),
     so they reach `trainer.callback_metrics` and every attached logger at that epoch. Lightning keeps logged
@@ -103,7 +104,11 @@ class SandwichCallback(pl.Callback):
         if not (self.monitor.due(epoch) or (self.final and self._last_epoch(trainer))):
             return None
         model = self.model_getter(pl_module)
-        record = self.monitor.record(epoch, model, emit=trainer.is_global_zero)
+        if self.final and self._last_epoch(trainer):
+            # the last epoch: a tracking monitor adds RAISE along the trajectory and its verdict here
+            record = self.monitor.final(epoch, model, emit=trainer.is_global_zero)
+        else:
+            record = self.monitor.record(epoch, model, emit=trainer.is_global_zero)
         for name, value in self.monitor.metrics(record).items():
             # Each rank computed the same value: no sync_dist. batch_size=1: nothing to infer at epoch end.
             pl_module.log(name, value, on_step=False, on_epoch=True, batch_size=1, sync_dist=False)

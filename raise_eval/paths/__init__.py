@@ -1,9 +1,11 @@
-"""Annealing paths: families f_beta from a tractable start (beta = 0) to the model of interest (beta = 1). May import
+"""Annealing paths: families f_beta from a tractable start (beta = 0) to the model of interest (beta = 1): the
+geometric (temperature) path, posteriors with v clamped, directed models, and a training run's trajectory. May import
 `kernels` and the models; never the estimators or anything above them."""
 
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.paths.directed import DirectedPath, DirectedState
 from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath, posterior_path
+from raise_eval.paths.trajectory import TrajectoryPath, TrajectoryState, check_trajectory, trajectory_path
 
 __all__ = [
     "BoltzmannPath",
@@ -11,7 +13,11 @@ __all__ = [
     "DBNPosteriorPath",
     "DirectedPath",
     "DirectedState",
+    "TrajectoryPath",
+    "TrajectoryState",
+    "check_trajectory",
     "data_base_rates",
     "posterior_path",
+    "trajectory_path",
     "uniform_base",
 ]

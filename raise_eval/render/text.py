@@ -272,3 +272,73 @@ def cost_estimate_text(estimate, names: Optional[dict[str, str]] = None) -> str:
     if estimate.timing:
         lines.append(f"  ({estimate.timing})")
     return "\n".join(lines)
+
+
+def _nats(x: float) -> str:
+    return f"{x:g} nat" if x == 1 else f"{x:g} nats"
+
+
+def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
+    """The table of `raise-eval trajectory`: log Z (AIS, BAR, exact) and the test log-likelihood (AIS, RAISE, exact)
+    at every checkpoint, BAR's flagged links, and the verdict on the last checkpoint."""
+    s = report.settings
+    sizes = "-".join(str(n) for n in s["layer_sizes"])
+    where = f" ({s['folder']})" if s.get("folder") else ""
+    split = s.get("split")
+    data = (s["data"] + (f" {split}" if split not in (None, "file") else "")) if s.get("data") else "test vectors"
+    start = s["init"] if s["start"] == "prepended" else "the first checkpoint (no weights)"
+    first = f", {s['start_steps']} on the first" if s.get("start_steps") else ""
+    lines = [
+        f"raise-eval trajectory{where}: {s['num_checkpoints']} checkpoints of a {sizes} {s['family']}, {s['dtype']} on "
+        f"{s['device']}",
+        f"data: {data} ({report.num_test:,} vectors); start: {start}; K = {s['steps']} sub-steps per link{first} "
+        f"({s['num_steps']:,} steps), {s['ais_chains']:,} AIS chains; RAISE {s['raise_examples']} x "
+        f"{s['raise_chains']} at {sum(c.raise_mean is not None for c in report.checkpoints)} checkpoints; seed "
+        f"{s['seed']}",
+        "",
+        f"{'':10}{'log Z':-^38}  {'test log-likelihood':-^44}",
+        f"{'step':>10}{'AIS':>11}{'± s.e.':>8}{'BAR':>11}{'± s.e.':>8}{'exact':>11}"
+        f"{'AIS':>11}{'RAISE':>11}{'± s.e.':>8}{'exact':>11}{'ESS':>7}",
+    ]
+    for c in report.checkpoints:
+        lines.append(
+            f"{c.step:>10}{_f(c.log_z, 11)}{_f(c.log_z_stderr, 8)}{_f(c.log_z_bar, 11)}{_f(c.log_z_bar_stderr, 8)}"
+            f"{_f(c.log_z_exact, 11)}{_f(c.ais_mean, 11)}{_f(c.raise_mean, 11)}{_f(c.raise_stderr, 8)}"
+            f"{_f(c.exact_mean, 11)}{_f(c.ess, 7, 0)}"
+        )
+    methods = {c.log_f_method for c in report.checkpoints}
+    if methods != {"exact"}:
+        lines.append("log f(v): estimated by importance sampling where it is not enumerated (a stochastic lower bound)")
+    lines.append("")
+    flagged = report.coarse_links
+    if flagged:
+        lines.append(
+            f"BAR's health check flags {len(flagged)} of {len(report.links)} links (the path is too coarse there):"
+        )
+        for link in flagged:
+            lines.append(f"  {link.start} -> {link.end}: " + "; ".join(link.problems))
+    elif report.links:
+        worst = min(report.links, key=lambda link: link.overlap)
+        lines.append(
+            f"BAR's links: all {len(report.links)} healthy (smallest overlap {worst.overlap:.3f}, {worst.start} -> "
+            f"{worst.end})"
+        )
+    final = report.final
+    if report.closed:
+        lo, hi = report.interval
+        lines.append(
+            f"verdict on the last checkpoint (step {final.step}, tolerance {_nats(s['tolerance'])}): CLOSED: the "
+            f"average test log-likelihood lies in [{lo:.4f}, {hi:.4f}] (RAISE to AIS, ±2 standard errors)"
+        )
+    else:
+        lines.append(f"verdict on the last checkpoint (step {final.step}, tolerance {_nats(s['tolerance'])}): OPEN")
+        lines += [f"  - {render_names(r, names)}" for r in report.reasons]
+    for w in report.warnings:
+        lines.append(f"warning [{w.code}]: {render_names(w.message, names)}")
+    t = report.timing
+    lines.append(
+        f"time: {t['seconds']:.1f} s (AIS pass {t['ais_seconds']:.1f} s, BAR {t['bar_seconds']:.1f} s, log f(v) and "
+        f"exact values {t['log_f_and_exact_seconds']:.1f} s, RAISE {t['raise_seconds']:.1f} s)"
+    )
+    lines += [f"note: {render_names(n, names)}" for n in report.notes]
+    return "\n".join(lines)

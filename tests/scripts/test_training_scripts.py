@@ -82,3 +82,46 @@ def test_dbm_script_certifiable_recipe(shared_data, tmp_path, capsys):
     )
     training = load_checkpoint(out).metadata["training"]
     assert training["centering"] is False and training["num_chains"] == 300
+
+
+def test_paper_rbm_script_saves_its_trajectory_for_the_trajectory_command(shared_data, tmp_path, capsys):
+    """--save-trajectory: step_<updates>.pt every N updates (the first and last too) and the manifest, which
+    `raise-eval trajectory` reads in order, with the data named by the checkpoints' metadata."""
+    import json
+
+    from raise_eval.cli import main
+
+    script = load_script("train_rbm_paper")
+    folder = tmp_path / "run"
+    script.main(
+        ["mnistCD1-20", "--epochs", "2", "--train-size", "300", "--data-root", str(shared_data), "--threads", "1"]
+        + ["--out-dir", str(tmp_path), "--no-progress", "--save-trajectory", str(folder), "--trajectory-every", "4"]
+    )
+    manifest = json.loads((folder / "trajectory.json").read_text())
+    assert [c["step"] for c in manifest["checkpoints"]] == [0, 4, 6]  # 3 updates per epoch, 2 epochs
+    assert load_checkpoint(folder / "step_0000004.pt").metadata["step"] == 4
+    assert "saved 3 checkpoints of the trajectory" in capsys.readouterr().out
+    code = main(["trajectory", str(folder), "--data-root", str(shared_data), "--test-subset", "50", "--steps", "3",
+                 "--ais-chains", "20", "--raise-examples", "4", "--raise-chains", "2", "--bootstrap", "10",
+                 "--exact", "never", "--no-progress", "--threads", "1"])  # fmt: skip
+    table = capsys.readouterr().out
+    assert code in (0, 3) and "3 checkpoints of a 784-20 RBM" in table and "binarized_mnist test" in table
+
+
+def test_dbm_script_saves_the_joint_trainings_trajectory(shared_data, tmp_path):
+    import json
+
+    script = load_script("train_dbm")
+    folder = tmp_path / "run"
+    script.main(
+        ["--hidden", "8", "6", "--pretrain-epochs", "1", "--epochs", "2", "--train-size", "200", "--threads", "1"]
+        + ["--data-root", str(shared_data), "--out", str(tmp_path / "dbm.pt"), "--no-progress"]
+        + ["--save-trajectory", str(folder), "--trajectory-every", "1"]
+    )
+    manifest = json.loads((folder / "trajectory.json").read_text())
+    assert [c["step"] for c in manifest["checkpoints"]] == [0, 1, 2, 3, 4]  # 2 updates per joint epoch
+    first, last = load_checkpoint(folder / "step_0000000.pt"), load_checkpoint(folder / "step_0000004.pt")
+    final = load_checkpoint(tmp_path / "dbm.pt")
+    assert first.model.layer_sizes == (784, 8, 6) and first.metadata["phase"] == "joint training"
+    for a, b in zip(last.model.weights, final.model.weights):
+        assert torch.equal(a, b)  # the last snapshot is the saved model

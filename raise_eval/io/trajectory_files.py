@@ -1,0 +1,206 @@
+"""A training run's saved checkpoints, read in order, and the data they are evaluated on.
+
+A folder holds one run: checkpoint files (.pt, .npz, .mat) and, optionally, a manifest `trajectory.json`
+(`write_manifest`, as the training scripts write it) that lists them in training order with their steps:
+
+    {"format": "raise-eval trajectory 1", "checkpoints": [{"file": "step_0000000.pt", "step": 0}, ...]}
+
+Without a manifest the files are ordered by the step number in their names (the last number in the file name, e.g.
+`step_0000500.pt`, `rbm_epoch12.npz`); a folder whose names do not say it (no number, or the same number twice) is
+refused with the manifest's format. Every checkpoint must be the same model (class, layer sizes: unit types and
+architecture), which `raise_eval.paths.trajectory.check_trajectory` checks after loading.
+
+`TrajectoryInputSettings` declares the trajectory command's inputs: the folder, and the data options of an
+evaluation, which are `InputSettings`' own declarations (declared once, there).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from torch import Tensor
+
+from raise_eval.io.inputs import InputSettings, input_files, load_evaluation_inputs
+from raise_eval.settings import SettingsError, declarations, setting, settings_class
+
+MANIFEST = "trajectory.json"
+MANIFEST_FORMAT = "raise-eval trajectory 1"
+CHECKPOINT_SUFFIXES = (".pt", ".pth", ".ckpt", ".npz", ".mat")
+_NUMBER = re.compile(r"(\d+)")
+
+
+@dataclass(frozen=True)
+class TrajectoryFile:
+    """One checkpoint of a run: its file and training step."""
+
+    path: Path
+    step: int
+
+
+def write_manifest(folder, entries: list[tuple[str, int]], metadata: Optional[dict[str, Any]] = None) -> Path:
+    """Write (atomically) the manifest of `folder`: `entries` are (file name, step) in training order; `metadata`
+    (e.g. the dataset's name) is kept beside them."""
+    folder = Path(folder)
+    document = {
+        "format": MANIFEST_FORMAT,
+        "checkpoints": [{"file": str(name), "step": int(step)} for name, step in entries],
+        "metadata": dict(metadata or {}),
+    }
+    path = folder / MANIFEST
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+    return path
+
+
+def list_trajectory(folder) -> list[TrajectoryFile]:
+    """The checkpoints of `folder` in training order (by its manifest, else by the step numbers in the names)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"{folder} is not a folder; give the folder of one run's checkpoints")
+    manifest = folder / MANIFEST
+    if manifest.exists():
+        return _from_manifest(manifest)
+    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in CHECKPOINT_SUFFIXES)
+    if not files:
+        raise FileNotFoundError(
+            f"{folder} holds no checkpoint ({', '.join(CHECKPOINT_SUFFIXES)} files) and no {MANIFEST}"
+        )
+    steps: dict[int, Path] = {}
+    for p in files:
+        numbers = _NUMBER.findall(p.stem)
+        if not numbers:
+            raise ValueError(f"{p.name} has no step number in its name; {_manifest_advice(folder)}")
+        step = int(numbers[-1])
+        if step in steps:
+            raise ValueError(f"{steps[step].name} and {p.name} both have step {step}; {_manifest_advice(folder)}")
+        steps[step] = p
+    return [TrajectoryFile(steps[s], s) for s in sorted(steps)]
+
+
+def _manifest_advice(folder: Path) -> str:
+    return (
+        f"name the files by their training step (e.g. step_0000500.pt) or write {folder / MANIFEST}: "
+        f'{{"format": "{MANIFEST_FORMAT}", "checkpoints": [{{"file": "...", "step": 0}}, ...]}} in training order'
+    )
+
+
+def _from_manifest(path: Path) -> list[TrajectoryFile]:
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not a readable JSON manifest: {e}") from None
+    if not isinstance(document, dict) or document.get("format") != MANIFEST_FORMAT:
+        raise ValueError(f"{path}: not a manifest of format {MANIFEST_FORMAT!r}; {_manifest_advice(path.parent)}")
+    entries = document.get("checkpoints")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: 'checkpoints' must be a non-empty list; {_manifest_advice(path.parent)}")
+    out, seen = [], set()
+    for i, entry in enumerate(entries):
+        if (
+            not isinstance(entry, dict)
+            or not isinstance(entry.get("file"), str)
+            or not isinstance(entry.get("step"), int)
+        ):
+            raise ValueError(f'{path}: checkpoint {i} must be {{"file": NAME, "step": INTEGER}}, got {entry!r}')
+        file = path.parent / entry["file"]
+        if not file.is_file():
+            raise FileNotFoundError(f"{path}: checkpoint {i}, {file}, does not exist")
+        if out and entry["step"] <= out[-1].step:
+            raise ValueError(f"{path}: the steps must increase (checkpoint {i} has step {entry['step']})")
+        if file in seen:
+            raise ValueError(f"{path}: {entry['file']} is listed twice")
+        seen.add(file)
+        out.append(TrajectoryFile(file, entry["step"]))
+    return out
+
+
+def _declared_as_in_input_settings(name: str) -> Any:
+    """A dataclass field carrying InputSettings' declaration of `name` (declared once, there)."""
+    spec = next(s for s in declarations(InputSettings) if s.name == name)
+    return dataclasses.field(default=spec.default, metadata={"setting": spec})
+
+
+@settings_class
+class TrajectoryInputSettings:
+    """Where a trajectory evaluation's checkpoints and data come from, and the device and precision to compute in."""
+
+    folder: str = setting(
+        None,
+        f"the folder of one run's checkpoints (.pt, .npz, .mat), read in training order: by its {MANIFEST} if it "
+        "has one, else by the step number in the file names",
+        kind="path", metavar="DIR", flag="folder",
+    )  # fmt: skip
+    data: Optional[str] = _declared_as_in_input_settings("data")
+    split: str = _declared_as_in_input_settings("split")
+    pixel_order: str = _declared_as_in_input_settings("pixel_order")
+    data_root: Optional[str] = _declared_as_in_input_settings("data_root")
+    train_data: Optional[str] = _declared_as_in_input_settings("train_data")
+    device: str = _declared_as_in_input_settings("device")
+    dtype: str = _declared_as_in_input_settings("dtype")
+
+    def _validate(self) -> None:
+        if not Path(self.folder).is_dir():
+            raise SettingsError(f"{{folder}} {self.folder} is not a folder; give the folder of one run's checkpoints")
+        if self.data is not None:
+            InputSettings.check_data_request(self, self.data)  # the same checks as an evaluation's, on these fields
+
+    def for_checkpoint(self, checkpoint: str) -> InputSettings:
+        """The `InputSettings` of one of the run's checkpoints with these data options."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "folder"}
+        return InputSettings(checkpoint=checkpoint, **values)
+
+
+@dataclass
+class TrajectoryInputs:
+    """What `load_trajectory_inputs` read: the models in training order (on the device, in the dtype), their steps
+    and file names, the test vectors (N, n_visible), the base rates (None for a uniform start), the labels the
+    report shows and the files read."""
+
+    models: list
+    steps: list[int]
+    names: list[str]
+    test: Tensor
+    train_pixel_means: Optional[Tensor]
+    labels: dict[str, Any]
+    files: list[tuple[str, Optional[str]]] = field(default_factory=list)
+
+
+def load_trajectory_inputs(inputs: TrajectoryInputSettings, init: str) -> TrajectoryInputs:
+    """Read every checkpoint of the folder in order, check that they are one model's trajectory, and read the test
+    data and the base rates as an evaluation of the last checkpoint would (its metadata names the dataset)."""
+    from raise_eval.io.inputs import load_model
+    from raise_eval.paths.trajectory import check_trajectory
+
+    entries = list_trajectory(inputs.folder)
+    loaded = [load_model(inputs.for_checkpoint(str(e.path))) for e in entries]
+    models = [c.model for c in loaded]
+    try:
+        check_trajectory(models, names=[e.path.name for e in entries])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"{inputs.folder}: {e}") from None
+    last = inputs.for_checkpoint(str(entries[-1].path))
+    evaluation = load_evaluation_inputs(last, init, ckpt=loaded[-1])
+    labels = dict(evaluation.labels)
+    labels.pop("checkpoint", None)
+    labels["folder"] = str(inputs.folder)
+    labels["checkpoints"] = [e.path.name for e in entries]
+    files = [(f"a checkpoint of {inputs.folder}", str(e.path)) for e in entries]
+    files += [f for f in input_files(last, loaded[-1].metadata) if f[0] != "the checkpoint"]
+    if (Path(inputs.folder) / MANIFEST).exists():
+        files.append(("the trajectory's manifest", str(Path(inputs.folder) / MANIFEST)))
+    return TrajectoryInputs(
+        models=models,
+        steps=[e.step for e in entries],
+        names=[e.path.name for e in entries],
+        test=evaluation.test,
+        train_pixel_means=evaluation.train_pixel_means,
+        labels=labels,
+        files=files,
+    )

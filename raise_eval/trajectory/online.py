@@ -1,0 +1,129 @@
+"""Log Z along training, online: persistent AIS chains that follow the model as it trains.
+
+At the first call the chains start from exact samples of the independent start and anneal to the model in
+`start_steps` sub-steps; at every later call they anneal through the parameters since the last call (linear
+interpolation, `steps` sub-steps), their log-weights carried along. The calls' pieces together are one AIS run along
+the trajectory path through every model seen (`trajectory_path(models, base)` with the schedule `start_steps`,
+`steps`, `steps`, ...): the piece that ends at a call's model leaves weights unbiased for that model's Z, so every
+call gives log Z at a fraction of a fresh AIS's cost. The parameters of every call are kept (cloned), so that RAISE
+can run back along the same path: the conservative side, and a verdict, on demand.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from raise_eval import exact as exact_mod
+from raise_eval.annealing import anneal
+from raise_eval.estimators.raise_ import raise_log_likelihood
+from raise_eval.estimators.unnormalized import log_unnormalized_estimate
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.paths.trajectory import TrajectoryPath, check_trajectory, trajectory_path
+from raise_eval.schedules import linear_schedule
+from raise_eval.stats import summarize_log_weights
+from raise_eval.trajectory.settings import TrackSettings
+
+
+class TrajectoryTracker:
+    """Persistent AIS chains following one training run (see the module docstring).
+
+    Args:
+        settings: the `TrackSettings` (chains, sub-steps per call, the first call's sub-steps).
+        base_biases: the independent start's biases, one vector per layer (uniform when None).
+        seed: seeds the tracker's own generator (on the model's device, made at the first call).
+    """
+
+    def __init__(self, settings: TrackSettings, base_biases: Optional[list[Tensor]] = None, seed: int = 0):
+        self.settings = settings
+        self.base_biases = base_biases
+        self.seed = seed
+        self.models: list[LayeredBoltzmannMachine] = []  # the parameters of every call, cloned
+        self.link_steps: list[int] = []  # sub-steps of each piece
+        self.state = None
+        self.log_weights: Optional[Tensor] = None
+        self.generator: Optional[torch.Generator] = None
+
+    @property
+    def num_steps(self) -> int:
+        """Annealing steps so far (every piece's sub-steps)."""
+        return sum(self.link_steps)
+
+    def advance(self, model: LayeredBoltzmannMachine) -> float:
+        """Anneal the chains to `model` (from the start at the first call, else from the last call's model); returns
+        the seconds it took. `model` is copied: later changes to its tensors do not reach the tracker."""
+        start = time.perf_counter()
+        model = _copy(model)
+        if self.models:
+            check_trajectory([self.models[-1], model], names=["the model of the last call", "this call's model"])
+        if self.generator is None:
+            self.generator = torch.Generator(device=model.device).manual_seed(self.seed)
+        if not self.models:
+            path = trajectory_path([model], self.base_biases)
+            steps = self.settings.start_steps
+            state = path.sample_initial(self.settings.chains, self.generator)
+            log_weights = torch.full(
+                (self.settings.chains,), path.log_partition_initial, dtype=torch.float64, device=model.device
+            )
+        else:
+            path = TrajectoryPath([self.models[-1], model])
+            steps = self.settings.steps
+            state = path.state_from_layers(list(self.state.layers))
+            log_weights = self.log_weights
+        self.state, self.log_weights = anneal(
+            path, state, linear_schedule(steps), generator=self.generator, log_weights=log_weights
+        )
+        self.models.append(model)
+        self.link_steps.append(steps)
+        return time.perf_counter() - start
+
+    def log_z(self):
+        """AIS's summary of the chains' log-weights (`raise_eval.stats.WeightSummary`): log Z-hat of the last
+        call's model, its standard error, ESS and ±3σ interval."""
+        if self.log_weights is None:
+            raise ValueError("the tracker has seen no model yet")
+        return summarize_log_weights(self.log_weights)
+
+    def path(self) -> TrajectoryPath:
+        """The trajectory path the chains have followed (the start, then every call's model) and its schedule's
+        sub-steps per link, for RAISE."""
+        return trajectory_path(self.models, self.base_biases)
+
+    def raise_(self, test: Tensor, num_chains: int, generator: torch.Generator):
+        """RAISE along the whole trajectory so far, for the test vectors `test` (N, n_visible): the conservative side
+        of the last call's model (`raise_log_likelihood`'s result)."""
+        path = self.path()
+        betas = path.schedule(self.link_steps)
+        return raise_log_likelihood(path, test, betas, num_chains, generator=generator)
+
+
+def _copy(model: LayeredBoltzmannMachine) -> LayeredBoltzmannMachine:
+    """The model with its own detached copies of the parameters, weight scale folded in, in the same class."""
+    weights = [w.detach().clone() * model.weight_scale if model.weight_scale != 1.0 else w.detach().clone()
+               for w in model.weights]  # fmt: skip
+    biases = [b.detach().clone() for b in model.biases]
+    return type(model)._trusted(weights, biases, 1.0)
+
+
+def exact_log_f(model, test: Tensor, max_units: int) -> Optional[Tensor]:
+    """log f(v) of the test vectors (float64) when it is exact and cheap: an RBM's closed form, or a DBM's enumeration
+    over at most 2^max_units states; None otherwise."""
+    units = exact_mod.log_f_units(model)
+    if units > max_units:
+        return None
+    return exact_mod.log_unnormalized_visible(model, test, max_units=max(units, 1)).double()
+
+
+def exact_log_z(model, max_units: int) -> Optional[float]:
+    units = exact_mod.exact_cost(model, 1).log_z_units
+    return None if units > max_units else float(exact_mod.log_partition(model, max_units=units))
+
+
+def estimated_log_f(model, test: Tensor, num_samples: int, generator: torch.Generator) -> Tensor:
+    """log f(v) of a DBM's test vectors by importance sampling (mean-field proposal), float64."""
+    return log_unnormalized_estimate(
+        model, test, method="importance", num_samples=num_samples, generator=generator
+    ).log_unnormalized.double()

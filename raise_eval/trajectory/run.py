@@ -1,0 +1,251 @@
+"""Log Z and the test log-likelihood sandwich at every checkpoint of one training run: `evaluate_trajectory`.
+
+1. The path: an independent start, then the checkpoints in training order (`trajectory_path`), `steps` sub-steps
+   per link (`start_steps` on the first).
+2. One AIS pass along it, read at the checkpoints (`ladder_pass`): log Z at every checkpoint.
+3. BAR between neighbouring checkpoints from the same chains (`bar_ladder`): a second estimate of every log Z, and
+   the health of every link (the one where the path is too coarse is named).
+4. log f(v) of the test vectors at every checkpoint (exact for RBMs; enumerated or estimated for DBMs), and exact
+   log Z where enumeration is affordable.
+5. RAISE along the path truncated at a few checkpoints (the last among them): their conservative log-likelihoods,
+   averaged with the control variate.
+6. The verdict on the last checkpoint's sandwich (the conditions of a certified evaluation).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from raise_eval import exact as exact_mod
+from raise_eval.estimators.bar import bar_ladder
+from raise_eval.estimators.ladder import ladder_pass
+from raise_eval.estimators.raise_ import raise_log_likelihood
+from raise_eval.estimators.unnormalized import log_unnormalized_estimate
+from raise_eval.evaluation.plan import _start_biases
+from raise_eval.io.datasets import check_binary
+from raise_eval.paths.trajectory import check_trajectory, trajectory_path
+from raise_eval.runtime.threads import using_threads
+from raise_eval.settings import with_overrides
+from raise_eval.stats import summarize_log_weights
+from raise_eval.trajectory.report import CheckpointEstimate, LinkReport, TrajectoryReport
+from raise_eval.trajectory.settings import TrajectorySettings
+from raise_eval.trajectory.verdict import sandwich_verdict
+
+
+def evaluate_trajectory(
+    checkpoints: Sequence,
+    test_data: Tensor,
+    settings: Optional[TrajectorySettings] = None,
+    *,
+    training_steps: Optional[Sequence[int]] = None,
+    names: Optional[Sequence[str]] = None,
+    train_pixel_means: Optional[Tensor] = None,
+    labels: Optional[dict[str, Any]] = None,
+    exact_log_z: Optional[Sequence[Optional[float]]] = None,
+    **overrides,
+) -> TrajectoryReport:
+    """Log Z (AIS and BAR), the AIS/RAISE sandwich of the test log-likelihood and the exact values where affordable,
+    at every checkpoint of one run, from one pass along the training trajectory.
+
+    Args:
+        checkpoints: RBMs or DBMs of one architecture (`check_trajectory`), in training order, on the device and in
+            the dtype to compute with.
+        test_data: binary test vectors (N, n_visible).
+        settings: a `TrajectorySettings`; keyword `overrides` change its fields:
+            `evaluate_trajectory(models, test, steps=200, ais_chains=500)`.
+        training_steps: each checkpoint's training step (for the report and the plot); 0, 1, ... when None.
+        names: each checkpoint's name (e.g. its file); 'checkpoint i' when None.
+        train_pixel_means: the training set's pixel means, for init='base-rates'.
+        labels: entries the report's settings show (e.g. {"folder": path}).
+        exact_log_z: each checkpoint's exact log Z from an earlier run (a report's `log_z_exact`s), used instead of
+            enumerating again (None entries: not known); ignored with exact='never'.
+    """
+    settings = with_overrides(TrajectorySettings, settings, overrides)
+    with using_threads(settings.threads), torch.no_grad():
+        return _evaluate(
+            list(checkpoints), test_data, settings, training_steps, names, train_pixel_means, labels, exact_log_z
+        )
+
+
+def raise_points(num_checkpoints: int, count: int) -> list[int]:
+    """The indices (0-based, among the checkpoints) RAISE runs at: `count` evenly spread from the first to the last
+    (the last alone for one; all of them when `count` reaches their number)."""
+    if count >= num_checkpoints:
+        return list(range(num_checkpoints))
+    if count == 1:
+        return [num_checkpoints - 1]
+    return sorted({round(j * (num_checkpoints - 1) / (count - 1)) for j in range(count)})
+
+
+def _evaluate(
+    models, test_data, settings: TrajectorySettings, training_steps, names, train_pixel_means, labels, known_log_z
+):
+    start_all = time.perf_counter()
+    check_trajectory(models)
+    count = len(models)
+    steps = list(range(count)) if training_steps is None else [int(s) for s in training_steps]
+    names = [f"checkpoint {i}" for i in range(count)] if names is None else [str(n) for n in names]
+    if len(steps) != count or len(names) != count:
+        raise ValueError(f"{count} checkpoints need {count} training steps and names")
+    if known_log_z is not None and len(known_log_z) != count:
+        raise ValueError(f"exact_log_z has {len(known_log_z)} values for {count} checkpoints")
+    model = models[-1]
+    device, dtype = model.device, model.dtype
+    test = check_binary(torch.as_tensor(test_data), model.n_visible, "test data").to(device=device, dtype=dtype)
+    notes: list[str] = []
+    subset_indices = None
+    if settings.test_subset is not None and settings.test_subset < test.shape[0]:
+        order = torch.randperm(test.shape[0], generator=torch.Generator().manual_seed(settings.seed + 6))
+        subset_indices = order[: settings.test_subset].sort().values
+        test = test[subset_indices.to(device)]
+        notes.append(f"averages over a fixed random subset of {test.shape[0]} test vectors ({{test_subset}})")
+    family = "RBM" if model.num_layers == 2 else "DBM"
+    base = _start_biases(model, family, settings.init, train_pixel_means)
+    path = trajectory_path(models, base if settings.init == "base-rates" else None)
+    start_steps = settings.start_steps
+    betas = path.schedule(settings.steps, first_link_steps=start_steps)
+    knots = path.knot_indices(betas)
+    timing: dict[str, float] = {}
+
+    # 2-3. One pass, read at every point; BAR from its chains.
+    t0 = time.perf_counter()
+    run = ladder_pass(
+        path, betas, settings.ais_chains, rungs=knots, generator=_generator(device, settings.seed),
+        progress=settings.progress, desc="AIS along the trajectory",
+    )  # fmt: skip
+    timing["ais_seconds"] = run.seconds
+    bar = bar_ladder(
+        run.forward, run.reverse, log_partition_initial=path.log_partition_initial, bootstrap=settings.bootstrap,
+        generator=torch.Generator().manual_seed(settings.seed + 2),
+    )  # fmt: skip
+    timing["bar_seconds"] = time.perf_counter() - t0 - run.seconds
+
+    # 4. log f(v) and the exact values, checkpoint by checkpoint.
+    t0 = time.perf_counter()
+    log_f, log_f_method = [], []
+    log_z_exact: list[Optional[float]] = []
+    for i, m in enumerate(models):
+        values, method = _log_f(m, test, settings, i)
+        log_f.append(values)
+        log_f_method.append(method)
+        known = None if known_log_z is None or settings.exact == "never" else known_log_z[i]
+        log_z_exact.append(float(known) if known is not None else _exact_log_z(m, settings))
+    timing["log_f_and_exact_seconds"] = time.perf_counter() - t0
+
+    # 5. RAISE at a few checkpoints, each along the path truncated there.
+    t0 = time.perf_counter()
+    raise_subset = _raise_subset(test.shape[0], settings)
+    raised: dict[int, tuple[float, float]] = {}
+    for i in raise_points(count, settings.raise_checkpoints):
+        point = path.checkpoint_points[i]
+        if point == 0:  # the first checkpoint is the independent start: nothing to anneal
+            continue
+        piece = path.truncated(point)
+        piece_betas = piece.schedule(settings.steps, first_link_steps=start_steps)
+        result = raise_log_likelihood(
+            piece, test[raise_subset.to(device)], piece_betas, settings.raise_chains,
+            generator=_generator(device, settings.seed + 1), progress=settings.progress,
+        )  # fmt: skip
+        cv = result.control_variate_mean(log_f[i], log_f[i][raise_subset.to(log_f[i].device)])
+        raised[i] = (cv.mean, cv.stderr)
+    timing["raise_seconds"] = time.perf_counter() - t0
+
+    estimates = []
+    for i in range(count):
+        point = path.checkpoint_points[i]
+        summary = summarize_log_weights(run.log_weights[point])
+        mean_log_f = float(log_f[i].double().mean())
+        log_z = float(summary.estimate)
+        exact_mean = None if log_z_exact[i] is None or log_f_method[i] != "exact" else mean_log_f - log_z_exact[i]
+        raise_mean, raise_se = raised.get(i, (None, None))
+        estimates.append(
+            CheckpointEstimate(
+                step=steps[i], label=names[i], log_z=log_z, log_z_stderr=float(summary.stderr),
+                ess=float(summary.ess), log_z_lower=float(summary.lower), log_z_bar=float(bar.log_partition[point]),
+                log_z_bar_stderr=float(bar.log_partition_stderr[point]), log_z_exact=log_z_exact[i],
+                log_f_mean=mean_log_f, log_f_method=log_f_method[i], ais_mean=mean_log_f - log_z,
+                bar_mean=mean_log_f - float(bar.log_partition[point]), raise_mean=raise_mean, raise_stderr=raise_se,
+                exact_mean=exact_mean,
+            )
+        )  # fmt: skip
+    point_names = ["start"] * (path.num_links + 1)
+    for i, point in enumerate(path.checkpoint_points):
+        point_names[point] = names[i]
+    links = [
+        LinkReport(
+            link=h.link, start=point_names[h.link], end=point_names[h.link + 1], delta=float(bar.deltas[h.link]),
+            stderr=float(bar.stderr[h.link]), forward=float(bar.forward_exp[h.link]),
+            reverse=float(bar.reverse_exp[h.link]), overlap=h.overlap, problems=h.problems,
+        )
+        for h in bar.health()
+    ]  # fmt: skip
+    final = estimates[-1]
+    warnings, verdict, interval, reasons = _verdict(final, log_f[-1], test, settings)
+    timing["seconds"] = time.perf_counter() - start_all
+    report_settings = {
+        **settings.as_dict(),
+        **(labels or {}),
+        "num_checkpoints": count,
+        "layer_sizes": list(model.layer_sizes),
+        "family": family,
+        "start": "prepended" if path.checkpoint_points[0] == 1 else "the first checkpoint",
+        "num_steps": int(betas.numel() - 1),
+        "test_subset_indices": None if subset_indices is None else subset_indices.tolist(),
+        "device": str(device),
+        "dtype": str(dtype).replace("torch.", ""),
+    }
+    return TrajectoryReport(
+        settings=report_settings, checkpoints=estimates, links=links, verdict=verdict, interval=interval,
+        reasons=reasons, warnings=warnings, num_test=int(test.shape[0]), timing=timing, notes=notes,
+    )  # fmt: skip
+
+
+def _generator(device, seed: int) -> torch.Generator:
+    return torch.Generator(device=device).manual_seed(seed)
+
+
+def _raise_subset(n_test: int, settings: TrajectorySettings) -> Tensor:
+    if settings.raise_examples >= n_test:
+        return torch.arange(n_test)
+    order = torch.randperm(n_test, generator=torch.Generator().manual_seed(settings.seed + 3))
+    return order[: settings.raise_examples].sort().values
+
+
+def _log_f(model, test: Tensor, settings: TrajectorySettings, index: int) -> tuple[Tensor, str]:
+    """log f(v) of every test vector (float64) and how it was had: 'exact', or 'importance' for a DBM whose
+    enumeration is beyond max_exact_units."""
+    units = exact_mod.log_f_units(model)
+    if model.num_layers == 2 or (settings.exact == "auto" and units <= settings.max_exact_units):
+        return exact_mod.log_unnormalized_visible(model, test, max_units=max(units, 1)).double(), "exact"
+    estimate = log_unnormalized_estimate(
+        model, test, method="importance", num_samples=settings.log_f_samples,
+        generator=_generator(model.device, settings.seed + 4 + 7919 * index), progress=settings.progress,
+    )  # fmt: skip
+    return estimate.log_unnormalized.double(), "importance"
+
+
+def _exact_log_z(model, settings: TrajectorySettings) -> Optional[float]:
+    if settings.exact != "auto":
+        return None
+    units = exact_mod.exact_cost(model, 1).log_z_units
+    if units > settings.max_exact_units:
+        return None
+    return float(exact_mod.log_partition(model, max_units=units))
+
+
+def _verdict(final: CheckpointEstimate, log_f: Tensor, test: Tensor, settings: TrajectorySettings):
+    """(warnings, verdict, interval, reasons) of the last checkpoint's sandwich."""
+    if final.raise_mean is None:
+        return [], "open", None, ["RAISE did not run on the last checkpoint"]
+    verdict, interval, reasons, warnings = sandwich_verdict(
+        ais_mean=final.ais_mean, log_z=final.log_z, log_z_stderr=final.log_z_stderr, ess=final.ess,
+        log_z_lower=final.log_z_lower, chains=settings.ais_chains, raise_mean=final.raise_mean,
+        raise_se=final.raise_stderr, exact_mean=final.exact_mean, log_f=log_f, test=test,
+        log_f_method=final.log_f_method, init=settings.init, tolerance=settings.tolerance,
+    )  # fmt: skip
+    return warnings, verdict, interval, reasons

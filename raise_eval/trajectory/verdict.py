@@ -1,0 +1,48 @@
+"""The verdict on one sandwich of log Z along training (the last checkpoint of a saved run, or a tracking monitor's
+model), with the conditions of a certified evaluation (`raise_eval.certification.verdict`) and the warnings of
+`raise_eval.diagnostics`."""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+from raise_eval.certification.verdict import verdict_reasons
+from raise_eval.diagnostics import diagnose
+
+
+def sandwich_verdict(
+    *, ais_mean: float, log_z: float, log_z_stderr: float, ess: float, log_z_lower: float, chains: int,
+    raise_mean: float, raise_se: Optional[float], exact_mean: Optional[float], log_f: Tensor, test: Tensor,
+    log_f_method: str, init: str, tolerance: float,
+) -> tuple[str, Optional[tuple[float, float]], list[str], list]:
+    """(verdict, interval, reasons, warnings) of one sandwich: AIS's average log-likelihood `ais_mean` and its log
+    Z-hat `log_z` (standard error, ESS and the low end of its ±3σ interval, from `chains` chains), RAISE's
+    `raise_mean` ± `raise_se`, the exact value or None, and log f(v) of the `test` vectors (for the test-mass
+    check). The interval is [min - 2σ, max + 2σ] with σ the combined standard error; the verdict is 'closed' when
+    no condition fails at `tolerance`."""
+    rows, inverse = torch.unique(test, dim=0, return_inverse=True)
+    one_each = torch.zeros(rows.shape[0], dtype=torch.long, device=inverse.device)
+    one_each.scatter_(0, inverse, torch.arange(inverse.numel(), device=inverse.device))
+    log_test_mass = float(torch.logsumexp(log_f[one_each.to(log_f.device)], 0))
+    warnings = diagnose(
+        ais_mean=ais_mean, ais_stderr=log_z_stderr, ais_ess=ess, ais_chains=chains, ais_lower=log_z_lower,
+        raise_mean=raise_mean, raise_stderr=raise_se, exact_mean=exact_mean, log_z=log_z, log_test_mass=log_test_mass,
+        init=init, log_f_method=log_f_method, log_f_check=None, log_f_estimated=log_f_method != "exact",
+        num_test=int(test.shape[0]),
+    )  # fmt: skip
+    se = raise_se if raise_se is not None and math.isfinite(raise_se) else math.inf
+    noise = math.hypot(log_z_stderr, se)
+    low = min(ais_mean, raise_mean) - 2 * noise
+    high = max(ais_mean, raise_mean) + 2 * noise
+    reasons = verdict_reasons(
+        gap=ais_mean - raise_mean, noise=noise, codes={w.code for w in warnings}, exact=exact_mean,
+        interval=(low, high) if math.isfinite(noise) else None, allowance=0.0, method=log_f_method,
+        tolerance=tolerance,
+    )  # fmt: skip
+    if reasons:
+        return "open", None, reasons, warnings
+    return "closed", (low, high), [], warnings

@@ -1,0 +1,93 @@
+"""`raise-eval trajectory DIR`: a folder read in order (names or manifest), checked as one model's trajectory; the
+table, JSON, plot and exit status; and the folders it refuses."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from raise_eval.models import DBM, RBM
+from raise_eval.models.io.checkpoints import save_checkpoint
+
+from raise_eval.cli import main
+from raise_eval.io.trajectory_files import MANIFEST, list_trajectory, write_manifest
+from tests.trajectories import random_walk
+
+FAST = ["--steps", "5", "--ais-chains", "200", "--raise-examples", "10", "--raise-chains", "4", "--bootstrap", "20",
+        "--init", "uniform", "--no-progress", "--threads", "1"]  # fmt: skip
+
+
+@pytest.fixture
+def run_folder(tmp_path):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    # written out of order, with names whose numbers (not their text order) give training order
+    for step, model in zip([1000, 20, 300], random_walk((8, 6), checkpoints=3, seed=1)):
+        save_checkpoint(folder / f"rbm_step{step}.pt", model.to(dtype=torch.float32), metadata={"step": step})
+    data = tmp_path / "test.npy"
+    np.save(data, (np.random.default_rng(0).random((50, 8)) < 0.5).astype(np.float32))
+    return folder, data
+
+
+def test_table_json_plot_and_order(run_folder, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    folder, data = run_folder
+    out = tmp_path / "t.json"
+    code = main(["trajectory", str(folder), "--data", str(data), *FAST, "--json", str(out)])
+    table = capsys.readouterr().out
+    assert code in (0, 3)
+    assert "3 checkpoints of a 8-6 RBM" in table and "verdict on the last checkpoint (step 1000" in table
+    doc = json.loads(out.read_text())
+    assert [c["step"] for c in doc["checkpoints"]] == [20, 300, 1000]
+    assert doc["settings"]["checkpoints"] == ["rbm_step20.pt", "rbm_step300.pt", "rbm_step1000.pt"]
+    assert (tmp_path / "t.png").exists()
+    assert code == (0 if doc["verdict"] == "closed" else 3)
+
+
+def test_a_manifest_orders_the_files(run_folder):
+    folder, _ = run_folder
+    write_manifest(folder, [("rbm_step300.pt", 1), ("rbm_step20.pt", 2)])
+    assert [(f.path.name, f.step) for f in list_trajectory(folder)] == [("rbm_step300.pt", 1), ("rbm_step20.pt", 2)]
+    write_manifest(folder, [("rbm_step300.pt", 5), ("rbm_step20.pt", 2)])
+    with pytest.raises(ValueError, match="steps must increase"):
+        list_trajectory(folder)
+    (folder / MANIFEST).write_text("{}")
+    with pytest.raises(ValueError, match="not a manifest"):
+        list_trajectory(folder)
+
+
+def test_folders_that_are_not_one_trajectory_are_refused(run_folder, capsys):
+    folder, data = run_folder
+    save_checkpoint(folder / "rbm_step5000.pt", RBM(torch.zeros(8, 5), torch.zeros(8), torch.zeros(5)))
+    with pytest.raises(SystemExit):
+        main(["trajectory", str(folder), "--data", str(data), *FAST])
+    assert "rbm_step5000.pt has layers 8-5 but rbm_step20.pt has 8-6" in capsys.readouterr().err
+    (folder / "rbm_step5000.pt").unlink()
+    dbm = random_walk((8, 6, 3), checkpoints=1)[0]
+    assert isinstance(dbm, DBM)
+    save_checkpoint(folder / "dbm_step7000.pt", dbm)
+    with pytest.raises(SystemExit):
+        main(["trajectory", str(folder), "--data", str(data), *FAST])
+    assert "dbm_step7000.pt is a DBM but rbm_step20.pt an RBM" in capsys.readouterr().err
+
+
+def test_names_without_steps_are_refused(tmp_path, capsys):
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for name, model in zip(["first.pt", "second.pt"], random_walk((8, 6), checkpoints=2)):
+        save_checkpoint(folder / name, model)
+    with pytest.raises(SystemExit):
+        main(["trajectory", str(folder), "--data", "x.npy", *FAST])
+    err = capsys.readouterr().err
+    assert "first.pt has no step number in its name" in err and MANIFEST in err
+    with pytest.raises(SystemExit):
+        main(["trajectory", str(tmp_path / "missing"), *FAST])
+    assert "is not a folder" in capsys.readouterr().err
+
+
+def test_trajectory_is_listed_in_the_commands_help(capsys):
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    assert "trajectory" in capsys.readouterr().out

@@ -1,0 +1,31 @@
+"""Short training trajectories of tiny Boltzmann machines (every checkpoint exactly enumerable), for the tests of
+the trajectory path, BAR and the protocol built on them."""
+
+from __future__ import annotations
+
+import torch
+from raise_eval.models import DBM, RBM
+
+
+def random_walk(sizes, *, checkpoints: int = 3, weight_step: float = 0.4, bias_step: float = 0.2, seed: int = 0):
+    """`checkpoints` machines whose parameters drift as training's do: from weights of 0.01 and visible biases of
+    0.5 (a training run's start), each checkpoint adds Gaussian steps to every weight and bias. An RBM for two
+    layer sizes, a DBM for more; float64."""
+    g = torch.Generator().manual_seed(seed)
+    weights = [torch.randn(a, b, generator=g, dtype=torch.float64) * 0.01 for a, b in zip(sizes[:-1], sizes[1:])]
+    biases = [torch.randn(n, generator=g, dtype=torch.float64) * (0.5 if l == 0 else 0.0) for l, n in enumerate(sizes)]
+    out = []
+    for _ in range(checkpoints):
+        weights = [w + torch.randn(w.shape, generator=g, dtype=torch.float64) * weight_step for w in weights]
+        biases = [b + torch.randn(b.shape, generator=g, dtype=torch.float64) * bias_step for b in biases]
+        if len(sizes) == 2:
+            out.append(RBM(weights[0].clone(), biases[0].clone(), biases[1].clone()))
+        else:
+            out.append(DBM([w.clone() for w in weights], [b.clone() for b in biases]))
+    return out
+
+
+def start_biases(model):
+    """The start a training run's visible biases come from: the first checkpoint's visible biases, hidden units
+    uniform."""
+    return [model.biases[0].clone()] + [torch.zeros_like(b) for b in model.biases[1:]]

@@ -1,0 +1,101 @@
+"""`evaluate_trajectory` on short trajectories of tiny RBMs and DBMs (every checkpoint enumerable): the numbers
+against exact values, the report's data, table and plot, and what it refuses.
+
+The comparisons with exact values allow 4 standard errors of the estimators' own (AIS's delta-method error of log
+Z-hat, BAR's bootstrap error, RAISE's control-variate error; false alarm about 6e-5 per comparison; seeds fixed).
+RAISE bounds its annealing model's log-likelihood, which at K = 20 sub-steps per link is the model's to within
+its error here.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from raise_eval import exact
+from raise_eval.settings import SettingsError
+from raise_eval.trajectory import TrajectorySettings, evaluate_trajectory
+from raise_eval.trajectory.run import raise_points
+from tests.trajectories import random_walk
+
+
+def _test_data(n_visible, seed=0, n=300):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.rand(n, n_visible, generator=g, dtype=torch.float64) < 0.5).double()
+
+
+@pytest.mark.parametrize("sizes", [(8, 6), (5, 4, 3)], ids=["rbm", "dbm"])
+def test_every_checkpoint_against_exact_values(sizes):
+    walk = random_walk(sizes, checkpoints=4, seed=1)
+    test = _test_data(sizes[0])
+    report = evaluate_trajectory(walk, test, steps=20, ais_chains=4000, raise_examples=60, raise_chains=40,
+                                 raise_checkpoints=2, init="uniform", training_steps=[5, 10, 15, 20])  # fmt: skip
+    assert [c.step for c in report.checkpoints] == [5, 10, 15, 20]
+    assert [c.raise_mean is not None for c in report.checkpoints] == [True, False, False, True]
+    for c, model in zip(report.checkpoints, walk):
+        truth_z = exact.log_partition(model)
+        truth_ll = float(exact.log_likelihood(model, test).mean())
+        assert c.log_z_exact == pytest.approx(truth_z, abs=1e-9) and c.exact_mean == pytest.approx(truth_ll, abs=1e-9)
+        assert c.log_f_method == "exact"
+        assert abs(c.log_z - truth_z) < 4 * c.log_z_stderr + 1e-3, (c.log_z, truth_z, c.log_z_stderr)
+        assert abs(c.log_z_bar - truth_z) < 4 * c.log_z_bar_stderr, (c.log_z_bar, truth_z, c.log_z_bar_stderr)
+        if c.raise_mean is not None:
+            assert abs(c.raise_mean - truth_ll) < 4 * c.raise_stderr, (c.raise_mean, truth_ll, c.raise_stderr)
+    assert [(link.start, link.end) for link in report.links][:2] == [("start", "checkpoint 0"),
+                                                                      ("checkpoint 0", "checkpoint 1")]  # fmt: skip
+    assert report.verdict == "closed" and report.reasons == []
+    lo, hi = report.interval
+    assert lo <= report.final.exact_mean <= hi
+
+
+def test_report_json_table_and_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    walk = random_walk((8, 6), checkpoints=3, seed=2)
+    means = torch.full((8,), 0.4, dtype=torch.float64)
+    report = evaluate_trajectory(walk, _test_data(8), TrajectorySettings(steps=5, ais_chains=200, raise_examples=10,
+                                 raise_chains=4), train_pixel_means=means, names=["a.pt", "b.pt", "c.pt"],
+                                 labels={"folder": "run"})  # fmt: skip
+    doc = json.loads(json.dumps(report.to_dict()))
+    assert doc["settings"]["init"] == "base-rates" and doc["settings"]["folder"] == "run"
+    assert len(doc["checkpoints"]) == 3 and len(doc["links"]) == 3
+    assert set(doc["checkpoints"][-1]) >= {"step", "log_z", "log_z_bar", "log_z_exact", "ais_mean", "raise_mean", "gap"}
+    assert doc["verdict"] in ("closed", "open") and "timing" in doc
+    table = report.format_table({"tolerance": "--tolerance"})
+    assert "a.pt -> b.pt" in table or "healthy" in table
+    assert "verdict on the last checkpoint (step 2" in table
+    png = tmp_path / "t.png"
+    report.plot(str(png))
+    assert png.stat().st_size > 10_000
+
+
+def test_a_dbm_whose_log_f_is_not_enumerated_is_estimated_and_left_open():
+    walk = random_walk((5, 4, 3), checkpoints=2, seed=3)
+    report = evaluate_trajectory(walk, _test_data(5, n=40), steps=5, ais_chains=200, raise_examples=10,
+                                 raise_chains=4, init="uniform", exact="never", log_f_samples=50)  # fmt: skip
+    assert {c.log_f_method for c in report.checkpoints} == {"importance"}
+    assert all(c.log_z_exact is None and c.exact_mean is None for c in report.checkpoints)
+    assert report.verdict == "open" and any("not checked for bias" in r for r in report.reasons + [
+        w.message for w in report.warnings])  # fmt: skip
+
+
+def test_settings_are_checked():
+    walk = random_walk((8, 6), checkpoints=2)
+    with pytest.raises(SettingsError, match="train_pixel_means"):
+        evaluate_trajectory(walk, _test_data(8), steps=2, ais_chains=10)
+    with pytest.raises(SettingsError, match="steps must be an integer of at least 1"):
+        evaluate_trajectory(walk, _test_data(8), steps=0)
+    with pytest.raises(TypeError, match="unexpected keyword"):
+        evaluate_trajectory(walk, _test_data(8), sub_steps=3)
+    with pytest.raises(ValueError, match="7 columns"):
+        evaluate_trajectory(walk, torch.zeros(3, 7), init="uniform")
+    with pytest.raises(ValueError, match="not one model's trajectory"):
+        evaluate_trajectory([walk[0], random_walk((8, 5))[0]], _test_data(8), init="uniform")
+
+
+def test_raise_points_spread_from_first_to_last():
+    assert raise_points(21, 5) == [0, 5, 10, 15, 20]
+    assert raise_points(21, 1) == [20]
+    assert raise_points(3, 5) == [0, 1, 2]
+    assert raise_points(4, 2) == [0, 3]
