@@ -352,7 +352,7 @@ class LikelihoodMonitor:
                     ais_mean=ais_mean, log_z=log_z, log_z_stderr=float(summary.stderr), ess=float(summary.ess),
                     log_z_lower=float(summary.lower), chains=track.chains, raise_mean=raise_mean, raise_se=raise_se,
                     exact_mean=exact, log_f=log_f, test=test, log_f_method=log_f_method, init=e.init,
-                    tolerance=track.tolerance,
+                    tolerance=track.tolerance, earlier_best=_best_so_far(self.history),
                 )  # fmt: skip
                 outcome = self.last_verdict[0]
         rec = TrajectoryRecord(
@@ -425,6 +425,14 @@ class LikelihoodMonitor:
             f"RAISE {s.raise_examples} x {s.raise_chains}, seed {s.seed}"
         )
         plot_monitor(self.history, str(self.plot_path), title)
+
+
+def _best_so_far(history) -> Optional[float]:
+    """The best average test log-likelihood among the tracked records (exact where known, else AIS's), None when none
+    has one: what an earlier model on the trajectory scored (`sandwich_verdict`'s `earlier_best`)."""
+    scores = [r.exact if r.exact is not None else r.ais for r in history if isinstance(r, TrajectoryRecord)]
+    scores = [x for x in scores if x is not None]
+    return max(scores) if scores else None
 
 
 def _raise_subset(n_test: int, examples: int, seed: int) -> Tensor:

@@ -42,6 +42,9 @@ class TrajectoryTracker:
         self.base_biases = base_biases
         self.seed = seed
         self.models: list[LayeredBoltzmannMachine] = []  # the parameters of every call, cloned
+        # The independent start the first call annealed from: kept, so that RAISE follows the same path even when the
+        # first model has no weights (trajectory_path would then take that model as the start and drop a link).
+        self.start: Optional[LayeredBoltzmannMachine] = None
         self.link_steps: list[int] = []  # sub-steps of each piece
         self.state = None
         self.log_weights: Optional[Tensor] = None
@@ -62,7 +65,8 @@ class TrajectoryTracker:
         if self.generator is None:
             self.generator = torch.Generator(device=model.device).manual_seed(self.seed)
         if not self.models:
-            path = trajectory_path([model], self.base_biases)
+            path = trajectory_path([model], self.base_biases)  # one checkpoint: the start is always prepended
+            self.start = path.points[0]
             steps = self.settings.start_steps
             state = path.sample_initial(self.settings.chains, self.generator)
             log_weights = torch.full(
@@ -90,7 +94,9 @@ class TrajectoryTracker:
     def path(self) -> TrajectoryPath:
         """The trajectory path the chains have followed (the start, then every call's model) and its schedule's
         sub-steps per link, for RAISE."""
-        return trajectory_path(self.models, self.base_biases)
+        if self.start is None:
+            raise ValueError("the tracker has seen no model yet")
+        return TrajectoryPath([self.start, *self.models], checkpoint_points=range(1, len(self.models) + 1))
 
     def raise_(self, test: Tensor, num_chains: int, generator: torch.Generator):
         """RAISE along the whole trajectory so far, for the test vectors `test` (N, n_visible): the conservative side

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Optional
+from typing import Any, Optional, Sequence
 
 import torch
 from torch import Tensor
@@ -185,7 +185,7 @@ def _evaluate(
         for h in bar.health()
     ]  # fmt: skip
     final = estimates[-1]
-    warnings, verdict, interval, reasons = _verdict(final, log_f[-1], test, settings)
+    warnings, verdict, interval, reasons = _verdict(final, log_f[-1], test, settings, estimates[:-1])
     timing["seconds"] = time.perf_counter() - start_all
     report_settings = {
         **settings.as_dict(),
@@ -238,8 +238,12 @@ def _exact_log_z(model, settings: TrajectorySettings) -> Optional[float]:
     return float(exact_mod.log_partition(model, max_units=units))
 
 
-def _verdict(final: CheckpointEstimate, log_f: Tensor, test: Tensor, settings: TrajectorySettings):
-    """(warnings, verdict, interval, reasons) of the last checkpoint's sandwich."""
+def _verdict(
+    final: CheckpointEstimate, log_f: Tensor, test: Tensor, settings: TrajectorySettings,
+    earlier: Sequence[CheckpointEstimate] = (),
+):  # fmt: skip
+    """(warnings, verdict, interval, reasons) of the last checkpoint's sandwich; `earlier`: the checkpoints before it
+    (their best test log-likelihood, exact where known, else AIS's, can keep the verdict open)."""
     if final.raise_mean is None:
         return [], "open", None, ["RAISE did not run on the last checkpoint"]
     verdict, interval, reasons, warnings = sandwich_verdict(
@@ -247,5 +251,6 @@ def _verdict(final: CheckpointEstimate, log_f: Tensor, test: Tensor, settings: T
         log_z_lower=final.log_z_lower, chains=settings.ais_chains, raise_mean=final.raise_mean,
         raise_se=final.raise_stderr, exact_mean=final.exact_mean, log_f=log_f, test=test,
         log_f_method=final.log_f_method, init=settings.init, tolerance=settings.tolerance,
+        earlier_best=max((c.exact_mean if c.exact_mean is not None else c.ais_mean for c in earlier), default=None),
     )  # fmt: skip
     return warnings, verdict, interval, reasons

@@ -19,8 +19,8 @@ class TrajectorySettings:
     """Log Z and the test log-likelihood sandwich at every checkpoint of one training run.
 
     One AIS pass along the trajectory path (the start, then the checkpoints in order, `steps` sub-steps per link)
-    gives log Z at every checkpoint; BAR between neighbouring checkpoints, from the same chains, is an independent
-    estimate with a health check per link; RAISE along the path truncated at a checkpoint gives that checkpoint's
+    gives log Z at every checkpoint; BAR between neighbouring checkpoints, from the same chains, is a second
+    estimate (not independent of AIS's) with a health check per link; RAISE along the path truncated at a checkpoint gives that checkpoint's
     conservative log-likelihood. The seeds: AIS `seed`, RAISE `seed + 1`, BAR's bootstrap `seed + 2`, the RAISE
     subset `seed + 3`, log f(v) estimates `seed + 4`, `test_subset` `seed + 6`.
     """

@@ -14,16 +14,29 @@ from raise_eval.certification.verdict import verdict_reasons
 from raise_eval.diagnostics import diagnose
 
 
+MODEL_WORSENED = (
+    "an earlier model on the path fit the test data {drop:.2f} nats better than this one (more than the tolerance "
+    "{tolerance:g}): the chains lag toward earlier models, so RAISE along this trajectory can sit above this model's "
+    "log-likelihood; certify it on its own temperature path (raise-eval evaluate --until-gap)"
+)
+
+
 def sandwich_verdict(
     *, ais_mean: float, log_z: float, log_z_stderr: float, ess: float, log_z_lower: float, chains: int,
     raise_mean: float, raise_se: Optional[float], exact_mean: Optional[float], log_f: Tensor, test: Tensor,
-    log_f_method: str, init: str, tolerance: float,
+    log_f_method: str, init: str, tolerance: float, earlier_best: Optional[float] = None,
 ) -> tuple[str, Optional[tuple[float, float]], list[str], list]:
     """(verdict, interval, reasons, warnings) of one sandwich: AIS's average log-likelihood `ais_mean` and its log
     Z-hat `log_z` (standard error, ESS and the low end of its ±3σ interval, from `chains` chains), RAISE's
     `raise_mean` ± `raise_se`, the exact value or None, and log f(v) of the `test` vectors (for the test-mass
     check). The interval is [min - 2σ, max + 2σ] with σ the combined standard error; the verdict is 'closed' when
-    no condition fails at `tolerance`."""
+    no condition fails at `tolerance`.
+
+    `earlier_best`: the best average test log-likelihood of an earlier model on the path (exact where known, else
+    AIS's). RAISE along a training trajectory bounds the annealing model, whose chains lag toward earlier models; when
+    one of those fit the test data better than this model by more than `tolerance`, the annealing model can beat this
+    model and RAISE can sit above its truth, so the verdict stays open (compared with this model's exact value where
+    known, else AIS's, which errs high: a cautious comparison)."""
     rows, inverse = torch.unique(test, dim=0, return_inverse=True)
     one_each = torch.zeros(rows.shape[0], dtype=torch.long, device=inverse.device)
     one_each.scatter_(0, inverse, torch.arange(inverse.numel(), device=inverse.device))
@@ -43,6 +56,9 @@ def sandwich_verdict(
         interval=(low, high) if math.isfinite(noise) else None, allowance=0.0, method=log_f_method,
         tolerance=tolerance,
     )  # fmt: skip
+    reference = exact_mean if exact_mean is not None else ais_mean
+    if earlier_best is not None and earlier_best - reference > tolerance:
+        reasons = [*reasons, MODEL_WORSENED.format(drop=earlier_best - reference, tolerance=tolerance)]
     if reasons:
         return "open", None, reasons, warnings
     return "closed", (low, high), [], warnings

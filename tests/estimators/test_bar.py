@@ -83,7 +83,9 @@ def test_bennett_with_unequal_sample_sizes_and_its_symmetries(tiny_rbm):
     v = path.log_density_ratio(b, 0.7, 0.3).double()
     delta = float(bennett(w, v))
     truth = exact.log_partition(path.at(0.7)) - exact.log_partition(path.at(0.3))
-    assert delta == pytest.approx(truth, abs=0.02)
+    # BAR's own spread here, measured over seeds 1000-1199 (a reviewer's check): s.d. 0.0135 nats, mean error
+    # -0.000; 4 of those is a false alarm about 6e-5 of the time (the earlier abs=0.02 failed about 13% of seeds).
+    assert delta == pytest.approx(truth, abs=4 * 0.0135)
     # the other direction is the negative; a constant c added to log f_b shifts Delta by c
     assert float(bennett(v, w)) == pytest.approx(-delta, abs=1e-9)
     assert float(bennett(w + 2.5, v - 2.5)) == pytest.approx(delta + 2.5, abs=1e-9)

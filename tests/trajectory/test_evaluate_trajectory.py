@@ -21,6 +21,14 @@ from raise_eval.trajectory.run import raise_points
 from tests.trajectories import random_walk
 
 
+def _samples_of(model, seed=0, n=300):
+    """n exact samples of the model's visible layer, float64 (test data the model fits)."""
+    v = exact.binary_configurations(model.layer_sizes[0]).double()
+    log_p = exact.log_likelihood(model, v)
+    g = torch.Generator().manual_seed(seed)
+    return v[torch.multinomial(torch.exp(log_p - log_p.max()), n, replacement=True, generator=g)]
+
+
 def _test_data(n_visible, seed=0, n=300):
     g = torch.Generator().manual_seed(seed)
     return (torch.rand(n, n_visible, generator=g, dtype=torch.float64) < 0.5).double()
@@ -29,7 +37,12 @@ def _test_data(n_visible, seed=0, n=300):
 @pytest.mark.parametrize("sizes", [(8, 6), (5, 4, 3)], ids=["rbm", "dbm"])
 def test_every_checkpoint_against_exact_values(sizes):
     walk = random_walk(sizes, checkpoints=4, seed=1)
-    test = _test_data(sizes[0])
+    # Data the last checkpoint fits: training that improved the model, so the verdict can close (on uniform data
+    # this walk gets 1.5 nats worse, which keeps a trajectory's verdict open: see the test below).
+    test = _samples_of(walk[-1])
+    assert [float(exact.log_likelihood(m, test).mean()) for m in walk] == sorted(
+        float(exact.log_likelihood(m, test).mean()) for m in walk
+    )
     report = evaluate_trajectory(walk, test, steps=20, ais_chains=4000, raise_examples=60, raise_chains=40,
                                  raise_checkpoints=2, init="uniform", training_steps=[5, 10, 15, 20])  # fmt: skip
     assert [c.step for c in report.checkpoints] == [5, 10, 15, 20]
@@ -99,3 +112,25 @@ def test_raise_points_spread_from_first_to_last():
     assert raise_points(21, 1) == [20]
     assert raise_points(3, 5) == [0, 1, 2]
     assert raise_points(4, 2) == [0, 3]
+
+
+def test_a_model_that_got_worse_keeps_the_verdict_open():
+    """RAISE along a training trajectory bounds the annealing model, whose chains lag toward earlier models: when an
+    earlier checkpoint fit the test data better than the last by more than the tolerance, the verdict stays open
+    naming that (here the last checkpoint's visible biases turn away from the data: 8 nats worse than the one
+    before; the sandwich itself closes, as the same run with the checkpoints in the better order shows)."""
+    from raise_eval.models import RBM
+
+    walk = random_walk((8, 6), checkpoints=2, seed=1)
+    g = torch.Generator().manual_seed(3)
+    test = (torch.rand(300, 8, generator=g, dtype=torch.float64) < 0.8).double()
+    good = RBM(walk[1].W, walk[1].vbias + 1.5, walk[1].hbias)
+    worse = RBM(walk[1].W, walk[1].vbias - 1.5, walk[1].hbias)
+    drop = float(exact.log_likelihood(good, test).mean() - exact.log_likelihood(worse, test).mean())
+    assert drop > 5
+    settings = dict(steps=20, ais_chains=2000, raise_examples=60, raise_chains=20, raise_checkpoints=1, init="uniform")
+    report = evaluate_trajectory([walk[0], good, worse], test, **settings)
+    assert report.verdict == "open"
+    assert [r for r in report.reasons if r.startswith("an earlier model on the path fit the test data")], report.reasons
+    better_order = evaluate_trajectory([walk[0], worse, good], test, **settings)
+    assert better_order.verdict == "closed", better_order.reasons

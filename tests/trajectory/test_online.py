@@ -12,7 +12,7 @@ import json
 
 import pytest
 import torch
-from raise_eval.models import DBN
+from raise_eval.models import DBN, RBM
 from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
 
 from raise_eval import LikelihoodMonitor, exact, raise_log_likelihood
@@ -50,6 +50,24 @@ def test_raise_back_along_the_tracked_trajectory_is_unbiased():
     # the same path and schedule as a direct call
     direct = raise_log_likelihood(path, v, betas, 3, generator=torch.Generator().manual_seed(4))
     assert direct.num_steps == result.num_steps == 7
+
+
+def test_a_first_model_without_weights_keeps_the_path_the_chains_followed():
+    """A monitor's first call on a model with no weights (before training), from a uniform start: the chains annealed
+    from that start, so RAISE's path keeps it (a found bug: the path took the weightless model as its start and had
+    one link fewer than the tracker's sub-step counts, so RAISE failed)."""
+    walk = random_walk((5, 3), checkpoints=2, seed=1)
+    weightless = RBM(torch.zeros_like(walk[0].W), walk[0].vbias + 1.0, walk[0].hbias)
+    tracker = TrajectoryTracker(TrackSettings(chains=10, steps=2, start_steps=3), None, seed=0)
+    for model in [weightless, *walk]:
+        tracker.advance(model)
+    path = tracker.path()
+    assert tracker.link_steps == [3, 2, 2] and path.num_links == 3 and list(path.checkpoint_points) == [1, 2, 3]
+    betas = path.schedule(tracker.link_steps)
+    v = exact.binary_configurations(5)[[0, 7, 31]]
+    p_ann = exact.annealing_model_marginal_along([path.at(b) for b in betas.tolist()])
+    result = tracker.raise_(v, CHAINS, torch.Generator().manual_seed(5))
+    assert_unbiased(result.log_weights, torch.log(p_ann[exact.configuration_index(v)]))
 
 
 def test_the_tracker_keeps_its_own_copy_of_each_model():
