@@ -3,6 +3,7 @@
 
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.paths.directed import DirectedPath, DirectedState
+from raise_eval.paths.mixed import MixedPath, make_path, mixed_data_base, mixed_uniform_base, visible_statistics
 from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath, posterior_path
 
 __all__ = [
@@ -11,7 +12,12 @@ __all__ = [
     "DBNPosteriorPath",
     "DirectedPath",
     "DirectedState",
+    "MixedPath",
     "data_base_rates",
+    "make_path",
+    "mixed_data_base",
+    "mixed_uniform_base",
     "posterior_path",
     "uniform_base",
+    "visible_statistics",
 ]
