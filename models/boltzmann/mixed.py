@@ -97,13 +97,16 @@ class MixedBoltzmannMachine:
         self._set(layers, weights, biases, float(weight_scale))
         self.check_normalizable()
 
-    def _set(self, layers, weights, biases, weight_scale) -> None:
+    def _set(self, layers, weights, biases, weight_scale, tables: Optional[dict] = None) -> None:
         self.layers, self.weights, self.biases, self.weight_scale = layers, weights, biases, weight_scale
+        # Contiguous copies of W_l^T for the gather route of categorical layers above layer l, made once and shared
+        # by the annealed copies (which share the weights).
+        self._tables = {} if tables is None else tables
 
     @classmethod
-    def _trusted(cls, layers, weights, biases, weight_scale):
+    def _trusted(cls, layers, weights, biases, weight_scale, tables: Optional[dict] = None):
         obj = cls.__new__(cls)
-        obj._set(tuple(layers), tuple(weights), tuple(biases), float(weight_scale))
+        obj._set(tuple(layers), tuple(weights), tuple(biases), float(weight_scale), tables)
         return obj
 
     def check_normalizable(self) -> None:
@@ -190,28 +193,86 @@ class MixedBoltzmannMachine:
         """The point at `beta` of the geometric path from the independent base with parameters `base_biases`:
         parameters lerp(base, theta, beta), weights shared, scale * beta."""
         biases = [torch.lerp(c, b, beta) for c, b in zip(base_biases, self.biases)]
-        return type(self)._trusted(self.layers, self.weights, biases, self.weight_scale * beta)
+        return type(self)._trusted(self.layers, self.weights, biases, self.weight_scale * beta, self._tables)
 
     # ----------------------------------------------------------------- conditionals
-    def unscaled_input(self, layers: Layers, l: int, out: Optional[Tensor] = None) -> Tensor:
-        """x_{l-1} W_{l-1} + x_{l+1} W_l^T, shaped (*batch, width_l) (into `out` when given): layer l's input from
-        its neighbours before the weight scale. Both neighbours that exist must be given."""
-        terms = []
-        if l > 0:
-            terms.append((layers[l - 1], self.weights[l - 1]))
-        if l + 1 < self.num_layers:
-            terms.append((layers[l + 1], self.weights[l].t()))
-        if any(x is None for x, _ in terms):
+    def _rows(self, k: int, l: int) -> Tensor:
+        """The weights as rows indexed by layer k's entries, (width_k, width_l), for neighbours k and l."""
+        if k < l:
+            return self.weights[k]
+        table = self._tables.get(l)
+        if table is None:
+            table = self._tables[l] = self.weights[l].t().contiguous()
+        return table
+
+    def _products(
+        self,
+        layers: Layers,
+        l: int,
+        out: Optional[Tensor],
+        codes: Optional[dict],
+        bias: Optional[Tensor] = None,
+        alpha: float = 1.0,
+    ) -> Tensor:
+        """bias + alpha (x_{l-1} W_{l-1} + x_{l+1} W_l^T) (the bare sum when bias is None, alpha 1), shaped
+        (*batch, width_l), into `out` when given. A categorical neighbour whose int64 codes (*batch, sites) are in
+        `codes` (the sampler's, by layer) is summed by gathering one weight row per site (torch.embedding_bag):
+        sites x width_l additions per vector instead of sites x q x width_l multiply-adds."""
+        terms = [k for k in (l - 1, l + 1) if 0 <= k < self.num_layers]
+        if any(layers[k] is None for k in terms):
             raise ValueError(f"layer {l} needs both of its neighbouring layers; one of them is None")
-        lead = terms[0][0].shape[:-1]
-        flat_out = None if out is None else out.view(-1, self.layer_sizes[l])
-        for i, (x, w) in enumerate(terms):
+        lead = layers[terms[0]].shape[:-1]
+        width = self.layer_sizes[l]
+        flat_out = None if out is None else out.view(-1, width)
+        acc = None
+        for k in terms:
+            x = layers[k]
+            c = None if codes is None else codes.get(k)
+            if c is not None:
+                layer = self.layers[k]
+                index = c.reshape(-1, layer.size) + layer.q * torch.arange(layer.size, device=c.device)
+                offsets = torch.arange(0, index.numel(), layer.size, device=c.device)
+                part = torch.embedding_bag(self._rows(k, l), index.reshape(-1), offsets, False, 0)[0]
+                if acc is None:
+                    if bias is not None:
+                        acc = torch.add(bias, part, alpha=alpha, **({} if flat_out is None else {"out": flat_out}))
+                    else:
+                        acc = part if flat_out is None else flat_out.copy_(part)
+                else:
+                    acc.add_(part, alpha=alpha)
+                continue
             flat = x.reshape(-1, x.shape[-1])
-            if i == 0:
-                flat_out = torch.mm(flat, w) if flat_out is None else torch.mm(flat, w, out=flat_out)
+            w = self.weights[k] if k < l else self.weights[l].t()
+            if acc is not None:
+                acc.addmm_(flat, w, alpha=alpha)
+            elif bias is not None:
+                acc = torch.addmm(bias, flat, w, alpha=alpha, **({} if flat_out is None else {"out": flat_out}))
             else:
-                flat_out.addmm_(flat, w)
-        return flat_out.view(*lead, self.layer_sizes[l])
+                acc = torch.mm(flat, w) if flat_out is None else torch.mm(flat, w, out=flat_out)
+        return acc.view(*lead, width)
+
+    def unscaled_input(
+        self, layers: Layers, l: int, out: Optional[Tensor] = None, codes: Optional[dict] = None
+    ) -> Tensor:
+        """x_{l-1} W_{l-1} + x_{l+1} W_l^T, shaped (*batch, width_l) (into `out` when given): layer l's input from
+        its neighbours before the weight scale. Both neighbours that exist must be given; `codes`, by layer, the
+        int64 codes of categorical neighbours (their rows are then gathered, not multiplied)."""
+        return self._products(layers, l, out, codes)
+
+    def natural_input(
+        self,
+        layers: Layers,
+        l: int,
+        out: Optional[Tensor] = None,
+        codes: Optional[dict] = None,
+        unscaled_input: Optional[Tensor] = None,
+    ) -> Tensor:
+        """field_l + s * (x_{l-1} W_{l-1} + x_{l+1} W_l^T): the natural parameters `Layer.sample_natural_` draws
+        layer l from (its field added in the product), into `out` when given."""
+        field = self.layers[l].field(self.biases[l])
+        if unscaled_input is not None:
+            return torch.add(field, unscaled_input, alpha=self.weight_scale, **({} if out is None else {"out": out}))
+        return self._products(layers, l, out, codes, bias=field, alpha=self.weight_scale)
 
     def layer_input(self, layers: Layers, l: int, unscaled_input: Optional[Tensor] = None) -> Tensor:
         """s * (x_{l-1} W_{l-1} + x_{l+1} W_l^T): what layer l's units see from their neighbours."""

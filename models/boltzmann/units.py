@@ -69,6 +69,28 @@ class UnitDataError(ValueError):
     """Data that are not states of a layer (e.g. a 2 in spin data); the message says how to fix them."""
 
 
+class Buffers:
+    """Reusable temporaries, one per name: multi-megabyte tensors allocated afresh at every annealing step page-fault,
+    which costs as much as the arithmetic. Not thread-safe: one per path. `scope(prefix)` gives a view whose names
+    are prefixed (one per layer), sharing the store."""
+
+    def __init__(self, prefix: str = "", store: Optional[dict] = None):
+        self._buffers: dict[str, Tensor] = {} if store is None else store
+        self._prefix = prefix
+
+    def scope(self, prefix: str) -> Buffers:
+        return Buffers(f"{self._prefix}{prefix}/", self._buffers)
+
+    def get(self, name: str, shape, dtype: torch.dtype, device) -> Tensor:
+        """A contiguous buffer (contents undefined)."""
+        shape = tuple(shape)
+        name = self._prefix + name
+        buf = self._buffers.get(name)
+        if buf is None or tuple(buf.shape) != shape or buf.dtype != dtype or buf.device != torch.device(device):
+            buf = self._buffers[name] = torch.empty(shape, dtype=dtype, device=device)
+        return buf
+
+
 def unit_type(name: str) -> str:
     """The canonical name of a unit type ('bernoulli', 'spin', 'categorical', 'gaussian'); ValueError naming the
     known ones for any other name (never read as binary)."""
@@ -163,10 +185,24 @@ class Layer:
         p, d = params.double(), dparams.double()
         return self.log_normalizer(p + d, u.double() + du.double()) - self.log_normalizer(p, u.double())
 
-    def potential_increment(self, params: Tensor, dparams: Tensor, x: Tensor) -> Tensor:
+    def potential_increment(
+        self, params: Tensor, dparams: Tensor, x: Tensor, buffers: Optional[Buffers] = None
+    ) -> Tensor:
         """phi(x; params + dparams) - phi(x; params) in float64, shaped (*batch,): linear in the parameters for
         these layers, so one product with the step (no cancellation)."""
         return torch.mv(x.reshape(-1, self.width), dparams.to(x.dtype)).reshape(x.shape[:-1]).double()
+
+    def field(self, params: Tensor) -> Tensor:
+        """The part of the parameters the input adds to (width,): the natural parameters z = field + u that
+        `sample_natural_` draws from (a Gaussian layer's eta; a discrete layer's parameters)."""
+        return params
+
+    def sample_natural_(
+        self, z: Tensor, params: Tensor, generator: torch.Generator, buffers: Optional[Buffers] = None
+    ) -> tuple[Tensor, Optional[Tensor]]:
+        """In place: replace z = field + u (contiguous, (*batch, width)) by an exact sample of p(x | u). Returns (the
+        sample, the categorical codes (*batch, size) when the layer has them, else None)."""
+        return z.copy_(self.sample(params, z - self.field(params), generator)), None
 
     def sample(
         self,
@@ -256,6 +292,20 @@ class BernoulliLayer(Layer):
         z = params + u if u is not None else params.expand(*batch_shape, self.width)
         return sample_bernoulli_probs_(torch.sigmoid(z, out=out).contiguous(), generator)
 
+    def sample_natural_(self, z, params, generator, buffers=None):
+        return sample_bernoulli_probs_(z.sigmoid_(), generator), None
+
+    @staticmethod
+    def log_normalizer_step_(z: Tensor, d: Tensor) -> Tensor:
+        """`log_normalizer_increment` from z = params + u and d = dparams + du, overwriting both (the annealing
+        loop's buffers): log1p(sigmoid(z) expm1(d)) summed in float64 while every |d| <= 2, else the float64
+        difference of softplus."""
+        lo, hi = torch.aminmax(d)
+        if float(lo) >= -_SMALL_STEP and float(hi) <= _SMALL_STEP:
+            return z.sigmoid_().mul_(d.expm1_()).log1p_().sum(-1, dtype=torch.float64)
+        z64 = z.double()
+        return (F.softplus(z64 + d.double()) - F.softplus(z64)).sum(-1)
+
     def mean(self, params, u=None):
         return torch.sigmoid(self._add(params, u))
 
@@ -313,6 +363,9 @@ class SpinLayer(Layer):
         z = self._add(params, u) if u is not None else params.expand(*batch_shape, self.width)
         probs = torch.sigmoid(2.0 * z, out=out)
         return sample_bernoulli_probs_(probs.contiguous(), generator).mul_(2.0).sub_(1.0)
+
+    def sample_natural_(self, z, params, generator, buffers=None):
+        return sample_bernoulli_probs_(z.mul_(2.0).sigmoid_(), generator).mul_(2.0).sub_(1.0), None
 
     def mean(self, params, u=None):
         return torch.tanh(self._add(params, u))
@@ -430,6 +483,27 @@ class CategoricalLayer(Layer):
         codes = self.codes(params, u, generator, batch_shape=batch_shape)
         return self.one_hot(codes, dtype=params.dtype, out=out)
 
+    def sample_natural_(self, z, params, generator, buffers=None):
+        """The inverse-CDF sampler of `codes` in place: exp, cumulative sums over each site's states, one uniform
+        per site searched among them. While every natural parameter lies in [-80, 80] the exponentials neither
+        overflow nor vanish in float32, so no per-site maximum is subtracted (the common case, one pass fewer)."""
+        sites = z.view(-1, self.q)
+        lo, hi = torch.aminmax(sites)
+        if not (float(lo) > -80.0 and float(hi) < 80.0):
+            sites.sub_(sites.amax(1, keepdim=True))
+        torch.cumsum(sites.exp_(), 1, out=sites)
+        rows = sites.shape[0]
+        if buffers is None:
+            threshold = torch.empty(rows, 1, dtype=z.dtype, device=z.device)
+            codes = torch.empty(rows, 1, dtype=torch.int64, device=z.device)
+        else:
+            threshold = buffers.get("categorical_threshold", (rows, 1), z.dtype, z.device)
+            codes = buffers.get("categorical_codes", (rows, 1), torch.int64, z.device)
+        threshold.uniform_(generator=generator).mul_(sites[:, -1:])
+        torch.searchsorted(sites, threshold, right=True, out=codes).clamp_(max=self.q - 1)
+        sites.zero_().scatter_(1, codes, 1.0)
+        return z, codes.view(*z.shape[:-1], self.size)
+
     def mean(self, params, u=None):
         z = self._add(params, u)
         return torch.softmax(self._sites(z), -1).reshape(z.shape)
@@ -521,10 +595,15 @@ class GaussianLayer(Layer):
         const = (eta.square() / lam).sum()
         return (torch.mv(flat, eta) - 0.5 * quad - 0.5 * const).reshape(x.shape[:-1])
 
-    def potential_increment(self, params, dparams, x):
+    def potential_increment(self, params, dparams, x, buffers: Optional[Buffers] = None):
         flat = x.reshape(-1, self.size)
         d = dparams.to(x.dtype)
-        linear = torch.mv(flat, d[0]).double() - 0.5 * torch.mv(flat.square(), d[1]).double()
+        square = (
+            flat.square()
+            if buffers is None
+            else torch.mul(flat, flat, out=buffers.get("square", flat.shape, flat.dtype, flat.device))
+        )
+        linear = torch.mv(flat, d[0]).double() - 0.5 * torch.mv(square, d[1]).double()
         p, p2 = params.double(), params.double() + dparams.double()
         const = 0.5 * float((p[0].square() / p[1]).sum() - (p2[0].square() / p2[1]).sum())
         return (linear + const).reshape(x.shape[:-1])
@@ -535,6 +614,15 @@ class GaussianLayer(Layer):
         if u is None:
             return base
         return base + (u * (2 * eta + u) / (2 * lam)).sum(-1)
+
+    def field(self, params):
+        return params[0]
+
+    def sample_natural_(self, z, params, generator, buffers=None):
+        lam = params[1]
+        noise = torch.empty_like(z) if buffers is None else buffers.get("gaussian_noise", z.shape, z.dtype, z.device)
+        noise.normal_(generator=generator)
+        return z.div_(lam).addcmul_(noise, lam.rsqrt()), None
 
     def sample(self, params, u, generator, *, batch_shape=(), out=None):
         eta, lam = params[0], params[1]
