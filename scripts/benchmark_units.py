@@ -88,8 +88,10 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(f"{args.chains} chains, {args.steps} steps x {args.repeats} repeats, float32, CPU threads "
-          f"{torch.get_num_threads()}, torch {torch.__version__}")  # fmt: skip
+    print(
+        f"{args.chains} chains, {args.steps} steps x {args.repeats} repeats, float32, CPU threads "
+        f"{torch.get_num_threads()}, torch {torch.__version__}"
+    )
     for name in args.models:
         r = benchmark(name, args.chains, args.steps, args.repeats)
         print(

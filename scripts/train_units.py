@@ -59,8 +59,10 @@ def load(kind: str, data_root=None):
         train, test = unit_data.pf00014_split("train", data_root), unit_data.pf00014_split("test", data_root)
     else:
         layer = SpinLayer(784)
-        train, test = load_dataset("binarized_mnist", "train", data_root), load_dataset("binarized_mnist", "test",
-                                                                                       data_root)  # fmt: skip
+        train, test = (
+            load_dataset("binarized_mnist", "train", data_root),
+            load_dataset("binarized_mnist", "test", data_root),
+        )
     return layer, layer.prepare(train).float(), layer.prepare(test).float()
 
 
@@ -75,13 +77,17 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     spec = KINDS[args.kind]
-    config = spec["config"] if args.epochs is None else MixedRBMTrainingConfig(**{**asdict(spec["config"]),
-                                                                                 "epochs": args.epochs})  # fmt: skip
+    config = (
+        spec["config"]
+        if args.epochs is None
+        else MixedRBMTrainingConfig(**{**asdict(spec["config"]), "epochs": args.epochs})
+    )
     layer, train, test = load(args.kind, args.data_root)
     print(f"{args.kind}: train {tuple(train.shape)}, test {tuple(test.shape)}", flush=True)
     start = time.perf_counter()
-    model, report = train_mixed_rbm(train, layer, config, generator=torch.Generator().manual_seed(args.seed),
-                                    progress=True)  # fmt: skip
+    model, report = train_mixed_rbm(
+        train, layer, config, generator=torch.Generator().manual_seed(args.seed), progress=True
+    )
     seconds = time.perf_counter() - start
     t0 = time.perf_counter()
     log_z = exact.log_partition(model)
@@ -104,8 +110,10 @@ def main(argv=None) -> None:
         metadata["dataset"] = "binarized_mnist"
     out = args.out or spec["out"]
     save_checkpoint(out, model, metadata=metadata, train_pixel_means=visible_statistics(model, train))
-    print(f"trained in {seconds:.1f} s; exact log Z {log_z:.4f} ({exact_seconds:.1f} s); exact average "
-          f"log-likelihood: train {train_ll:.4f}, test {test_ll:.4f} nats")  # fmt: skip
+    print(
+        f"trained in {seconds:.1f} s; exact log Z {log_z:.4f} ({exact_seconds:.1f} s); exact average "
+        f"log-likelihood: train {train_ll:.4f}, test {test_ll:.4f} nats"
+    )
     print(f"wrote {out}")
 
 

@@ -20,10 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from raise_eval.models.boltzmann.units import PROTEIN_ALPHABET
 
 from raise_eval.io.datasets import mnist_images, resolve_data_root
 from raise_eval.io.sequences import read_alignment
-from raise_eval.models.boltzmann.units import PROTEIN_ALPHABET
 
 DEQUANTIZATION_SEEDS = {"train": 11, "test": 12}
 PF00014 = Path("protein") / "PF00014_mgap6.fasta.gz"
