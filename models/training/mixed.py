@@ -101,7 +101,7 @@ def train_mixed_rbm(
 
     optimizer = torch.optim.Adam([W, vlearn, hlearn], lr=config.learning_rate)
     batches = max(1, n // config.batch_size)
-    total = config.epochs * batches
+    total = max(1, config.epochs * batches)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda u: 1 - (1 - config.final_learning_rate_fraction) * min(u, total) / total
     )
@@ -129,7 +129,7 @@ def train_mixed_rbm(
             loss.backward()
             optimizer.step()
             schedule.step()
-            gap_sum += float(gap)
+            gap_sum += float(gap.detach())
             update += 1
             if deadline is not None and time.monotonic() > deadline and update < total:
                 stopped = True
