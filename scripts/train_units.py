@@ -74,6 +74,7 @@ def main(argv=None) -> None:
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     spec = KINDS[args.kind]
@@ -86,7 +87,7 @@ def main(argv=None) -> None:
     print(f"{args.kind}: train {tuple(train.shape)}, test {tuple(test.shape)}", flush=True)
     start = time.perf_counter()
     model, report = train_mixed_rbm(
-        train, layer, config, generator=torch.Generator().manual_seed(args.seed), progress=True
+        train, layer, config, generator=torch.Generator().manual_seed(args.seed), progress=not args.no_progress
     )
     seconds = time.perf_counter() - start
     t0 = time.perf_counter()
