@@ -9,9 +9,13 @@ independent, then
 
 If d >= 1 the answer is 1 and if d <= 0 it is 0, whatever u'; only when 0 < d < 1 (probability 1/256, b equal
 to floor(256 p)) is a fresh uniform u' drawn. So P(x = 1) = p exactly, with a finer resolution than a float32
-uniform: u' has float32's 2^-24, so u = (b + u') / 256 resolves 2^-32 in the seven full-byte lanes and 2^-31 in
-the 7-bit lane (u = (b + u') / 128); d is computed without rounding (a power-of-two scaling and a Sterbenz
-subtraction). One 64-bit draw gives 7 uniform bytes and a 7-bit one (used with 128 in place of 256).
+uniform: u' has float32's 2^-24, so u = (b + u') / 256 resolves 2^-32; d is computed without rounding where it
+matters (a power-of-two scaling and a Sterbenz subtraction when 0 < d < 1). One 64-bit draw over the full range
+gives 8 uniform bytes.
+
+The passes over the probabilities are few because each matters at this size: the bytes are converted to floats,
+-d = b - 256 p is computed in one pass and clamped to [-1, 0] (-1: x = 1, 0: x = 0, in between: a tie), the ties are
+found from block minima of the clamped values read as integers, and one absolute value leaves x (and d at the ties).
 On other devices (CUDA's Philox is fast) the plain comparison with torch.rand is used.
 """
 
@@ -35,41 +39,51 @@ def _scratch(name: str, numel: int, dtype: torch.dtype) -> Tensor:
     return buf[:numel]
 
 
-def _nonzero_indices(x: Tensor) -> Tensor:
-    """Indices of the nonzero entries of a contiguous 1-D tensor of non-negative floats, ascending.
+_INT64_MIN = -(1 << 63)
+_TIE_BLOCK = 32
+# -1. read as a signed integer of its width: in [-1, 0] a float's integer is 0 for 0., and for a negative float
+# grows with the magnitude from the minimum integer (-0.) to this value (-1.).
+_MINUS_ONE_BITS = {
+    torch.float32: int(torch.tensor(-1.0, dtype=torch.float32).view(torch.int32)),
+    torch.float64: int(torch.tensor(-1.0, dtype=torch.float64).view(torch.int64)),
+}
 
-    Ties are rare (1/256), so first find the blocks of 32 entries holding any (a max over each block, scanned as
-    int64 pairs for float32), then search only those blocks, gathered and flattened (torch.nonzero is slower on
-    two dimensions): a fraction of the cost of nonzero on the whole tensor.
+
+def _tie_indices(neg_d: Tensor) -> Tensor:
+    """Indices, ascending, of the entries strictly between -1 and 0 of a contiguous 1-D float tensor whose values lie
+    in [-1, 0].
+
+    Read as signed integers those entries, and only those, are below the integer of -1. (see _MINUS_ONE_BITS;
+    -0. would count too, harmlessly: its tie is resolved to 0). Ties are rare (1/256), so first find the blocks of
+    32 entries whose minimum is below it, then search only those blocks, gathered and flattened.
     """
-    n = x.numel()
-    head = n - n % 32
-    if head == 0:
-        return torch.nonzero(x).squeeze(-1)
-    blocks = x[:head].view(-1, 32)
-    scan = blocks.view(torch.int64) if x.dtype == torch.float32 else blocks  # non-negative either way
-    rows = torch.nonzero(scan.amax(1)).squeeze(-1)
-    hits = torch.nonzero(blocks.index_select(0, rows).view(-1)).squeeze(-1)
-    found = rows.index_select(0, hits >> 5).bitwise_left_shift_(5).bitwise_or_(hits & 31)  # rows * 32 + column
+    ints = neg_d.view(torch.int32 if neg_d.dtype == torch.float32 else torch.int64)
+    threshold = _MINUS_ONE_BITS[neg_d.dtype]
+    n = ints.numel()
+    head = n - n % _TIE_BLOCK
+    found = torch.zeros(0, dtype=torch.int64)
+    if head > 0:
+        blocks = ints[:head].view(-1, _TIE_BLOCK)
+        rows = torch.nonzero(blocks.amin(1) < threshold).squeeze(-1)
+        hits = torch.nonzero(blocks.index_select(0, rows).view(-1) < threshold).squeeze(-1)
+        found = rows.index_select(0, hits // _TIE_BLOCK).mul_(_TIE_BLOCK).add_(hits % _TIE_BLOCK)
     if head < n:
-        found = torch.cat([found, torch.nonzero(x[head:]).squeeze(-1) + head])
+        tail = torch.nonzero(ints[head:] < threshold).squeeze(-1).add_(head)
+        found = torch.cat([found, tail])
     return found
 
 
 def _sample_lazy_bytes(flat_probs: Tensor, generator: torch.Generator, out: Tensor) -> None:
     # flat_probs and out: 1-D, contiguous, same length (a multiple of 8); out may be flat_probs itself.
     n = flat_probs.numel()
-    words = _scratch("words", n // 8, torch.int64).random_(generator=generator)
-    random_bytes = _scratch("bytes", n, out.dtype).view(-1, 8)
-    random_bytes.copy_(words.view(torch.uint8).view(-1, 8))  # cast into a kept buffer, not a fresh temporary
-    # random_() on int64 fills [0, 2^63): bytes 0..6 of each word are uniform on 0..255, byte 7 on 0..127,
-    # so d = 256 p - b in seven lanes and 128 p - b in the eighth (scalings by powers of two are exact).
-    torch.mul(flat_probs, 256.0, out=out)
-    d = out.view(-1, 8)
-    d[:, 7].mul_(0.5)
-    d.sub_(random_bytes).clamp_(0.0, 1.0)
-    fractional = torch.frac(out, out=_scratch("frac", n, out.dtype))
-    ties = _nonzero_indices(fractional)
+    # random_ from the minimum int64 with no upper bound draws all 64 bits: 8 uniform bytes per word.
+    words = _scratch("words", n // 8, torch.int64).random_(_INT64_MIN, None, generator=generator)
+    random_bytes = _scratch("bytes", n, out.dtype).copy_(words.view(torch.uint8))  # a kept buffer, no temporary
+    # -d = b - 256 p in one pass (256 p is exact, so the one rounding is the subtraction's, exact where |d| < 1).
+    torch.sub(random_bytes, flat_probs, alpha=256.0, out=out)
+    out.clamp_(-1.0, 0.0)
+    ties = _tie_indices(out)
+    out.abs_()  # 1. where d >= 1, 0. where d <= 0, d at the ties (abs, not neg: +0., never -0.)
     if ties.numel() > 0:
         u = torch.rand(ties.numel(), generator=generator, dtype=out.dtype)
         out[ties] = u.lt_(out[ties])

@@ -1,30 +1,42 @@
-"""Time AIS steps for a 784-500 RBM against the bare matrix products one step needs.
+"""Time AIS steps for a 784-500 RBM against the bare matrix products one step needs, at 1 and 2 threads.
 
 One AIS step with block Gibbs needs two products: h W^T (to sample v given h) and v W (the hidden input of the
-new v, which serves both the weight update and the next step). Everything else (sampling, softplus for the weight
-update) is overhead. This script times the library's own annealing loop (`raise_eval.anneal`) and the two bare
-products on the same shapes, interleaved: each repeat times one run of each back to back and takes their ratio,
-so that both see the same machine load. It prints the medians; the last line is the median ratio of the AIS step
-time to the bare-product time (torch.mm, float32) on the first device (CPU).
+new v, which serves both the weight update and the next step). Everything else (sampling, the weight update's
+transcendental functions) is overhead. For each thread count this script times, interleaved (each repeat runs every
+kind once, back to back, so that all see the same machine load):
 
-On the CPU the library sends large float32 products to oneDNN rather than torch.mm (MKL), which is faster on some
-CPUs (see docs/speed.md); the script also times the two products as the library computes them, so the second
-ratio printed per device is the step's cost over its own products (the elementwise work and sampling).
+- the library's annealing loop (`raise_eval.anneal`), its products on the route the library chose by timing
+  (`raise_eval.models.boltzmann.products`; with --all-routes also forced through each route);
+- the two bare products through torch.mm (MKL) and through oneDNN (`torch.ops.mkldnn._linear_pointwise`);
+- the two products as the library computes them (its chosen route).
 
-    python scripts/benchmark_gibbs.py                 # CPU, and CUDA when present; threads: the idle cores
-    python scripts/benchmark_gibbs.py --devices cpu --chains 1000 --steps 100 --repeats 7 --threads 1
+It prints the medians, the ratios of the step to each pair of bare products (median and range over the repeats),
+the route the library chose with the timings it chose by, and the machine: CPU model and family/model from lscpu,
+/proc/loadavg before and after, and the share of the CPUs that other processes used while it ran (from /proc/stat,
+less this process's own time). With --breakdown it also profiles the step (torch.profiler) into products, random
+numbers, transcendental functions, other ops and the Python between them. The last line is the headline: the step
+over the bare torch.mm products at the first thread count.
+
+    python scripts/benchmark_gibbs.py                              # CPU at 1 and 2 threads
+    python scripts/benchmark_gibbs.py --threads 1 --all-routes --breakdown
+    python scripts/benchmark_gibbs.py --devices cuda               # CUDA: the step against torch.mm
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import os
+import platform
 import statistics
+import subprocess
 import time
+from contextlib import nullcontext
 
 import torch
+from raise_eval.models.boltzmann import layered, products
 
 from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule
-from raise_eval.runtime.threads import default_threads
 
 
 def _sync(device: torch.device) -> None:
@@ -32,31 +44,108 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def benchmark(device: torch.device, chains: int, steps: int, repeats: int, dtype: torch.dtype) -> dict:
+# ------------------------------------------------------------------------------------------- the machine
+def cpu_description() -> str:
+    """CPU model name, family/model/stepping and the widest x86 vector extension, from lscpu (or platform)."""
+    try:
+        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+    except (OSError, subprocess.SubprocessError):
+        return platform.processor() or platform.machine()
+    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    flags = set(fields.get("Flags", "").split())
+    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
+    return (
+        f"{fields.get('Model name', '?')} (family {fields.get('CPU family', '?')}, model {fields.get('Model', '?')}, "
+        f"stepping {fields.get('Stepping', '?')}; {isa}; {fields.get('CPU(s)', '?')} CPUs)"
+    )
+
+
+def _loadavg() -> str:
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "?"
+
+
+class LoadMeter:
+    """The share of all CPUs that other processes kept busy between start() and stop(), from /proc/stat's busy
+    time less this process's own CPU time (None where /proc is missing)."""
+
+    def start(self) -> None:
+        self._t0, self._busy0, self._own0 = time.perf_counter(), self._busy(), self._own()
+
+    def stop(self) -> float | None:
+        busy, own, wall = self._busy(), self._own(), time.perf_counter() - self._t0
+        if busy is None or self._busy0 is None or wall <= 0:
+            return None
+        ticks = os.sysconf("SC_CLK_TCK")
+        others = (busy - self._busy0) / ticks - (own - self._own0)
+        return max(0.0, others / (wall * (os.cpu_count() or 1)))
+
+    @staticmethod
+    def _busy() -> int | None:
+        try:
+            with open("/proc/stat") as f:
+                values = [int(v) for v in f.readline().split()[1:]]
+        except OSError:
+            return None
+        return sum(values) - values[3] - values[4]  # all but idle and iowait
+
+    @staticmethod
+    def _own() -> float:
+        t = os.times()
+        return t.user + t.system
+
+
+# ------------------------------------------------------------------------------------------- timing
+def benchmark(
+    device: torch.device, chains: int, steps: int, repeats: int, dtype: torch.dtype, all_routes: bool
+) -> dict:
     g = torch.Generator(device=device).manual_seed(0)
     model = RBM.random(784, 500, weight_std=0.05, generator=g, dtype=dtype, device=device)
     path = BoltzmannPath(model)
     betas = linear_schedule(steps)
     state = path.sample_initial(chains, g)
     h = (torch.rand(chains, 500, generator=g, device=device, dtype=dtype) < 0.5).to(dtype)
-    v = state.visible
+    v = state.visible.contiguous()
     W = model.W
+    cpu = device.type == "cpu"
+    onednn = cpu and dtype == torch.float32 and products.onednn_available()
 
-    def run_ais():
-        anneal(path, state, betas, generator=g)
+    def ais(route=None):
+        def run():
+            with products.forced_route(route) if route else nullcontext():
+                anneal(path, state, betas, generator=g)
 
-    def run_bare():
+        return run
+
+    def bare_mm():
         for _ in range(steps):
             torch.mm(h, W.t())
             torch.mm(v, W)
 
-    def run_library_products():  # the same two products as the library computes them (oneDNN when it takes them)
+    def bare_onednn():
         for _ in range(steps):
-            model.unscaled_input([None, h], 0)
-            model.unscaled_input([v, None], 1)
+            torch.ops.mkldnn._linear_pointwise(h, W, None, "none", [], "")
+            torch.ops.mkldnn._linear_pointwise(v, W.t(), None, "none", [], "")
 
-    runs = {"ais": run_ais, "bare": run_bare, "library": run_library_products}
-    for fn in runs.values():  # warm up
+    def own_products():  # the two products as the library computes them (its chosen route)
+        for _ in range(steps):
+            model.unscaled_input([None, h], 0, binary=True)
+            model.unscaled_input([v, None], 1, binary=True)
+
+    runs = {"ais": ais()}
+    if cpu and all_routes:
+        for route in products.ROUTES:
+            if route != "onednn" or onednn:
+                runs[f"ais[{route}]"] = ais(route)
+    runs["mm"] = bare_mm
+    if onednn:
+        runs["onednn"] = bare_onednn
+    runs["own"] = own_products
+    for fn in runs.values():  # warm up (and let the library time its routes)
         fn()
     times = {name: [] for name in runs}
     for _ in range(repeats):
@@ -66,54 +155,143 @@ def benchmark(device: torch.device, chains: int, steps: int, repeats: int, dtype
             fn()
             _sync(device)
             times[name].append((time.perf_counter() - start) / steps)
-    ratios = sorted(a / b for a, b in zip(times["ais"], times["bare"]))
-    own = sorted(a / b for a, b in zip(times["ais"], times["library"]))
-    return {
-        "device": str(device),
-        "ais_step_ms": 1e3 * statistics.median(times["ais"]),
-        "bare_matmul_ms": 1e3 * statistics.median(times["bare"]),
-        "library_matmul_ms": 1e3 * statistics.median(times["library"]),
-        "ratio": statistics.median(ratios),
-        "ratio_range": (ratios[0], ratios[-1]),
-        "ratio_to_library_products": statistics.median(own),
-    }
+    result = {"device": str(device), "ms": {k: 1e3 * statistics.median(t) for k, t in times.items()}, "ratios": {}}
+    for base in ("mm", "onednn", "own"):
+        if base in times:
+            ratios = sorted(a / b for a, b in zip(times["ais"], times[base]))
+            result["ratios"][base] = (statistics.median(ratios), ratios[0], ratios[-1])
+    shapes = {((500,), 784), ((784,), 500)}
+    threads = torch.get_num_threads()
+    result["routes"] = [
+        c
+        for c in products.route_choices()
+        if (c.inner, c.cols) in shapes and c.binary and c.threads == threads and c.how == "measured"
+    ]
+    return result
 
 
+# ------------------------------------------------------------------------------------------- breakdown
+_PRODUCTS_LABEL = "raise_eval::products"
+_TRANSCENDENTAL = ("sigmoid", "expm1", "log1p", "softplus", "aten::exp", "aten::log", "tanh")
+_RANDOM = ("random_", "uniform_", "aten::rand", "bernoulli", "normal_")
+
+
+def breakdown(chains: int, steps: int, dtype: torch.dtype) -> dict:
+    """Milliseconds per AIS step (CPU) in: the products (everything inside the library's product routine, its
+    table lookups and their index computation included), random numbers, transcendental functions, other ops,
+    and the Python between ops (the step's wall time less all ops), from torch.profiler's self times."""
+    g = torch.Generator().manual_seed(0)
+    model = RBM.random(784, 500, weight_std=0.05, generator=g, dtype=dtype)
+    path = BoltzmannPath(model)
+    betas = linear_schedule(steps)
+    state = path.sample_initial(chains, g)
+    original = layered.neighbour_product
+
+    def labelled(*args, **kwargs):
+        with torch.profiler.record_function(_PRODUCTS_LABEL):
+            return original(*args, **kwargs)
+
+    anneal(path, state, betas, generator=g)  # warm up
+    layered.neighbour_product = labelled
+    try:
+        best = None
+        for _ in range(3):  # the quietest of three profiled runs
+            start = time.perf_counter()
+            with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+                anneal(path, state, betas, generator=g)
+            wall = 1e3 * (time.perf_counter() - start) / steps
+            if best is None or wall < best[0]:
+                best = (wall, prof)
+    finally:
+        layered.neighbour_product = original
+    wall, prof = best
+    parts = collections.Counter()
+    for event in prof.events():
+        parent, inside = event.cpu_parent, False
+        while parent is not None:
+            inside = inside or parent.name == _PRODUCTS_LABEL
+            parent = parent.cpu_parent
+        if inside:
+            continue
+        name = event.name
+        if name == _PRODUCTS_LABEL:
+            parts["products"] += event.cpu_time_total
+        elif any(k in name for k in _RANDOM):
+            parts["random"] += event.self_cpu_time_total
+        elif any(k in name for k in _TRANSCENDENTAL):
+            parts["transcendental"] += event.self_cpu_time_total
+        else:
+            parts["other ops"] += event.self_cpu_time_total
+    result = {k: parts[k] / 1e3 / steps for k in ("products", "random", "transcendental", "other ops")}
+    result["python"] = max(0.0, wall - sum(result.values()))
+    result["step (profiled)"] = wall
+    return result
+
+
+# ------------------------------------------------------------------------------------------- main
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--devices", nargs="+", default=None, help="devices to time (default: cpu, and cuda if present)"
-    )
+    parser.add_argument("--devices", nargs="+", default=["cpu"], help="devices to time (default: cpu)")
     parser.add_argument("--chains", type=int, default=1000, help="AIS chains in the batch (default 1000)")
-    parser.add_argument("--steps", type=int, default=100, help="annealing steps per timed run (default 100)")
-    parser.add_argument("--repeats", type=int, default=9, help="timed pairs of runs per device; medians are reported")
+    parser.add_argument("--steps", type=int, default=50, help="annealing steps per timed run (default 50)")
+    parser.add_argument("--repeats", type=int, default=7, help="timed rounds per thread count; medians are reported")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument(
         "--threads",
         type=int,
-        default=None,
-        help="torch CPU threads (default: the idle cores, as `raise-eval` chooses; torch's own default is one "
-        "per core, which stalls on a core another process keeps busy)",
+        nargs="+",
+        default=[1, 2],
+        help="torch CPU thread counts to time, in one run (default: 1 2); with another process busy on a core, "
+        "two threads stall on it",
     )
+    parser.add_argument(
+        "--all-routes", action="store_true", help="also time the step with its products forced through each route"
+    )
+    parser.add_argument("--breakdown", action="store_true", help="also profile the step into its parts (CPU)")
     args = parser.parse_args(argv)
-    torch.set_num_threads(args.threads or default_threads(torch.get_num_threads()))
-    devices = args.devices or (["cpu"] + (["cuda"] if torch.cuda.is_available() else []))
     dtype = getattr(torch, args.dtype)
+    print(f"machine: {cpu_description()}; torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}")
     print(
-        f"784-500 RBM, {args.chains} chains, {args.steps} steps x {args.repeats} repeats, {args.dtype}, "
-        f"CPU threads: {torch.get_num_threads()}, torch {torch.__version__}"
+        f"784-500 RBM, {args.chains} chains, {args.steps} steps x {args.repeats} repeats, {args.dtype}; "
+        f"load average before: {_loadavg()}"
     )
-    results = []
-    for name in devices:
-        r = benchmark(torch.device(name), args.chains, args.steps, args.repeats, dtype)
-        results.append(r)
-        print(
-            f"{r['device']:>6}: AIS step {r['ais_step_ms']:.3f} ms, bare matrix products {r['bare_matmul_ms']:.3f} ms, "
-            f"ratio {r['ratio']:.2f} (range over repeats {r['ratio_range'][0]:.2f}-{r['ratio_range'][1]:.2f}); "
-            f"the products as the library computes them {r['library_matmul_ms']:.3f} ms, "
-            f"ratio {r['ratio_to_library_products']:.2f}"
-        )
-    print(f"ratio (AIS step / bare matrix products, {results[0]['device']}, median): {results[0]['ratio']:.2f}")
+    headline = None
+    for name in args.devices:
+        device = torch.device(name)
+        for threads in args.threads if device.type == "cpu" else [torch.get_num_threads()]:
+            torch.set_num_threads(threads)
+            meter = LoadMeter()
+            meter.start()
+            r = benchmark(device, args.chains, args.steps, args.repeats, dtype, args.all_routes)
+            others = meter.stop()
+            ms = r["ms"]
+            load = "?" if others is None else f"{100 * others:.0f}%"
+            print(
+                f"{r['device']}, {threads} thread(s) (other processes used {load} of the CPUs meanwhile; "
+                f"load average now {_loadavg()}):"
+            )
+            for c in r["routes"]:
+                timed = ", ".join(f"{route} {t:.2f}" for route, t in c.timings_ms)
+                print(f"  route of x{c.inner} -> {c.cols}: {c.route} (timed at start, ms per product: {timed})")
+            forced = [k for k in ms if k.startswith("ais[")]
+            extra = "".join(f", {k[4:-1]} {ms[k]:.2f}" for k in forced)
+            print(
+                f"  AIS step {ms['ais']:.2f} ms"
+                + (f" (products forced through each route:{extra[1:]})" if forced else "")
+            )
+            labels = {"mm": "bare torch.mm products", "onednn": "bare oneDNN products", "own": "the library's products"}
+            for base, label in labels.items():
+                if base in r["ratios"]:
+                    med, lo, hi = r["ratios"][base]
+                    print(f"  {label} {ms[base]:.2f} ms: step / them {med:.2f} (range {lo:.2f}-{hi:.2f})")
+            if headline is None:
+                headline = (r["device"], threads, r["ratios"]["mm"][0])
+            if args.breakdown and device.type == "cpu":
+                parts = breakdown(args.chains, args.steps, dtype)
+                print("  breakdown (ms per step): " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
+    print(f"load average after: {_loadavg()}")
+    device, threads, ratio = headline
+    print(f"ratio (AIS step / bare torch.mm products, {device}, {threads} thread(s), median): {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -122,3 +122,20 @@ def ctrl_c_raises():
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+@pytest.fixture(params=["mm", "onednn", "table"])
+def product_route(request, monkeypatch):
+    """Every float CPU product of a Boltzmann machine forced through one route (torch.mm, oneDNN, the table route),
+    however small, as large models may take it: yields the list of routes that products took (skipped for oneDNN
+    where the build has none). A product the route cannot compute (oneDNN in float64, the table route for inputs not
+    known to be binary) uses torch.mm."""
+    from raise_eval.models.boltzmann import products
+
+    if request.param == "onednn" and not products.onednn_available():
+        pytest.skip("this torch build has no oneDNN")
+    taken = []
+    original = products.run_route
+    monkeypatch.setattr(products, "run_route", lambda route, *a, **k: taken.append(route) or original(route, *a, **k))
+    with products.forced_route(request.param):
+        yield taken

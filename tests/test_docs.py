@@ -183,3 +183,49 @@ def _check_works_from_disk_offline(site: Path) -> None:
     assert ".highlight .kn" in (site / "css" / "pygments.css").read_text(encoding="utf-8")
     css = (site / "css" / "site.css").read_text(encoding="utf-8")
     assert re.search(r"table td,\s*\.wy-table-responsive table th \{\s*white-space: normal;", css)
+
+
+def _option_rows(page: str, heading: str) -> dict[str, str]:
+    """{flag: default cell} of the options table under `heading` in a docs page, a row's flags and its
+    comma-separated defaults paired in order (a row's single default stands for all its flags)."""
+    text = (PROJECT_ROOT / "docs" / page).read_text(encoding="utf-8")
+    section = text.split(heading, 1)[1].split("\n## ", 1)[0]
+    rows = {}
+    for line in section.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) < 3 or not cells[0].startswith("`-"):
+            continue
+        flags = re.findall(r"`(--[a-z-]+)", cells[0])
+        defaults = [d.strip().strip("`") for d in cells[1].split(", ")] if cells[1] else []
+        for i, flag in enumerate(flags):
+            if len(defaults) == len(flags):
+                rows[flag] = defaults[i]
+            elif len(defaults) == 1:
+                rows[flag] = defaults[0]
+            else:
+                rows[flag] = ""
+    return rows
+
+
+@pytest.mark.parametrize("command, heading", [("evaluate", "## raise-eval evaluate"), ("bdmc", "## raise-eval bdmc")])
+def test_the_command_reference_lists_every_option_with_its_declared_default(command, heading):
+    """docs/cli.md's tables against the settings' declarations (where the defaults are stated once): every option
+    of the command has a row, and a default the table states is the declared one (counts, numbers, choices)."""
+    from raise_eval.cli import evaluate as evaluate_command
+    from raise_eval.cli import bdmc as bdmc_command
+    from raise_eval.settings import declarations
+
+    module = {"evaluate": evaluate_command, "bdmc": bdmc_command}[command]
+    rows = _option_rows("cli.md", heading)
+    classes = [entry if isinstance(entry, tuple) else (entry, ()) for entry in module.SETTINGS]
+    for cls, left_out in classes:
+        for spec in declarations(cls):
+            if spec.flag is None or not spec.flag.startswith("-") or spec.name in left_out:
+                continue
+            assert spec.flag in rows, f"docs/cli.md's {command} table has no row for {spec.flag}"
+            stated = rows[spec.flag]
+            if spec.default is None or spec.kind in ("flag", "threads", "any") or not stated:
+                continue
+            declared = " ".join(str(v) for v in spec.default) if spec.kind == "counts" else str(spec.default)
+            declared = declared[:-2] if declared.endswith(".0") else declared
+            assert stated == declared, f"docs/cli.md says {spec.flag} defaults to {stated!r}; it is {declared!r}"

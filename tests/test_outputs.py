@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from raise_eval.io import outputs
+from raise_eval.settings import SettingsError
 from raise_eval.io.outputs import (
     Output,
     OutputError,
@@ -334,7 +335,7 @@ def test_a_resume_file_that_is_a_pipe_is_refused_without_blocking(tmp_path):
     os.mkfifo(fifo)
     signal.alarm(20)  # a regression would block in torch.load on the pipe
     try:
-        with pytest.raises(OutputError, match="--resume-file .* is a named pipe"):
+        with pytest.raises(SettingsError, match="resume_file .* is a named pipe"):
             ResumeFile(fifo, {"seed": 0})
     finally:
         signal.alarm(0)
@@ -359,7 +360,7 @@ def test_a_failed_resume_save_is_said_once_and_the_run_goes_on(tmp_path, monkeyp
         store.put("y", 2)  # fails again: not said again
     assert len(record) == 1
     message = str(record[0].message)
-    assert message.startswith(f"--resume-file: could not write {path}") and "The run goes on" in message
+    assert message.startswith(f"resume_file: could not write {path}") and "The run goes on" in message
     assert "nothing is saved in" in message and store.save_error is not None
     assert list(tmp_path.iterdir()) == []  # no partial resume file, no temporary file
     monkeypatch.setattr(torch, "save", real_save)

@@ -23,6 +23,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from raise_eval.models.boltzmann.products import neighbour_product
 from raise_eval.models.sampling import sample_bernoulli_logits_
 from torch import Tensor
 
@@ -40,34 +41,38 @@ def _check_finite(name: str, t: Tensor) -> None:
         )
 
 
-# Float32 CPU products with at least this many multiply-adds (rows x inner x columns) go through oneDNN
-# (`torch.ops.mkldnn._linear_pointwise`, bundled with PyTorch) rather than torch.mm, which calls MKL's sgemm. On the
-# project's CPU machines (AMD EPYC, AVX-512) oneDNN is about 2.2 times as fast for the 784-500 products of 1,000
-# chains; on small products torch.mm's lower call overhead wins. Both accumulate in float32, so results differ only
-# by rounding (a few units in the last place of the sum of |terms|); on one device a shape gives the same bits on
-# every call (with 1 and 2 threads alike for the benchmark's shapes), and a row's result does not depend on the
-# other rows. None sends every product to torch.mm.
-ONEDNN_MIN_MACS: Optional[int] = 1 << 20
-
-
-def _use_onednn(x: Tensor, w: Tensor) -> bool:
-    """Whether x @ w (x shaped (m, k), w shaped (k, n)) goes through oneDNN: float32 on the CPU, large enough,
-    and no gradient needed (the oneDNN op has no autograd formula)."""
-    return (
-        ONEDNN_MIN_MACS is not None
-        and x.device.type == "cpu"
-        and x.dtype == torch.float32
-        and w.dtype == torch.float32
-        and x.shape[0] * x.shape[1] * w.shape[1] >= ONEDNN_MIN_MACS
-        and torch.backends.mkldnn.is_available()
-        and torch.backends.mkldnn.enabled  # a user who switched oneDNN off gets torch.mm
-        and not (torch.is_grad_enabled() and (x.requires_grad or w.requires_grad))
-    )
-
-
 def _softplus_(x: Tensor) -> Tensor:
     """softplus in place (the ATen out= variant: F.softplus has no in-place form)."""
     return torch.ops.aten.softplus.out(x, 1.0, 20.0, out=x)
+
+
+# Factors of _sum_log1p lie in [e^-2, e^2]: the product of a block of this many stays within float64's normal range
+# (e^-708 to e^709) with room to spare.
+_PRODUCT_BLOCK = 256
+
+
+def _sum_log1p(x: Tensor, buffer: Optional[Tensor] = None) -> Tensor:
+    """sum over the last dimension of log1p(x), in float64, shaped x.shape[:-1], for x in [e^-2 - 1, e^2 - 1]
+    (overwrites x when it is float64; `buffer`, float64 shaped like x, is used for a float32 x).
+
+    The log of the product of 1 + x over blocks of _PRODUCT_BLOCK units: 1 + x of a float32 x is exact in float64
+    (for |x| >= 2^-29, else within 2^-53), and a block's product has a relative error of at most its length times
+    2^-53, so the result is within about 1e-13 of the exact sum of the log1p of the given x.
+    """
+    if x.dtype == torch.float64:
+        factors = x.add_(1.0)
+    else:
+        factors = (torch.empty(x.shape, dtype=torch.float64) if buffer is None else buffer).copy_(x).add_(1.0)
+    n = x.shape[-1]
+    blocks = max(1, -(-n // _PRODUCT_BLOCK))
+    if n % blocks == 0:
+        return factors.view(*x.shape[:-1], blocks, n // blocks).prod(-1).log_().sum(-1)
+    size = -(-n // blocks)
+    total = None
+    for start in range(0, n, size):
+        part = factors[..., start : start + size].prod(-1).log_()
+        total = part if total is None else total.add_(part)
+    return total
 
 
 def random_chain_parameters(
@@ -182,47 +187,37 @@ class LayeredBoltzmannMachine:
 
     # ----------------------------------------------------------------- conditionals
     def _neighbour_products(
-        self, layers: Layers, l: int, out: Optional[Tensor], bias: Optional[Tensor] = None, alpha: float = 1.0
+        self,
+        layers: Layers,
+        l: int,
+        out: Optional[Tensor],
+        bias: Optional[Tensor] = None,
+        alpha: float = 1.0,
+        binary: bool = False,
     ) -> Tensor:
         """bias + alpha (x_{l-1} W_{l-1} + x_{l+1} W_l^T), or the bare products when bias is None (alpha 1),
-        shaped (*batch, n_l); bias and scale are folded into the matrix multiplications."""
+        shaped (*batch, n_l); bias and scale are folded into the products. The route (torch.mm, oneDNN, or the
+        table route when `binary`: the neighbours hold only 0. and 1.) is chosen by timing, once per shape
+        (`raise_eval.models.boltzmann.products`)."""
         terms = []
         if l > 0:
-            terms.append((layers[l - 1], self.weights[l - 1]))
+            terms.append((layers[l - 1], self.weights[l - 1], False))
         if l < self.num_layers - 1:
-            terms.append((layers[l + 1], self.weights[l].t()))
-        if any(x is None for x, _ in terms):
+            terms.append((layers[l + 1], self.weights[l], True))
+        if any(x is None for x, _, _ in terms):
             raise ValueError(f"layer {l} needs both of its neighbouring layers; one of them is None")
         lead = terms[0][0].shape[:-1]
         flat_out = None if out is None else out.view(-1, self.layer_sizes[l])
-        flats = [(x.reshape(-1, x.shape[-1]), w) for x, w in terms]
-        if all(_use_onednn(x, w) for x, w in flats):
-            # x w is linear(x, w^T); a second neighbour's product is added by the op's binary post-op.
-            acc = None
-            for x, w in flats:
-                if acc is None:
-                    acc = torch.ops.mkldnn._linear_pointwise(x, w.t(), None, "none", [], "")
-                else:
-                    acc = torch.ops.mkldnn._linear_pointwise.binary(x, acc, w.t(), None, "add")
-            if bias is not None:
-                acc = torch.add(bias, acc, alpha=alpha, **({} if flat_out is None else {"out": flat_out}))
-            elif flat_out is not None:
-                acc = flat_out.copy_(acc)
-            return acc.view(*lead, self.layer_sizes[l])
-        for i, (flat, w) in enumerate(flats):
-            if i > 0:
-                flat_out.addmm_(flat, w, alpha=alpha)
-            elif bias is None:
-                flat_out = torch.mm(flat, w, out=flat_out)
-            else:
-                flat_out = torch.addmm(bias, flat, w, alpha=alpha, out=flat_out)
-        return flat_out.view(*lead, self.layer_sizes[l])
+        flats = [(x.reshape(-1, x.shape[-1]), w, transposed) for x, w, transposed in terms]
+        result = neighbour_product(flats, flat_out, bias, alpha, binary=binary)
+        return result.view(*lead, self.layer_sizes[l])
 
-    def unscaled_input(self, layers: Layers, l: int, out: Optional[Tensor] = None) -> Tensor:
+    def unscaled_input(self, layers: Layers, l: int, out: Optional[Tensor] = None, binary: bool = False) -> Tensor:
         """x_{l-1} W_{l-1} + x_{l+1} W_l^T, shaped (*batch, n_l): the input layer `l` gets from its neighbours
         before the weight scale (written into `out`, contiguous, when given). Both neighbours that exist in the
-        chain must be given."""
-        return self._neighbour_products(layers, l, out)
+        chain must be given; `binary` promises that they hold only 0. and 1. (samples), which admits the table
+        route for the products."""
+        return self._neighbour_products(layers, l, out, binary=binary)
 
     def layer_logits(
         self,
@@ -230,14 +225,15 @@ class LayeredBoltzmannMachine:
         l: int,
         unscaled_input: Optional[Tensor] = None,
         out: Optional[Tensor] = None,
+        binary: bool = False,
     ) -> Tensor:
         """Logits of p(x_l | neighbours), shaped (*batch, n_l).
 
         Pass `unscaled_input` when it is cached, and `out` (contiguous, the result's shape) to write into an
-        existing buffer.
+        existing buffer; `binary` as in `unscaled_input`.
         """
         if unscaled_input is None:
-            return self._neighbour_products(layers, l, out, bias=self.biases[l], alpha=self.weight_scale)
+            return self._neighbour_products(layers, l, out, bias=self.biases[l], alpha=self.weight_scale, binary=binary)
         if out is None:
             return torch.add(self.biases[l], unscaled_input, alpha=self.weight_scale)
         return torch.add(self.biases[l], unscaled_input, alpha=self.weight_scale, out=out)
@@ -253,10 +249,12 @@ class LayeredBoltzmannMachine:
         generator: torch.Generator,
         unscaled_input: Optional[Tensor] = None,
         out: Optional[Tensor] = None,
+        binary: bool = False,
     ) -> Tensor:
         """A sample of x_l ~ p(x_l | neighbours), shaped (*batch, n_l), in the model's dtype (written into
-        `out` when given)."""
-        return sample_bernoulli_logits_(self.layer_logits(layers, l, unscaled_input, out=out), generator)
+        `out` when given); `binary` as in `unscaled_input`."""
+        logits = self.layer_logits(layers, l, unscaled_input, out=out, binary=binary)
+        return sample_bernoulli_logits_(logits, generator)
 
     # ----------------------------------------------------------------- energies
     def log_unnormalized_marginal(
@@ -304,14 +302,19 @@ class LayeredBoltzmannMachine:
         z, z' its logits under self and other; with d = z' - z this equals -log1p(expm1(-d) sigmoid(z')), which
         is cheaper (one transcendental function fewer) and more accurate while |d| is small, but loses accuracy
         when d >> 0 and sigmoid(z') ~ 1. Callers that can guarantee |d| <= 2 for summed-out layer l pass
-        small_steps[l] = True to use it (the argument of log1p then stays above e^-2 - 1, so the error is a few
-        units in the last place); the first buffer of that layer then holds sigmoid(z'), p(x_l = 1 | rest) under
-        `other`, for a sampler at other's temperature to reuse.
+        small_steps[l] = True to use it; the first buffer of that layer then holds sigmoid(z'), p(x_l = 1 | rest)
+        under `other`, for a sampler at other's temperature to reuse. Its log1p terms are summed as the logarithm
+        of their product, in float64: each factor 1 + expm1(-d) sigmoid(z') lies between e^-2 and e^2 and is
+        formed exactly in float64 from a float32 argument (nearly so from a float64 one), a block of 256 of
+        them multiplies without overflow or rounding of note, and one logarithm per block replaces a log1p per
+        unit: cheaper than log1p and float32 summation, and more accurate.
 
         Args:
-            buffers: two contiguous scratch tensors per summed-out layer (in layer order), each shaped like that
-                layer, used instead of fresh temporaries.
+            buffers: three contiguous scratch tensors per summed-out layer (in layer order), each shaped like that
+                layer: two in the model's dtype and one in float64, used instead of fresh temporaries.
             small_steps: per layer, whether |d| <= 2 is guaranteed (see above).
+        Returns:
+            the log-ratio in float64, shaped (*batch,).
         """
         if other.weights is not self.weights:
             raise ValueError("log_ratio_to compares two points of one path: both must share the weight tensors")
@@ -323,7 +326,7 @@ class LayeredBoltzmannMachine:
                 cached = None if unscaled_inputs is None else unscaled_inputs[l]
                 if cached is None:
                     cached = self.unscaled_input(layers, l)
-                a, b = (next(spare), next(spare)) if spare is not None else (None, None)
+                a, b, c = (next(spare), next(spare), next(spare)) if spare is not None else (None, None, None)
                 if small_steps is not None and small_steps[l]:
                     # -log1p(expm1(-d) sigmoid(z')): leaves sigmoid(z') in `a`, the probabilities of layer l
                     # under `other`, which a sampler at other's temperature can reuse.
@@ -333,7 +336,7 @@ class LayeredBoltzmannMachine:
                     neg_d = torch.add(
                         self.biases[l] - other.biases[l], cached, alpha=-ds, **({} if b is None else {"out": b})
                     )
-                    term = neg_d.expm1_().mul_(probs).log1p_().sum(-1).neg_()
+                    term = _sum_log1p(neg_d.expm1_().mul_(probs), c).neg_()
                 else:
                     to_ = _softplus_(other.layer_logits(layers, l, cached, out=a))
                     term = to_.sub_(_softplus_(self.layer_logits(layers, l, cached, out=b))).sum(-1)
@@ -343,6 +346,7 @@ class LayeredBoltzmannMachine:
                 if ds != 0.0 and l + 1 < self.num_layers and layers[l + 1] is not None:
                     xw = torch.mm(flat, self.weights[l]).reshape(*x.shape[:-1], -1)
                     term = term + ds * (xw * layers[l + 1]).sum(-1)
+            term = term.to(torch.float64)
             total = term if total is None else total + term
         return total
 

@@ -22,7 +22,7 @@ from raise_eval.io.datasets import DataError
 from raise_eval.io.outputs import OutputWarning, OutputWriteError
 from raise_eval.io.user_model import UserCodeError
 from raise_eval.runtime.distributed import shutdown as shutdown_process_group
-from raise_eval.settings import SettingsError
+from raise_eval.settings import SettingsError, render_names
 
 SUBCOMMANDS = (evaluate, bdmc)
 
@@ -57,9 +57,12 @@ _default_showwarning = warnings.showwarning
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
-    """raise-eval's own warnings (a save that failed while the run went on) as one line, without a source line."""
+    """raise-eval's own warnings (a save that failed while the run went on) as one line, without a source line, the
+    settings it names written as flags."""
     if issubclass(category, OutputWarning):
-        print(f"raise-eval: warning: {message}", file=sys.stderr if file is None else file)
+        text = message.args[0] if isinstance(message, Warning) and message.args else message
+        names = {**bdmc.FLAGS, **evaluate.FLAGS}
+        print(f"raise-eval: warning: {render_names(text, names)}", file=sys.stderr if file is None else file)
     else:
         _default_showwarning(message, category, filename, lineno, file, line)
 

@@ -263,6 +263,7 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         "device": str(model.device),
         "dtype": str(model.dtype).replace("torch.", ""),
         "threads": torch.get_num_threads(),
+        "product_route": s.product_route,
         "torch": torch.__version__,
         "data": "",
         "split": "",

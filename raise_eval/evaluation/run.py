@@ -31,6 +31,7 @@ from raise_eval.evaluation.stages import (
     raise_stage,
     raise_subset,
 )
+from raise_eval.models.boltzmann import products
 from raise_eval.paths.boltzmann import BoltzmannPath
 from raise_eval.runtime import distributed
 from raise_eval.runtime.resume import (
@@ -142,6 +143,11 @@ def run_evaluation(
     if log_f_check is not None and log_f is None:
         raise ValueError("log_f_check is the check of a reused log_f: pass that log_f too")
     _check_reused(plan, log_f, exact_values)
+    with products.forced_route(plan.settings.product_route):
+        return _run(plan, log_f, exact_values, log_f_check, resume_file, cost_estimate)
+
+
+def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, cost_estimate) -> EvaluationReport:
     model, test, device, rank, world = plan.model, plan.test, plan.model.device, plan.rank, plan.world
     all_settings = dict(plan.report_settings)
     betas = plan.betas
@@ -160,11 +166,14 @@ def run_evaluation(
         )
         for change in store.context_changes:
             notes.append(f"resumed with {change}: the continued run is bit-identical only where these agree")
+        # The product routes the interrupted run chose (by timing): the continued one computes as it did.
+        products.adopt_route_choices(store.get("product_routes") or [])
     done: dict[str, Any] = {}
     _, first = _unique_rows(test)
     distinct = first.to(device)
 
     def report(interrupted: Optional[str] = None) -> EvaluationReport:
+        all_settings["product_routes"] = [c.as_dict() for c in products.route_choices()]
         ais_result, log_f_est, raise_result, cv = (done.get(k) for k in ("ais", "log_f", "raise", "cv"))
         ais_mean = None
         if ais_result is not None and log_f_est is not None:

@@ -30,6 +30,7 @@ from raise_eval.estimators.unnormalized import _CHUNK_ELEMENTS as LOG_F_CHUNK_EL
 from raise_eval.estimators.unnormalized import log_unnormalized_estimate
 from raise_eval.evaluation.log_f_check import LOG_F_CHECK_FACTOR
 from raise_eval.evaluation.memory import STAGES, CostEstimate, plan_memory
+from raise_eval.models.boltzmann import products
 from raise_eval.paths.posterior import posterior_path
 from raise_eval.runtime.sharding import raise_vectors_per_shard
 from raise_eval.schedules import linear_schedule
@@ -275,6 +276,11 @@ def estimate_cost(plan, *, budget: float = TIMING_BUDGET) -> CostEstimate:
     seconds of the second, larger timings), so that the estimate is this model's on this device, dtype and thread
     count. The plan and its random streams are left as they were.
     """
+    with products.forced_route(plan.settings.product_route):
+        return _estimate(plan, budget)
+
+
+def _estimate(plan, budget: float) -> CostEstimate:
     begin = time.perf_counter()
     stages = [replace(s) for s in (plan.cost.stages if getattr(plan, "cost", None) is not None else plan_memory(plan))]
     generator = torch.Generator(device=plan.model.device).manual_seed(0)

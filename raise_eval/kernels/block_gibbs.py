@@ -35,12 +35,14 @@ class Scratch:
     def __init__(self):
         self._buffers: dict[str, Tensor] = {}
 
-    def get(self, name: str, shape, like: Tensor) -> Tensor:
-        """A contiguous buffer shaped `shape` with like's dtype and device (contents undefined)."""
+    def get(self, name: str, shape, like: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+        """A contiguous buffer shaped `shape` on like's device, with like's dtype unless `dtype` is given (contents
+        undefined)."""
         buf = self._buffers.get(name)
         shape = tuple(shape)
-        if buf is None or tuple(buf.shape) != shape or buf.dtype != like.dtype or buf.device != like.device:
-            buf = self._buffers[name] = torch.empty(shape, dtype=like.dtype, device=like.device)
+        dtype = like.dtype if dtype is None else dtype
+        if buf is None or tuple(buf.shape) != shape or buf.dtype != dtype or buf.device != like.device:
+            buf = self._buffers[name] = torch.empty(shape, dtype=dtype, device=like.device)
         return buf
 
 
@@ -71,13 +73,24 @@ class BoltzmannState(NamedTuple):
 
 
 def collapse_odd_layers(
-    model: LayeredBoltzmannMachine, even_layers: list, out: Optional[BoltzmannState] = None
+    model: LayeredBoltzmannMachine,
+    even_layers: list,
+    out: Optional[BoltzmannState] = None,
+    sampled: Collection[int] = (),
 ) -> BoltzmannState:
     """The state for given even layers (odd entries ignored): odd layers summed out, their inputs cached
-    (written into `out`'s input tensors when given)."""
+    (written into `out`'s input tensors when given). `sampled`: even layers known to hold samples (0. and 1.
+    only), which lets an odd layer whose neighbours all are take the table route for its products."""
     layers = tuple(x if l % 2 == 0 else None for l, x in enumerate(even_layers))
     inputs = tuple(
-        model.unscaled_input(layers, l, out=None if out is None else out.odd_inputs[l]) if l % 2 == 1 else None
+        model.unscaled_input(
+            layers,
+            l,
+            out=None if out is None else out.odd_inputs[l],
+            binary=all(n in sampled for n in (l - 1, l + 1) if 0 <= n < model.num_layers),
+        )
+        if l % 2 == 1
+        else None
         for l in range(model.num_layers)
     )
     return BoltzmannState(layers, inputs)
@@ -116,12 +129,15 @@ def block_gibbs_step(
         buf = None if scratch is None else scratch.get(f"odd{l}", inp.shape, inp)
         layers[l] = model.sample_layer(layers, l, generator, unscaled_input=inp, out=buf)
     # Even layers depend only on the odd samples, so `out` may alias `state` from here on.
+    # The odd layers are samples now (0. and 1.), which admits the table route for the even layers' products.
+    sampled = [l for l in range(0, model.num_layers, 2) if l not in clamped]
     for l in range(0, model.num_layers, 2):
         if l not in clamped:
-            layers[l] = model.sample_layer(layers, l, generator, out=None if out is None else out.layers[l])
+            out_l = None if out is None else out.layers[l]
+            layers[l] = model.sample_layer(layers, l, generator, out=out_l, binary=True)
         elif out is not None and out.layers[l] is not state.layers[l]:
             layers[l] = out.layers[l].copy_(state.layers[l])
-    return collapse_odd_layers(model, layers, out=out)
+    return collapse_odd_layers(model, layers, out=out, sampled=sampled)
 
 
 def clone_state(state: BoltzmannState) -> BoltzmannState:

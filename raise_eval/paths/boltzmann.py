@@ -195,7 +195,11 @@ class BoltzmannPath:
                 probs[l] = torch.empty_like(inp)
             else:
                 probs[l] = self._scratch.get(f"ratio_to{l}", inp.shape, inp)
-            buffers += [probs[l], self._scratch.get(f"ratio_from{l}", inp.shape, inp)]
+            buffers += [
+                probs[l],
+                self._scratch.get(f"ratio_from{l}", inp.shape, inp),
+                self._scratch.get(f"ratio_float64_{l}", inp.shape, inp, dtype=torch.float64),
+            ]
         ratio = self.at(beta_from).log_ratio_to(
             self.at(beta_to), state.layers, state.odd_inputs, buffers=buffers, small_steps=small
         )

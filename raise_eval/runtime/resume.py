@@ -48,8 +48,10 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from raise_eval.kernels.block_gibbs import BoltzmannState  # the resumable runs anneal Boltzmann paths
+from raise_eval.kernels.block_gibbs import BoltzmannState
+from raise_eval.models.boltzmann import products  # the resumable runs anneal Boltzmann paths
 from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path
+from raise_eval.settings import Named, SettingsError
 from raise_eval.io.writing import write_file
 
 FORMAT = 2
@@ -91,8 +93,8 @@ def check_world_size(path, world: int) -> None:
         if p.exists() and p.name not in own
     )
     if others:
-        raise ValueError(
-            f"--resume-file {path} was written by another number of processes ({', '.join(others)} exist; this run "
+        raise SettingsError(
+            f"{{resume_file}} {path} was written by another number of processes ({', '.join(others)} exist; this run "
             f"has {world}): continue it with that many processes, or delete those files to start over"
         )
 
@@ -111,11 +113,14 @@ class ResumeFile:
         self, path, settings: dict[str, Any], interval: float = DEFAULT_INTERVAL, context: Optional[dict] = None
     ):
         if not interval >= 0:
-            raise ValueError(f"the resume interval must be a number of seconds >= 0, got {interval!r}")
+            raise SettingsError(f"the resume interval must be a number of seconds >= 0, got {interval!r}")
         self.path = Path(path)
         # Refused before anything reads it: a named pipe would block the read below, a device or a folder would be
         # replaced by the first save. The null device keeps nothing.
-        self.discard = not check_output_path(self.path, "--resume-file")
+        try:
+            self.discard = not check_output_path(self.path, "{resume_file}")
+        except OutputError as e:
+            raise SettingsError(str(e), ("resume_file",)) from None
         self.interval = float(interval)
         self.settings = dict(settings)
         self.context = dict(context or {})  # e.g. threads and torch version: reported when they change
@@ -133,13 +138,13 @@ class ResumeFile:
             try:
                 loaded = torch.load(str(self.path), map_location="cpu", weights_only=True)
             except Exception as e:  # noqa: BLE001 - any unreadable file gets the same advice
-                raise ValueError(
-                    f"--resume-file {self.path} is not a raise-eval resume file ({type(e).__name__}); "
+                raise SettingsError(
+                    f"{{resume_file}} {self.path} is not a raise-eval resume file ({type(e).__name__}); "
                     "delete it or name another file"
                 ) from None
             if not isinstance(loaded, dict) or loaded.get("format") not in READABLE_FORMATS:
-                raise ValueError(
-                    f"--resume-file {self.path} is not a raise-eval resume file of format {FORMAT}; delete it or "
+                raise SettingsError(
+                    f"{{resume_file}} {self.path} is not a raise-eval resume file of format {FORMAT}; delete it or "
                     "name another file"
                 )
             old = loaded.get("settings", {})
@@ -149,15 +154,15 @@ class ResumeFile:
                 if old.get(k) != self.settings.get(k)
             ]
             if differ:
-                raise ValueError(
-                    f"--resume-file {self.path} was written by a run with other settings ("
+                raise SettingsError(
+                    f"{{resume_file}} {self.path} was written by a run with other settings ("
                     + "; ".join(differ)
                     + "); run with the same settings to continue it, or delete it or name another file to start over"
                 )
             problems = _content_problems(loaded, self.settings)
             if problems:
-                raise ValueError(
-                    f"--resume-file {self.path} does not hold what the run that wrote it saves ("
+                raise SettingsError(
+                    f"{{resume_file}} {self.path} does not hold what the run that wrote it saves ("
                     + "; ".join(problems[:3])
                     + (f"; and {len(problems) - 3} more" if len(problems) > 3 else "")
                     + "): it was edited or damaged; delete it to start over"
@@ -200,11 +205,11 @@ class ResumeFile:
         if kept is None:
             self.put("schedule_digest", digest)
         elif kept != digest:
-            raise ValueError(
-                f"the adaptive pilot chose other betas than the run in --resume-file {self.path} (digest {digest}, "
+            raise SettingsError(
+                f"the adaptive pilot chose other betas than the run in {{resume_file}} {self.path} (digest {digest}, "
                 f"the file's {kept}): its numbers depend on the thread count and torch version, which have changed ("
                 + ("; ".join(self.context_changes) or "see the file's settings")
-                + "); run with the file's --threads, or delete the file to start over"
+                + "); run with the file's {threads}, or delete the file to start over"
             )
 
     def get(self, key: str):
@@ -220,6 +225,8 @@ class ResumeFile:
         (OutputWarning), `save_error` says why, and the next save tries again (see the module docstring)."""
         if self.discard:
             return
+        # The product routes chosen so far (by timing, once per shape): a continued run adopts them.
+        self.data["product_routes"] = [c.as_dict() for c in products.route_choices()]
         payload = self.data if running is None else {**self.data, "running": running}
         try:
             write_file(self.path, lambda p: torch.save(payload, p), what="the resume state", keep_on_failure=False)
@@ -233,8 +240,10 @@ class ResumeFile:
                     else f"nothing is saved in {self.path} yet: an interrupted run would start over"
                 )
                 warnings.warn(
-                    f"--resume-file: {e}. The run goes on (its results are unaffected) and later saves try again; "
-                    f"until one succeeds, {kept}",
+                    Named(
+                        f"{{resume_file}}: {e}. The run goes on (its results are unaffected) and later saves try again; "
+                        f"until one succeeds, {kept}"
+                    ),
                     OutputWarning,
                     stacklevel=2,
                 )
@@ -244,8 +253,8 @@ class ResumeFile:
 
 _DIGESTS = {
     "parameters": "the model's parameters differ (another checkpoint, or other weights of the same shapes)",
-    "test_data": "the test vectors differ (another --data, --split, --pixel-order or --test-subset, or changed data)",
-    "start_biases": "the start distribution differs (another --init, --train-data or training-set base rates)",
+    "test_data": "the test vectors differ (another {data}, {split}, {pixel_order} or {test_subset}, or changed data)",
+    "start_biases": "the start distribution differs (another {init}, {train_data} or training-set base rates)",
     "schedule_betas": "the explicit schedule's betas differ",
 }
 

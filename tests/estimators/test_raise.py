@@ -30,20 +30,16 @@ def test_raise_weights_are_unbiased_for_p_ann(tiny_rbm, train_vectors, start, k)
     assert_unbiased(result.log_weights, torch.log(p_ann[exact.configuration_index(v)]))
 
 
-def test_float32_raise_with_onednn_products_is_unbiased(tiny_rbm, train_vectors, monkeypatch):
-    """The float32 path whose products all go through oneDNN (forced here, however small): RAISE weights still
-    unbiased for p_ann(v) of the float32 model."""
-    from raise_eval.models.boltzmann import layered
-
-    if not torch.backends.mkldnn.is_available():
-        pytest.skip("this torch build has no oneDNN")
-    monkeypatch.setattr(layered, "ONEDNN_MIN_MACS", 0)
+def test_float32_raise_with_each_product_route_is_unbiased(tiny_rbm, train_vectors, product_route):
+    """The float32 path whose products all go through one route (torch.mm, oneDNN, the table route; forced here,
+    however small): RAISE weights still unbiased for p_ann(v) of the float32 model."""
     model = tiny_rbm.to(dtype=torch.float32)
     path = BoltzmannPath(model, data_base_rates(model, train_vectors.float()))
     betas = linear_schedule(3)
     v = _test_vectors().float()
     p_ann = exact.annealing_model_marginal(model, path.base_biases, betas)
     result = raise_log_likelihood(path, v, betas, CHAINS, generator=torch.Generator().manual_seed(20))
+    assert product_route
     assert_unbiased(result.log_weights, torch.log(p_ann[exact.configuration_index(v)]))
 
 

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from raise_eval.models.boltzmann import layered
+from raise_eval.models.boltzmann import products
 
 from raise_eval import BoltzmannPath, data_base_rates, exact
 from raise_eval.kernels.block_gibbs import block_gibbs_step
@@ -43,36 +43,21 @@ def test_one_step_matches_the_exact_transition_row(fixture, beta, code, request,
     assert_counts_match(counts, row)
 
 
-@pytest.fixture
-def onednn_products(monkeypatch):
-    """Send every float32 CPU product through oneDNN, however small (as large models do), and count the calls."""
-    if not torch.backends.mkldnn.is_available():
-        pytest.skip("this torch build has no oneDNN")
-    calls = []
-    original = layered._use_onednn
-
-    def spy(x, w):
-        used = original(x, w)
-        calls.append(used)
-        return used
-
-    monkeypatch.setattr(layered, "ONEDNN_MIN_MACS", 0)
-    monkeypatch.setattr(layered, "_use_onednn", spy)
-    return calls
-
-
 @pytest.mark.parametrize("fixture, beta, code", [("tiny_rbm", 0.6, 0), ("tiny_rbm", 1.0, 201), ("tiny_chain", 0.8, 77)])
-def test_float32_step_with_onednn_products_matches_the_exact_transition_row(
-    fixture, beta, code, request, onednn_products
+def test_float32_step_with_each_product_route_matches_the_exact_transition_row(
+    fixture, beta, code, request, product_route
 ):
-    """The float32 step whose products go through oneDNN (for the chain, two products summed by the op's binary
-    post-op) samples the exact transition row of the float32 model (chi-square, false alarm 1e-4)."""
+    """The float32 step whose products go through each route (torch.mm; oneDNN, for the chain two products summed by
+    the op's binary post-op; the table route for the sampled layers) samples the exact transition row of the float32
+    model (chi-square, false alarm 1e-4)."""
     model = request.getfixturevalue(fixture).to(dtype=torch.float32)
-    onednn_products.clear()  # building the float64 fixture may have made products of its own
     path = BoltzmannPath(model)
     state = _state_from_code(path, code, CHAINS)
+    product_route.clear()  # building the start state made products of its own
     new = path.transition(state, beta, torch.Generator().manual_seed(code))
-    assert onednn_products and all(onednn_products)
+    forced = products.force_route(None)
+    products.force_route(forced)
+    assert product_route and all(route == forced for route in product_route)
     assert new.layers[0].dtype == torch.float32
     row = exact.block_gibbs_transition_matrix(path.at(beta))[code]
     counts = torch.bincount(_even_code(new, model), minlength=row.numel())

@@ -1,10 +1,14 @@
 """Exact identities of the layered Boltzmann machine energy (no sampling, no tolerance beyond rounding)."""
 
 import itertools
+import json
+import math
 
 import pytest
 import torch
 from raise_eval.models import RBM, LayeredBoltzmannMachine
+from raise_eval.models.boltzmann import products
+from raise_eval.models.boltzmann.products import ROUTES
 
 from raise_eval import exact
 
@@ -80,7 +84,7 @@ def test_log_ratio_to_equals_difference_of_marginals(tiny_chain):
     a, b = tiny_chain.annealed(0.2, base), tiny_chain.annealed(0.7, base)
     expected = b.log_unnormalized_marginal(kept) - a.log_unnormalized_marginal(kept)
     torch.testing.assert_close(a.log_ratio_to(b, kept), expected, rtol=0, atol=1e-12)
-    buffers = [torch.empty(6, 4, dtype=torch.float64), torch.empty(6, 4, dtype=torch.float64)]
+    buffers = [torch.empty(6, 4, dtype=torch.float64) for _ in range(3)]
     torch.testing.assert_close(a.log_ratio_to(b, kept, buffers=buffers), expected, rtol=0, atol=1e-12)
     full = layers  # no summed-out layer: pairwise terms change with the weight scale
     expected_full = b.log_unnormalized_joint(full) - a.log_unnormalized_joint(full)
@@ -161,68 +165,142 @@ def _float32_chain(sizes, seed):
     return LayeredBoltzmannMachine(weights, biases, weight_scale=0.7), layers
 
 
+@pytest.mark.parametrize("route", ROUTES)
 @pytest.mark.parametrize("sizes", [(300, 200), (120, 200, 90)])
-def test_onednn_products_are_float32_accurate_deterministic_and_row_by_row(sizes, monkeypatch):
-    """Large float32 CPU products go through oneDNN (a middle layer's two products summed by the op's binary
-    post-op): within float32 rounding of the float64 products (relative to the sum of |terms|, as for torch.mm),
-    the same bits on every call, a row's result independent of the other rows, and written into `out` when given."""
-    from raise_eval.models.boltzmann import layered
-
-    if not torch.backends.mkldnn.is_available():
+def test_every_product_route_is_float32_accurate_deterministic_and_row_by_row(sizes, route, monkeypatch):
+    """Every route of the float32 CPU products (torch.mm; oneDNN, a middle layer's two products summed by the op's
+    binary post-op; the table route for binary inputs, its two tables in one): within float32 rounding of the
+    float64 products (relative to the sum of |terms|, as for torch.mm), the same bits on every call, a row's result
+    independent of the other rows, and written into `out` when given."""
+    if route == "onednn" and not products.onednn_available():
         pytest.skip("this torch build has no oneDNN")
     model, layers = _float32_chain(sizes, seed=12)
     m64 = model.to(dtype=torch.float64)
     abs64 = LayeredBoltzmannMachine([w.abs() for w in m64.weights], [b.abs() for b in m64.biases], 0.7)
     layers64 = [x.double() for x in layers]
     calls = []
-    original = layered._use_onednn
-    monkeypatch.setattr(layered, "_use_onednn", lambda x, w: calls.append(original(x, w)) or calls[-1])
-    for l in range(model.num_layers):
-        for get, get64, get_abs in (
-            (model.unscaled_input, m64.unscaled_input, abs64.unscaled_input),
-            (model.layer_logits, m64.layer_logits, abs64.layer_logits),
-        ):
-            calls.clear()
-            y = get(layers, l)
-            assert calls and all(calls)  # every product for this layer went through oneDNN
-            error = (y.double() - get64(layers64, l)).abs() / get_abs(layers64, l).clamp_min(1.0)
-            assert error.max().item() < 64 * 2**-24
-            assert torch.equal(get(layers, l), y)
-            assert torch.equal(get([x[:250] for x in layers], l), y[:250])
-            out = torch.empty_like(y)
-            get(layers, l, out=out)
-            assert torch.equal(out, y)
-    monkeypatch.setattr(layered, "ONEDNN_MIN_MACS", None)  # switched off: torch.mm, equal up to rounding
-    calls.clear()
-    mkl = model.unscaled_input(layers, 1)
-    assert calls and not any(calls)
-    torch.testing.assert_close(mkl, m64.unscaled_input(layers64, 1).float(), rtol=1e-5, atol=1e-5)
+    original = products.run_route
+    monkeypatch.setattr(products, "run_route", lambda r, *a, **k: calls.append(r) or original(r, *a, **k))
+    with products.forced_route(route):
+        for l in range(model.num_layers):
+            for get, get64, get_abs in (
+                (model.unscaled_input, m64.unscaled_input, abs64.unscaled_input),
+                (model.layer_logits, m64.layer_logits, abs64.layer_logits),
+            ):
+                calls.clear()
+                y = get(layers, l, binary=True)
+                assert calls == [route]  # the layer's products (one or two) went through the route, in one call
+                error = (y.double() - get64(layers64, l)).abs() / get_abs(layers64, l).clamp_min(1.0)
+                assert error.max().item() < 64 * 2**-24
+                assert torch.equal(get(layers, l, binary=True), y)
+                assert torch.equal(get([x[:250] for x in layers], l, binary=True), y[:250])
+                out = torch.empty_like(y)
+                get(layers, l, out=out, binary=True)
+                assert torch.equal(out, y)
 
 
-def test_products_that_onednn_does_not_take():
-    """float64, small products and products that need a gradient stay with torch.mm."""
-    from raise_eval.models.boltzmann.layered import ONEDNN_MIN_MACS, _use_onednn
-
-    x, w = torch.ones(1000, 784), torch.ones(784, 500)
-    assert _use_onednn(x, w) == torch.backends.mkldnn.is_available()
-    assert not _use_onednn(x.double(), w.double())
-    assert 10 * 8 * 6 < ONEDNN_MIN_MACS <= 1000 * 784 * 500
-    assert not _use_onednn(torch.ones(10, 8), torch.ones(8, 6))
-    assert not _use_onednn(x, w.clone().requires_grad_())
-    with torch.no_grad():
-        assert _use_onednn(x, w.clone().requires_grad_()) == torch.backends.mkldnn.is_available()
+def test_products_are_routed_by_timing_once_per_shape(monkeypatch):
+    """Large float32 CPU products are timed once per shape (every route that can compute them) and take the
+    fastest; the choice is recorded with its timings and reused; float64 has no oneDNN route, non-binary inputs no
+    table route; small products, CUDA and products that need a gradient stay with torch.mm, unrecorded; a route
+    that cannot compute a product it is forced on leaves it to torch.mm."""
+    products.clear_route_choices()
+    monkeypatch.delenv(products.ROUTE_ENV, raising=False)
+    cpu = torch.device("cpu")
+    timed = []
+    original = products._time_routes
+    monkeypatch.setattr(
+        products, "_time_routes", lambda routes, *a: timed.append(tuple(routes)) or original(routes, *a)
+    )
+    choice = products.choose_route(64, (784,), 500, torch.float32, cpu, True, False)
+    expected = ("mm", "onednn", "table") if products.onednn_available() else ("mm", "table")
+    assert timed == [expected] and choice.how == "measured"
+    timings = dict(choice.timings_ms)
+    assert set(timings) == set(expected) and choice.route == min(timings, key=timings.get)
+    assert products.choose_route(64, (784,), 500, torch.float32, cpu, True, False) is choice  # cached
+    assert len(timed) == 1 and products.route_choices() == (choice,)
+    record = choice.as_dict()
+    assert record["route"] == choice.route and set(record["timings_ms"]) == set(expected)
+    products.choose_route(64, (784,), 500, torch.float64, cpu, True, False)
+    products.choose_route(64, (784,), 500, torch.float32, cpu, False, False)
+    assert timed[1:] == [("mm", "table"), expected[:-1]]
+    assert products.choose_route(10, (8,), 6, torch.float32, cpu, True, False) is None  # small
+    assert products.choose_route(64, (784,), 500, torch.float32, cpu, True, True) is None  # gradient
+    assert products.choose_route(64, (784,), 500, torch.float32, torch.device("meta"), True, False) is None
+    monkeypatch.setenv(products.ROUTE_ENV, "table")
+    forced = products.choose_route(10, (8,), 6, torch.float32, cpu, False, False)
+    assert (forced.route, forced.how) == ("mm", "forced-unavailable")
+    assert products.choose_route(10, (8,), 6, torch.float32, cpu, True, False).how == "forced"
+    monkeypatch.setenv(products.ROUTE_ENV, "fastest")
+    with pytest.raises(ValueError, match="RAISE_EVAL_PRODUCT_ROUTE"):
+        products.choose_route(10, (8,), 6, torch.float32, cpu, True, False)
     enabled = torch.backends.mkldnn.enabled
-    torch.backends.mkldnn.enabled = False
+    torch.backends.mkldnn.enabled = False  # a user who switched oneDNN off never gets it
     try:
-        assert not _use_onednn(x, w)
+        monkeypatch.setenv(products.ROUTE_ENV, "onednn")
+        assert products.choose_route(10, (8,), 6, torch.float32, cpu, True, False).route == "mm"
     finally:
         torch.backends.mkldnn.enabled = enabled
+    products.clear_route_choices()
+
+
+@pytest.mark.parametrize("sizes", [(300, 200), (120, 200, 90)])
+def test_products_that_need_a_gradient_are_differentiable(sizes):
+    """With parameters that require a gradient (training, e.g. a free-energy loss), the layer's input is torch.mm's,
+    without out= buffers, and backpropagates to the weights."""
+    model, layers = _float32_chain(sizes, seed=16)
+    weights = [w.clone().requires_grad_() for w in model.weights]
+    trained = LayeredBoltzmannMachine(weights, model.biases, model.weight_scale)
+    for l in range(trained.num_layers):
+        for w in weights:
+            w.grad = None
+        trained.layer_logits(layers, l).sum().backward()
+        adjacent = [i in (l - 1, l) for i in range(len(weights))]
+        assert [w.grad is not None for w in weights] == adjacent
+
+
+def test_adopted_route_choices_are_used_without_timing(monkeypatch):
+    """Choices saved by another process (as JSON-ready dicts) are taken for their shapes without timing, so that a
+    resumed run computes its products as the interrupted one did."""
+    products.clear_route_choices()
+    monkeypatch.delenv(products.ROUTE_ENV, raising=False)
+    cpu = torch.device("cpu")
+    threads = torch.get_num_threads()
+    record = products.RouteChoice(64, (784,), 500, "float32", threads, True, "mm", "measured", (("mm", 1.0),))
+    products.adopt_route_choices([json.loads(json.dumps(record.as_dict()))])
+    monkeypatch.setattr(products, "_time_routes", lambda *a: pytest.fail("timed an adopted shape"))
+    choice = products.choose_route(64, (784,), 500, torch.float32, cpu, True, False)
+    assert (choice.route, choice.how, dict(choice.timings_ms)) == ("mm", "measured", {"mm": 1.0})
+    products.adopt_route_choices([{k: v for k, v in record.as_dict().items() if k != "how"}])
+    assert products.choose_route(64, (784,), 500, torch.float32, cpu, True, False).how == "adopted"
+    with pytest.raises(ValueError, match="unknown product route"):
+        products.adopt_route_choices([dict(record.as_dict(), route="gpu")])
+    products.clear_route_choices()
+
+
+def test_the_table_route_follows_changes_of_the_weights():
+    """The tables are built once per weight tensor and rebuilt when it changes in place (a model trained between
+    evaluations)."""
+    g = torch.Generator().manual_seed(15)
+    w = torch.randn(40, 12, generator=g)
+    x = (torch.rand(7, 40, generator=g) < 0.5).float()
+    table = products.cached_table([(w, False)])
+    assert products.cached_table([(w, False)]) is table
+    torch.testing.assert_close(table([x], None, None, 1.0), x @ w)
+    w.mul_(2.0)
+    rebuilt = products.cached_table([(w, False)])
+    assert rebuilt is not table
+    torch.testing.assert_close(rebuilt([x], None, None, 1.0), x @ w)
+    with torch.inference_mode():
+        frozen = torch.randn(40, 12)
+    assert products.cached_table([(frozen, False)]) is None  # no version counter: not cached, torch.mm instead
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
-def test_small_step_log_ratio_has_the_bits_of_the_direct_formula(tiny_chain, dtype):
-    """The small-step term is -log1p(expm1(-d) sigmoid(z')) summed over the units (d = z' - z), computed without
-    negating d and each term (it negates the sum, exactly): bit for bit the direct formula."""
+def test_small_step_log_ratio_sums_the_log1p_of_the_direct_formula(tiny_chain, dtype):
+    """The small-step term is -sum_j log1p(expm1(-d_j) sigmoid(z'_j)) (d = z' - z), with the argument of log1p
+    computed in the model's dtype and the sum as a float64 log of products: within 1e-13 of that sum computed
+    term by term in float64 from the same arguments, and the even layers' terms added in float64."""
     model = tiny_chain.to(dtype=dtype)
     g = torch.Generator().manual_seed(13)
     base = [torch.randn(n, generator=g, dtype=dtype) for n in model.layer_sizes]
@@ -232,8 +310,27 @@ def test_small_step_log_ratio_has_the_bits_of_the_direct_formula(tiny_chain, dty
     for b0, b1 in [(0.3, 0.31), (0.8, 0.75), (0.0, 0.2)]:
         a, b = model.annealed(b0, base), model.annealed(b1, base)
         got = a.log_ratio_to(b, kept, [None, u, None], small_steps=[False, True, False])
+        assert got.dtype == torch.float64
         z1 = torch.add(b.biases[1], u, alpha=b.weight_scale)
         d = torch.add(b.biases[1] - a.biases[1], u, alpha=b.weight_scale - a.weight_scale)
-        hidden = (-torch.log1p(torch.expm1(-d) * torch.sigmoid(z1))).sum(-1)
-        even = [torch.mv(layers[l], b.biases[l] - a.biases[l]) for l in (0, 2)]
-        assert torch.equal(got, even[0] + hidden + even[1])
+        arguments = torch.expm1(-d) * torch.sigmoid(z1)
+        hidden = (-torch.log1p(arguments.double())).sum(-1)
+        even = [torch.mv(layers[l], b.biases[l] - a.biases[l]).double() for l in (0, 2)]
+        torch.testing.assert_close(got, even[0] + hidden + even[1], rtol=0, atol=1e-13)
+
+
+@pytest.mark.parametrize("width", [1, 7, 256, 500, 513, 1000])
+def test_sum_of_log1p_by_block_products(width):
+    """_sum_log1p agrees with the float64 sum of log1p to 1e-12 for widths that split into blocks evenly and
+    unevenly, with every factor at the ends of its range [e^-2, e^2]."""
+    from raise_eval.models.boltzmann.layered import _sum_log1p
+
+    g = torch.Generator().manual_seed(width)
+    x = torch.expm1(torch.empty(3, width, dtype=torch.float64).uniform_(-2, 2, generator=g))
+    x[0] = math.expm1(2.0)
+    x[1] = math.expm1(-2.0)
+    expected = torch.log1p(x).sum(-1)
+    torch.testing.assert_close(
+        _sum_log1p(x.float().clone(), None), torch.log1p(x.float().double()).sum(-1), rtol=0, atol=1e-12 * width
+    )
+    torch.testing.assert_close(_sum_log1p(x.clone()), expected, rtol=0, atol=1e-12 * width)

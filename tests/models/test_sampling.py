@@ -19,6 +19,7 @@ def test_sampler_frequencies_match_probabilities(dtype, columns):
     x = sample_bernoulli_probs(p, torch.Generator().manual_seed(0))
     assert x.dtype == dtype and x.shape == p.shape
     assert set(x.unique().tolist()) <= {0.0, 1.0}
+    assert not torch.signbit(x).any()  # zeros are +0., as a user printing a sample expects
     mean = x.double().mean(0)
     pd = probs.double()
     se = (pd * (1 - pd) / p.shape[0]).sqrt()
@@ -57,11 +58,14 @@ def test_same_seed_same_samples_and_global_rng_untouched():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("n", [0, 5, 32, 100, 4096 + 13, 200_000])
 @pytest.mark.parametrize("density", [0.0, 0.004, 0.3, 1.0])
-def test_tie_search_finds_every_nonzero_entry_in_order(dtype, n, density):
-    """The block search for ties returns exactly torch.nonzero's indices, ascending."""
-    from raise_eval.models.sampling import _nonzero_indices
+def test_tie_search_finds_every_entry_strictly_between_minus_one_and_zero_in_order(dtype, n, density):
+    """The block search for ties returns exactly the indices of the entries in (-1, 0), ascending, among values
+    clamped to [-1, 0] (the decided ones exactly -1 or 0, as the sampler leaves them)."""
+    from raise_eval.models.sampling import _tie_indices
 
     g = torch.Generator().manual_seed(n)
-    x = torch.rand(n, generator=g, dtype=dtype)
-    x = torch.where(torch.rand(n, generator=g, dtype=dtype) < density, x, torch.zeros_like(x))
-    assert torch.equal(_nonzero_indices(x), torch.nonzero(x).squeeze(-1))
+    decided = (torch.rand(n, generator=g, dtype=dtype) < 0.5).to(dtype).neg_().add_(0.0)  # -1. or +0.
+    ties = -torch.rand(n, generator=g, dtype=dtype).clamp_(min=1e-30)  # in [-1, 0): -1 itself is decided
+    x = torch.where(torch.rand(n, generator=g, dtype=dtype) < density, ties, decided)
+    expected = torch.nonzero((x > -1) & (x < 0)).squeeze(-1)
+    assert torch.equal(_tie_indices(x), expected)

@@ -1,0 +1,39 @@
+"""scripts/benchmark_gibbs.py and scripts/race_peers.py at toy scale: they print every figure they promise (no claim
+about the figures here: speed is what the scripts measure)."""
+
+from __future__ import annotations
+
+import re
+
+import torch
+
+from tests.scripts.test_reproduce_raise_tables import load_script
+
+
+def test_toy_step_benchmark_prints_routes_ratios_load_and_breakdown(capsys):
+    script = load_script("benchmark_gibbs")
+    threads = torch.get_num_threads()
+    try:
+        script.main(["--chains", "64", "--steps", "2", "--repeats", "1", "--threads", "1", "--all-routes", "--breakdown"])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert out.startswith("machine: ") and "load average before" in out and "load average after" in out
+    assert re.search(r"other processes used (\d+%|\?) of the CPUs", out)
+    assert re.search(r"route of x\(784,\) -> 500: (mm|onednn|table) \(timed at start", out)
+    assert "products forced through each route: mm" in out and "table" in out
+    assert re.search(r"bare torch\.mm products [\d.]+ ms: step / them [\d.]+ \(range", out)
+    assert "the library's products" in out
+    assert re.search(r"breakdown \(ms per step\): products [\d.]+, random [\d.]+, transcendental [\d.]+", out)
+    assert re.search(r"ratio \(AIS step / bare torch\.mm products, cpu, 1 thread\(s\), median\): [\d.]+\n$", out)
+
+
+def test_toy_race_runs_raise_eval_and_names_the_peers_it_skips(capsys):
+    script = load_script("race_peers")
+    script.main(["--chains", "16", "--steps", "2", "--threads", "1"])
+    out = capsys.readouterr().out
+    assert "contestants: raise-eval float32" in out
+    assert re.search(r"raise-eval float32: [\d.]+ ms per step, log Z [\d.]+ \+- [\d.]+", out)
+    assert re.search(r"raise-eval float64: [\d.]+ ms per step", out)
+    for peer in ("rbms float32", "PyDeep float64"):
+        assert f"skipped {peer}" in out or f"{peer}: " in out

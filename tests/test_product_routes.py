@@ -1,0 +1,40 @@
+"""The product route of a run (issue 28) as a setting: forced or timed, recorded in the report, kept in a resume file
+and adopted by the run that continues it, so that the continued run computes its products as the interrupted one."""
+
+import torch
+
+from raise_eval import RBM, evaluate
+from raise_eval.models.boltzmann import products
+
+SMALL = dict(init="uniform", steps=5, raise_examples=4, raise_chains=2, threads=1, exact="never")
+
+
+def _model_and_data():
+    g = torch.Generator().manual_seed(0)
+    model = RBM.random(64, 32, weight_std=0.3, generator=g)  # 2,000 chains x 64 x 32 = 4M MACs: timed when auto
+    return model, (torch.rand(10, 64, generator=g) < 0.5).float()
+
+
+def test_a_forced_route_is_recorded():
+    model, test = _model_and_data()
+    products.clear_route_choices()
+    report = evaluate(model, test, ais_chains=2000, product_route="mm", **SMALL)
+    assert report.settings["product_route"] == "mm"
+    routes = report.settings["product_routes"]
+    assert routes and all(r["route"] == "mm" for r in routes if r["how"].startswith("forced"))
+    assert any(r["how"].startswith("forced") for r in routes)
+
+
+def test_a_resumed_run_adopts_the_routes_its_file_recorded(tmp_path, monkeypatch):
+    model, test = _model_and_data()
+    products.clear_route_choices()
+    file = tmp_path / "run.pt"
+    first = evaluate(model, test, ais_chains=2000, resume_file=str(file), **SMALL)
+    measured = {(r["rows"], tuple(r["inner"]), r["cols"]): r["route"] for r in first.settings["product_routes"]}
+    assert measured and torch.load(file, weights_only=True)["product_routes"]
+    products.clear_route_choices()  # a new process: nothing timed yet
+    monkeypatch.setattr(products, "_time_routes", lambda *a: (_ for _ in ()).throw(AssertionError("timed again")))
+    again = evaluate(model, test, ais_chains=2000, resume_file=str(file), **SMALL)
+    # The same routes, taken from the file without timing, reported as the first run chose them.
+    assert again.settings["product_routes"] == first.settings["product_routes"]
+    assert again.ais_mean == first.ais_mean and again.raise_mean == first.raise_mean
