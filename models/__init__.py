@@ -10,7 +10,18 @@ The folder sits at the top of the repository (the layout the project was asked f
 numpy and `raise_eval.models` itself only.
 """
 
-from raise_eval.models.boltzmann import DBM, DBN, RBM, LayeredBoltzmannMachine
+from raise_eval.models.boltzmann import (
+    DBM,
+    DBN,
+    RBM,
+    BernoulliLayer,
+    CategoricalLayer,
+    GaussianLayer,
+    LayeredBoltzmannMachine,
+    MixedBoltzmannMachine,
+    SpinLayer,
+    rbm_from_arrays,
+)
 from raise_eval.models.directed import (
     VAE,
     DecoderModel,
@@ -27,12 +38,18 @@ __all__ = [
     "DBN",
     "RBM",
     "VAE",
+    "BernoulliLayer",
+    "CategoricalLayer",
     "DecoderModel",
     "DiagonalGaussianPosterior",
     "DirectedLatentModel",
+    "GaussianLayer",
     "GaussianPosterior",
     "LayeredBoltzmannMachine",
     "LinearGaussianModel",
+    "MixedBoltzmannMachine",
+    "SpinLayer",
     "SigmoidBeliefNet",
     "VAEConfig",
+    "rbm_from_arrays",
 ]

@@ -51,15 +51,31 @@ from raise_eval.models import (
     DBN,
     RBM,
     VAE,
+    BernoulliLayer,
+    CategoricalLayer,
     DecoderModel,
+    GaussianLayer,
     GaussianPosterior,
     LayeredBoltzmannMachine,
     LinearGaussianModel,
+    MixedBoltzmannMachine,
     SigmoidBeliefNet,
+    SpinLayer,
     VAEConfig,
+    rbm_from_arrays,
 )
 from raise_eval.models.io import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, save_npz
-from raise_eval.paths import BoltzmannPath, DirectedPath, data_base_rates, uniform_base
+from raise_eval.paths import (
+    BoltzmannPath,
+    DirectedPath,
+    MixedPath,
+    data_base_rates,
+    make_path,
+    mixed_data_base,
+    mixed_uniform_base,
+    uniform_base,
+    visible_statistics,
+)
 from raise_eval.schedules import linear_schedule, make_schedule, salakhutdinov_schedule, sigmoid_schedule
 from raise_eval.settings import SettingsError
 
@@ -78,6 +94,17 @@ __all__ = [
     "DBN",
     "RBM",
     "VAE",
+    "BernoulliLayer",
+    "CategoricalLayer",
+    "GaussianLayer",
+    "MixedBoltzmannMachine",
+    "MixedPath",
+    "SpinLayer",
+    "make_path",
+    "mixed_data_base",
+    "mixed_uniform_base",
+    "rbm_from_arrays",
+    "visible_statistics",
     "BDMCReport",
     "BDMCSettings",
     "Certificate",

@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
 
 DEFAULT_MAX_UNITS = 25
 # Float64 temporaries of one chunk of configurations (and of its table against the test vectors).
@@ -196,6 +197,8 @@ def _log_f_route(model, route: Optional[str] = None) -> tuple[str, int]:
 def log_f_units(model) -> int:
     """Units the cheapest exact log f(v) route enumerates (2^units configurations; 0 for an RBM, whose log f(v)
     is closed-form)."""
+    if isinstance(model, MixedBoltzmannMachine):  # typed layers: raise_eval.exact_mixed
+        return exact_cost(model, 1).log_f_units
     return _log_f_route(model)[1]
 
 
@@ -256,6 +259,10 @@ def exact_cost(model, num_vectors: int) -> ExactCost:
     """The units, routes and approximate work of exact log Z and of exact log f(v) for `num_vectors` vectors
     (RBM, DBM or DBN), without enumerating anything. See `ExactCost`."""
     n = int(num_vectors)
+    if isinstance(model, MixedBoltzmannMachine):  # typed layers: raise_eval.exact_mixed
+        from raise_eval import exact_mixed
+
+        return exact_mixed.exact_cost(model, n)
     if isinstance(model, DBN):
         group_name, z_units, z_macs, z_exps = _layered_log_z_cost(model.top)
     else:
@@ -317,6 +324,12 @@ def log_partition(
         return log_partition(
             model.top, max_units=max_units, chunk_size=chunk_size, max_bytes=max_bytes, progress=progress
         )
+    if isinstance(model, MixedBoltzmannMachine):  # typed layers: raise_eval.exact_mixed
+        from raise_eval import exact_mixed
+
+        return exact_mixed.log_partition(
+            model, max_units=max_units, chunk_size=chunk_size, max_bytes=max_bytes, progress=progress
+        )
     max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
     m = model.to(dtype=torch.float64)
     sizes = m.layer_sizes
@@ -367,6 +380,12 @@ def log_unnormalized_visible(
         route: None (the cheaper), 'odd' or 'even' for DBMs; 'closed-form' for RBMs and 'dbn' for DBNs are
             accepted too.
     """
+    if isinstance(model, MixedBoltzmannMachine):  # typed layers: raise_eval.exact_mixed (its own route)
+        from raise_eval import exact_mixed
+
+        return exact_mixed.log_unnormalized_visible(
+            model, v, max_units=max_units, chunk_size=chunk_size, max_bytes=max_bytes, progress=progress
+        )
     chosen, units = _log_f_route(model, route)
     max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
     _check_units(units, max_units, "a DBN's log f(v)" if chosen == "dbn" else "log f(v)")
@@ -641,6 +660,10 @@ def annealing_model_marginal(
     For a DBN, `base_biases` are those of the top RBM's path: its annealing model over x_{L-1} is pushed down
     through the directed layers (the unrolled annealing model).
     """
+    if isinstance(model, MixedBoltzmannMachine):  # typed layers: raise_eval.exact_mixed (index: the visible layer's
+        from raise_eval import exact_mixed  # configuration_index)
+
+        return exact_mixed.annealing_model_marginal(model, base_biases, betas, max_units=max_units)
     if isinstance(model, DBN):
         p_top = annealing_model_marginal(model.top, base_biases, betas, max_units=max_units)
         _check_units(model.n_visible, max_units, "p_ann")
@@ -668,3 +691,13 @@ def annealing_model_marginal_along(models: Sequence[LayeredBoltzmannMachine], *,
     # marginalize onto the visible layer: the first n_visible bits of the even code
     v_index = configuration_index(e[:, : first.n_visible])
     return torch.zeros(2**first.n_visible, dtype=torch.float64, device=first.device).index_add_(0, v_index, p)
+
+
+def log_annealing_model(model, base_biases: Sequence[Tensor], betas: Tensor, v: Tensor) -> Tensor:
+    """log p_ann(v) at the rows of v (N, n_visible), float64 shaped (N,): what RAISE's weights are unbiased for.
+    A log-density for a machine with a Gaussian visible layer (`raise_eval.exact_mixed.log_annealing_model`)."""
+    if isinstance(model, MixedBoltzmannMachine):
+        from raise_eval import exact_mixed
+
+        return exact_mixed.log_annealing_model(model, base_biases, betas, v)
+    return annealing_model_marginal(model, base_biases, betas)[configuration_index(v)].log()

@@ -157,3 +157,105 @@ def _describe_keys(missing: set, unknown: set) -> str:
     if unknown:
         parts.append(f"unknown keys {sorted(unknown)}")
     return " and ".join(parts)
+
+
+# ----------------------------------------------------------------------------------------------- typed layers
+# The .npz convention of machines with Gaussian, categorical (Potts) or spin units (docs/units.md): 0-d string arrays
+# `visible` and `hidden` name the unit types; W, vbias, hbias as `rbm_from_arrays` reads them; sigma / hsigma the
+# standard deviations of a Gaussian visible / hidden layer; alphabet (a 0-d string of q symbols) a categorical
+# visible layer's. Without `visible` and `hidden` a file is a binary RBM, as before.
+UNIT_KEYS = ("visible", "hidden")
+MIXED_KEYS = ("W", "vbias", "hbias", "visible", "hidden", "sigma", "hsigma", "alphabet")
+_TYPED_ONLY = ("sigma", "hsigma", "alphabet")  # keys a binary RBM never has
+
+
+def _string(path: Path, key: str, value) -> str:
+    value = np.asarray(value)
+    if value.ndim != 0 or value.dtype.kind not in "US":
+        raise CheckpointError(f"{path}: {key} must be a 0-d string array (e.g. np.savez(..., {key}='gaussian')), got "
+                              f"a {value.dtype} array of shape {value.shape}")  # fmt: skip
+    item = value[()]
+    return item.decode() if isinstance(item, bytes) else str(item)
+
+
+def is_typed_npz(arrays: dict) -> bool:
+    """Whether an .npz's arrays describe a machine of typed layers (`visible`/`hidden` keys, or keys only such a
+    machine has, which are then refused rather than read as a binary RBM)."""
+    return any(k in arrays for k in UNIT_KEYS + _TYPED_ONLY)
+
+
+def make_typed_rbm(path: Path, arrays: dict):
+    """An RBM of typed layers (or the binary `RBM` when both layers are Bernoulli) from .npz arrays; pops the keys
+    it reads from `arrays` (the rest are the caller's to list). CheckpointError names the key and the fix."""
+    from raise_eval.models.boltzmann.mixed import rbm_from_arrays
+    from raise_eval.models.boltzmann.units import UNIT_ALIASES, UNIT_TYPES, unit_type
+
+    known = f"{', '.join(UNIT_TYPES)} (or {', '.join(UNIT_ALIASES)})"
+    missing = [k for k in UNIT_KEYS if k not in arrays]
+    if missing:
+        extra = [k for k in _TYPED_ONLY if k in arrays]
+        why = f" but it holds {', '.join(extra)}, which a binary RBM does not have" if extra and len(missing) == 2 \
+            else ""  # fmt: skip
+        raise CheckpointError(
+            f"{path}: no {' or '.join(missing)} unit type{why}; a machine of typed units names both layers' types, "
+            f"e.g. np.savez(..., visible='gaussian', hidden='bernoulli') (types: {known}); a binary RBM has neither "
+            "key"
+        )
+    kinds = {}
+    for key in UNIT_KEYS:
+        name = _string(path, key, arrays.pop(key))
+        try:
+            kinds[key] = unit_type(name)
+        except ValueError:
+            raise CheckpointError(f"{path}: {key} = {name!r} is not a unit type raise-eval knows ({known}); the file "
+                                  "is not read as a binary machine") from None  # fmt: skip
+    missing = {"W", "vbias", "hbias"} - set(arrays)
+    if missing:
+        raise CheckpointError(f"{path}: {_describe_keys(missing, set())}; an RBM of {kinds['visible']} visible and "
+                              f"{kinds['hidden']} hidden units has W, vbias and hbias (docs/units.md)")  # fmt: skip
+    alphabet = _string(path, "alphabet", arrays.pop("alphabet")) if "alphabet" in arrays else None
+    W, vbias, hbias = arrays.pop("W"), arrays.pop("vbias"), arrays.pop("hbias")
+    sigma, hsigma = arrays.pop("sigma", None), arrays.pop("hsigma", None)
+    if kinds["visible"] == kinds["hidden"] == "bernoulli" and sigma is None and hsigma is None and alphabet is None:
+        return _make_rbm(path, W, vbias, hbias)  # a binary RBM: the binary machine and its fast path
+    try:
+        return rbm_from_arrays(kinds["visible"], kinds["hidden"], W, vbias, hbias, sigma=sigma, hsigma=hsigma,
+                               alphabet=alphabet)  # fmt: skip
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def make_mixed(path: Path, config, state: dict):
+    """A `MixedBoltzmannMachine` from a .pt checkpoint's config {"layers": [layer configs]} and state weights_l,
+    biases_l (its own parameters: a Gaussian layer's biases_l is (eta, lam) shaped (2, n))."""
+    from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
+    from raise_eval.models.boltzmann.units import layer_from_config
+
+    if not isinstance(config, dict) or not isinstance(config.get("layers"), (list, tuple)):
+        raise CheckpointError(f"{path}: a checkpoint of model_type 'mixed' needs config {{'layers': [...]}}")
+    try:
+        layers = [layer_from_config(c) for c in config["layers"]]
+    except (ValueError, TypeError, KeyError) as e:
+        raise CheckpointError(f"{path}: config's layers: {e}") from None
+    n = len(layers)
+    expected = {f"weights_{l}" for l in range(n - 1)} | {f"biases_{l}" for l in range(n)}
+    _check_keys(path, set(state), expected, f"the state of a {n}-layer machine")
+    for name, t in state.items():
+        if not isinstance(t, Tensor) or t.is_complex() or t.dtype == torch.bool:
+            raise CheckpointError(f"{path}: {name} must be a real tensor")
+    dtype = torch.float64 if state["weights_0"].dtype == torch.float64 else torch.float32
+    try:
+        return MixedBoltzmannMachine(layers, [state[f"weights_{l}"].to(dtype) for l in range(n - 1)],
+                                     [state[f"biases_{l}"].to(dtype) for l in range(n)])  # fmt: skip
+    except (ValueError, TypeError) as e:
+        raise CheckpointError(f"{path}: {e}") from None
+
+
+def mixed_state(model) -> tuple[dict, dict[str, Tensor]]:
+    """(config, state) of a `MixedBoltzmannMachine` for a .pt checkpoint (`make_mixed` reads them back)."""
+    if model.weight_scale != 1.0:
+        raise ValueError(f"this machine has weight_scale {model.weight_scale:g} (a point on an annealing path); save "
+                         "the model itself")  # fmt: skip
+    state = {f"weights_{l}": w for l, w in enumerate(model.weights)}
+    state.update({f"biases_{l}": b for l, b in enumerate(model.biases)})
+    return {"layers": [layer.to_config() for layer in model.layers]}, state

@@ -44,13 +44,9 @@ the layer indices, mismatched shapes and NaN or infinite values are errors that 
 
 from __future__ import annotations
 
-import datetime
-import io
-import os
 import re
 import zipfile
 import zlib
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -67,9 +63,14 @@ from raise_eval.models.io.builders import (
     _describe_keys,
     _make_layered,
     _make_rbm,
+    is_typed_npz,
+    make_mixed,
+    make_typed_rbm,
+    mixed_state,
 )
 from raise_eval.models.io.files import check_magic, why_unusable
 from raise_eval.models.io.matfile import read_mat
+from raise_eval.models.io.metadata import _storable
 from torch import Tensor
 
 FORMAT = "raise-eval-checkpoint"
@@ -77,7 +78,7 @@ VERSION = 1
 _TOP_KEYS_REQUIRED = {"format", "version", "model_type", "state"}
 _TOP_KEYS_OPTIONAL = {"metadata", "train_pixel_means", "config"}
 _STATE_KEYS = {"rbm": ("W", "vbias", "hbias")}
-_MODEL_TYPES = ("rbm", "dbm", "dbn", "vae")
+_MODEL_TYPES = ("rbm", "dbm", "dbn", "vae", "mixed")  # mixed: typed layers (models/boltzmann/mixed.py)
 _NPZ_MODEL_TYPES = ("rbm", "dbm", "dbn")
 
 
@@ -136,74 +137,11 @@ def save_checkpoint(
         "state": {k: t.detach().cpu().clone() for k, t in state.items()},
         "metadata": stored,
     }
+    if model_type == "mixed":
+        payload["config"] = mixed_state(model)[0]
     if train_pixel_means is not None:
         payload["train_pixel_means"] = _pixel_means_to_save(train_pixel_means, model)
     torch.save(payload, str(path))
-
-
-def _storable(values: Optional[Mapping], where: str) -> dict:
-    """`values` in types torch.load(weights_only=True) reads back (see the module docstring); TypeError naming the
-    key of a value it would refuse."""
-    if values is None:
-        return {}
-    if not isinstance(values, Mapping):
-        raise TypeError(f"save_checkpoint: {where} must be a dict, got a {type(values).__name__}")
-    converted = _convert(dict(values))
-    _check_loadable(converted, where)
-    return converted
-
-
-def _convert(value):
-    if isinstance(value, np.generic):  # np.float32(0.1), np.int64(3), np.bool_(True), np.str_('a')
-        return value.item()
-    if isinstance(value, np.ndarray):
-        return _convert(value.tolist())  # an object array's elements are converted in turn
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
-        return value.isoformat()
-    if isinstance(value, Tensor):
-        return value.detach().cpu().clone()  # an nn.Parameter or a CUDA tensor as a plain CPU tensor
-    if isinstance(value, Mapping):
-        return {_convert(k): _convert(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_convert(v) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_convert(v) for v in value)  # a named tuple becomes a plain one
-    return value  # whatever else: `_check_loadable` asks torch's loader
-
-
-def _reads_back(value) -> bool:
-    buffer = io.BytesIO()
-    try:
-        torch.save(value, buffer)
-        buffer.seek(0)
-        torch.load(buffer, map_location="cpu", weights_only=True)
-    except Exception:  # noqa: BLE001 - any refusal by the loader (or failure to pickle) counts
-        return False
-    return True
-
-
-def _check_loadable(value, where: str) -> None:
-    """Raise TypeError naming the first part of `value` that torch.load(weights_only=True) cannot read back."""
-    if _reads_back(value):
-        return
-    if isinstance(value, Mapping):
-        for k, v in value.items():
-            if not _reads_back(k):
-                raise TypeError(
-                    f"save_checkpoint: a key of {where} is a {type(k).__name__} ({k!r:.60}), which load_checkpoint "
-                    "could not read back; use strings as keys"
-                )
-            _check_loadable(v, f"{where}[{k!r}]")
-    elif isinstance(value, (list, tuple)):
-        for i, v in enumerate(value):
-            _check_loadable(v, f"{where}[{i}]")
-    raise TypeError(
-        f"save_checkpoint: {where} is a {type(value).__module__}.{type(value).__qualname__} ({value!r:.60}), which "
-        "load_checkpoint could not read back (torch.load(weights_only=True) reads numbers, strings, lists, tuples, "
-        "dicts and tensors); store it as one of those, e.g. str(value)"
-    )
 
 
 def save_npz(path: Union[str, Path], model, train_pixel_means: Optional[Tensor] = None) -> None:
@@ -211,7 +149,11 @@ def save_npz(path: Union[str, Path], model, train_pixel_means: Optional[Tensor] 
     the .npz interchange format of the module docstring."""
     model_type, state = _boltzmann_state(model, "save_npz writes RBMs, DBMs and DBNs")
     arrays = {k: t.detach().cpu().numpy() for k, t in state.items()}
-    if model_type != "rbm":
+    if model_type == "mixed":
+        from raise_eval.models.boltzmann.mixed import rbm_arrays
+
+        arrays = rbm_arrays(model)  # the convention of other code: W, vbias, hbias, visible, hidden, sigma, ...
+    elif model_type != "rbm":
         arrays["model_type"] = np.array(model_type)
     if train_pixel_means is not None:
         arrays["train_pixel_means"] = _pixel_means_to_save(train_pixel_means, model).numpy()
@@ -222,6 +164,8 @@ def _boltzmann_state(model, what: str) -> tuple[str, dict[str, Tensor]]:
     """(model_type, state) of an RBM, DBM or DBN, with the key names of the module docstring."""
     if isinstance(model, RBM):
         return "rbm", dict(zip(_STATE_KEYS["rbm"], (model.W, model.vbias, model.hbias)))
+    if hasattr(model, "layers") and hasattr(model, "prepare_visible"):  # a MixedBoltzmannMachine
+        return "mixed", mixed_state(model)[1]
     if isinstance(model, DBM):
         if model.weight_scale != 1.0:
             raise ValueError(
@@ -241,6 +185,9 @@ def _boltzmann_state(model, what: str) -> tuple[str, dict[str, Tensor]]:
 
 
 def _pixel_means_to_save(train_pixel_means, model) -> Tensor:
+    if hasattr(model, "prepare_visible"):  # typed layers: the visible layer's training statistics
+        stats = model.layers[0].check_statistics(torch.as_tensor(train_pixel_means).detach().cpu(), "train_pixel_means")
+        return stats.to(model.dtype)
     means = torch.as_tensor(train_pixel_means).detach().cpu().flatten()
     if means.numel() != model.n_visible:
         raise ValueError(
@@ -331,6 +278,8 @@ def _load_raise_eval(path: Path) -> Checkpoint:
     if model_type == "rbm":
         _check_keys(path, set(state), set(_STATE_KEYS[model_type]), f"state of a {model_type}")
         model = _make_rbm(path, state["W"], state["vbias"], state["hbias"])
+    elif model_type == "mixed":
+        model = make_mixed(path, payload.get("config"), state)
     else:
         model, _ = _make_layered(path, model_type, state, strict=True)
     means = _pixel_means(path, payload.get("train_pixel_means"), model, convert=False)
@@ -340,6 +289,12 @@ def _load_raise_eval(path: Path) -> Checkpoint:
 def _pixel_means(path: Path, means, model, convert: bool) -> Optional[Tensor]:
     if means is None:
         return None
+    if hasattr(model, "prepare_visible"):  # typed layers: the visible layer's training statistics
+        try:
+            stats = model.layers[0].check_statistics(torch.as_tensor(np.asarray(means)), "train_pixel_means")
+        except ValueError as e:
+            raise CheckpointError(f"{path}: {e}") from None
+        return stats.to(model.dtype)
     means = torch.as_tensor(np.asarray(means) if not isinstance(means, Tensor) else means).flatten()
     if means.numel() != model.n_visible:
         raise CheckpointError(f"{path}: train_pixel_means has {means.numel()} entries for {model.n_visible} units")
@@ -413,6 +368,12 @@ def _load_npz(path: Path) -> Checkpoint:
         raise CheckpointError(f"{path} cannot be read: it is truncated or damaged ({type(e).__name__}: {e})") from None
     means = arrays.pop("train_pixel_means", None)
     layered = sorted(k for k in arrays if _LAYERED_KEY.match(k))
+    if is_typed_npz(arrays):  # visible/hidden unit types: never read as a binary RBM
+        metadata = {"log_z_exact": float(arrays.pop("logZ_exact"))} if "logZ_exact" in arrays else {}
+        model = make_typed_rbm(path, arrays)
+        if arrays:
+            metadata["ignored_variables"] = sorted(arrays)
+        return Checkpoint(model, metadata, _pixel_means(path, means, model, convert=True), str(path), "npz")
     if "model_type" in arrays:
         model_type = _npz_model_type(path, arrays.pop("model_type"))
     elif layered and "W" not in arrays:
@@ -473,5 +434,3 @@ def _load_mat(path: Path) -> Checkpoint:
     ignored = sorted(set(arrays) - required) + sorted(skipped)
     metadata: dict[str, Any] = {"ignored_variables": ignored} if ignored else {}
     return Checkpoint(model, metadata, None, str(path), "mat")
-
-

@@ -45,6 +45,8 @@ it is still open.
 
 Checkpoints: raise-eval .pt files (RBM, DBM, DBN), .npz files with W, vbias, hbias (RBM) or with model_type,
 weights_l, biases_l (DBM, DBN), or MATLAB .mat RBMs with vishid, hidbiases, visbiases (see docs/checkpoints.md).
+RBMs of Gaussian, Potts (categorical) or spin units: .npz files that name the unit types (visible, hidden) and
+test data as real vectors, integer codes or an alignment read with --alphabet (see docs/units.md).
 """
 
 EPILOG = """\
@@ -53,6 +55,7 @@ examples:
   raise-eval evaluate ../shared/data/checkpoints/rbm_mnist_small_grosse_salakhutdinov_2015.npz --data mnist14
   raise-eval evaluate model.npz --data binarized_mnist --steps 10000 --json result.json
   raise-eval evaluate model.npz --data test.npy --train-data train.npy --device cuda
+  raise-eval evaluate potts.npz --data test.fasta --train-data train.fasta --until-gap 0.1
   raise-eval evaluate checkpoints/rbm_digits_64-16.pt --until-gap 0.05 --steps 50 --time-budget 5m --json cert.json
 """
 

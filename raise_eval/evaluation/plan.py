@@ -22,6 +22,7 @@ from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings,
 from raise_eval.io.datasets import check_binary
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
+from raise_eval.paths.mixed import is_mixed, make_path, mixed_data_base, mixed_uniform_base
 from raise_eval.runtime import distributed
 from raise_eval.runtime.sharding import default_max_memory, default_shard_size
 from raise_eval.schedules import make_schedule
@@ -171,11 +172,13 @@ def plan_evaluation(
     Args:
         model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`) or `DBN`, on the device and in the dtype to
             compute with.
-        test_data: binary test vectors (N, n_visible).
+        test_data: binary test vectors (N, n_visible); for a `MixedBoltzmannMachine`, its visible layer's states
+            in any form `prepare_visible` reads (real vectors, integer codes or one-hot rows, ±1 or 0/1 spins).
         settings: the `EvaluateSettings` (default: all defaults); keyword `overrides` change its fields.
         train_pixel_means: means over the training set of the annealed machine's visible layer, for
             init='base-rates': pixel means for an RBM or DBM, for a DBN the recognition means of its top RBM's
-            visible layer (`recognition_means`).
+            visible layer (`recognition_means`), for a `MixedBoltzmannMachine` the means of its visible layer's
+            sufficient statistics (`raise_eval.visible_statistics(model, train_data)`).
         labels: entries for the report's settings that describe the inputs (e.g. the checkpoint path).
     """
     settings = evaluate_settings(settings, overrides)
@@ -189,13 +192,22 @@ def plan_evaluation(
             f"exact enumeration of 2^{needed} states is out of reach (the limit is 2^{ALWAYS_EXACT_LIMIT}); "
             "use {exact} auto or never"
         )
-    test = check_binary(test_data, model.n_visible, "test data").detach().to(device=model.device, dtype=model.dtype)
+    if is_mixed(model):  # typed layers: the visible layer's states, from the forms users keep them in
+        test = model.prepare_visible(test_data.detach(), "test data")
+    else:
+        test = check_binary(test_data, model.n_visible, "test data").detach().to(device=model.device, dtype=model.dtype)
     test, subset_settings = _test_subset(test, settings.test_subset, settings.seed)
     n_test = test.shape[0]
     use_exact, exact_note = _exact_decision(model, settings, n_test)
+    if is_mixed(model) and family == "DBM" and not use_exact:
+        raise SettingsError(
+            f"log f(v) of a DBM of typed layers ({model.describe()}) is computed only by enumeration, which "
+            f"{exact_note or '{exact} never'} rules out here; use {{exact}} always (within 2^{ALWAYS_EXACT_LIMIT} "
+            "states)"
+        )
     log_f_method, log_f_note = _log_f_method(model, family, settings, n_test, use_exact)
     exact_note, log_f_note = (None if n is None else Named(n) for n in (exact_note, log_f_note))
-    path = BoltzmannPath(annealed, _start_biases(annealed, family, settings.init, train_pixel_means))
+    path = make_path(annealed, _start_biases(annealed, family, settings.init, train_pixel_means))
     shard_size = default_shard_size(model) if settings.shard_size is None else settings.shard_size
     max_memory = default_max_memory(model.device) if settings.max_memory is None else settings.max_memory
     rank, world = distributed.rank_and_world()
@@ -234,7 +246,7 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
     estimated = plan.log_f_method != "exact"
     options = plan.log_f_options
     out = {
-        "model": f"{plan.family} {'-'.join(str(n) for n in model.layer_sizes)}",
+        "model": f"{plan.family} {model.describe() if is_mixed(model) else '-'.join(map(str, model.layer_sizes))}",
         "init": s.init,
         "schedule": plan.schedule_name,
         "steps": s.steps,
@@ -260,6 +272,9 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         "processes": plan.world,
     }
     out.update(subset_settings)
+    if is_mixed(model):  # typed layers; a Gaussian visible layer's log-likelihood is a log-density
+        out["units"] = [layer.kind for layer in model.layers]
+        out["likelihood"] = "density" if model.continuous else "probability"
     if plan.schedule_name == "adaptive":
         out.update(pilot_chains=plan.pilot_chains, pilot_grid=plan.pilot_grid, pilot_seed=s.seed + 4)
     if plan.schedule_name == "explicit":
@@ -272,8 +287,9 @@ def _as_test_tensor(model, test_data) -> Tensor:
     """Check the model's kind and take the test vectors as a tensor (a NumPy array or nested lists are converted);
     TypeError saying what to pass, before any work."""
     from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+    from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
 
-    if not isinstance(model, (LayeredBoltzmannMachine, DBN)):
+    if not isinstance(model, (LayeredBoltzmannMachine, DBN, MixedBoltzmannMachine)):
         raise TypeError(
             f"model must be an RBM, DBM or DBN from raise_eval.models (e.g. RBM(W, vbias, hbias) with W shaped "
             f"(n_visible, n_hidden)), got {type(model).__name__}; a VAE or your own decoder is evaluated by "
@@ -375,6 +391,15 @@ def _auto_log_f_method(model, family: str, n_test: int, settings: EvaluateSettin
 
 def _start_biases(annealed, family: str, init: str, train_pixel_means) -> list[Tensor]:
     """The base biases of the annealed machine's start distribution (data base rates or uniform), checked."""
+    if is_mixed(annealed):  # typed layers: train_pixel_means are the visible layer's training statistics
+        if init != "base-rates":
+            return mixed_uniform_base(annealed)
+        if train_pixel_means is None:
+            raise SettingsError(
+                "{init} base-rates needs the training data's statistics of the visible layer (train_pixel_means = "
+                "raise_eval.visible_statistics(model, train_data)); pass them, or use {init} uniform"
+            )
+        return mixed_data_base(annealed, train_pixel_means)
     if init != "base-rates":
         return uniform_base(annealed)
     dbn_means = "recognition means of the top RBM's visible layer (raise_eval.recognition_means(dbn, train_data))"

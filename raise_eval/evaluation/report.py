@@ -100,8 +100,8 @@ class EvaluationReport:
     @property
     def log_test_mass(self) -> Optional[float]:
         """log sum_v f(v) over the distinct test vectors (f estimated for DBMs and DBNs): a lower bound on log Z."""
-        if self.log_f is None or self.distinct_test is None:
-            return None
+        if self.log_f is None or self.distinct_test is None or self.settings.get("likelihood") == "density":
+            return None  # densities of real vectors: their sum bounds nothing
         return float(torch.logsumexp(self.log_f.log_unnormalized[self.distinct_test], 0))
 
     @property

@@ -20,8 +20,9 @@ class DataError(ValueError):
     """Data that cannot be evaluated as it is; the message says what is wrong and how to fix it."""
 
 
-def load_array_file(path: Union[str, Path]) -> Tensor:
-    """Binary vectors from a .npy file, or a .npz with a single array (or one named data, x or images)."""
+def load_array_file(path: Union[str, Path], *, keep_float64: bool = False) -> Tensor:
+    """Vectors from a .npy file, or a .npz with a single array (or one named data, x or images), as float32 (float64
+    arrays stay float64 with `keep_float64`: real-valued data for Gaussian units keep their precision)."""
     path = Path(path)
     unusable = why_unusable(path)
     if unusable == "does not exist":
@@ -70,7 +71,8 @@ def load_array_file(path: Union[str, Path]) -> Tensor:
         array = array.astype(np.uint8)
     if not np.issubdtype(array.dtype, np.number):
         raise DataError(f"{path} holds {array.dtype} values; expected numbers 0 and 1")
-    return torch.from_numpy(np.ascontiguousarray(array).astype(np.float32, copy=False))
+    dtype = np.float64 if keep_float64 and array.dtype == np.float64 else np.float32
+    return torch.from_numpy(np.ascontiguousarray(array).astype(dtype, copy=False))
 
 
 def _is_empty_zip(path: Path) -> bool:

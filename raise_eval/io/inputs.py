@@ -27,14 +27,28 @@ from raise_eval.io.datasets import (
     load_array_file,
     load_dataset,
 )
+from raise_eval.io.sequences import is_sequence_file, read_alignment, resolve_alphabet
 from raise_eval.settings import SettingsError, setting, settings_class
 
 ARRAY_SUFFIXES = (".npy", ".npz")
 
 
 def is_array_file(name: str) -> bool:
-    """Whether a --data value names a file (.npy/.npz) rather than a dataset."""
+    """Whether a --data value names an array file (.npy/.npz) rather than a dataset."""
     return Path(name).suffix in ARRAY_SUFFIXES
+
+
+def is_data_file(name: str) -> bool:
+    """Whether a --data value names a file (an array, or an alignment: FASTA, A2M, A3M) rather than a dataset."""
+    return is_array_file(name) or is_sequence_file(name)
+
+
+def _check_alphabet(value) -> str:
+    try:
+        resolve_alphabet(value)
+    except ValueError as e:
+        raise SettingsError(f"{{alphabet}}: {e}", ("alphabet",)) from None
+    return str(value)
 
 
 def _splits_help() -> str:
@@ -85,8 +99,10 @@ class InputSettings:
     )  # fmt: skip
     data: Optional[str] = setting(
         None,
-        f"test data: a named dataset ({', '.join(DATASET_SPECS)}) or a .npy/.npz file of binary vectors shaped "
-        "(N, n_visible)",
+        f"test data: a named dataset ({', '.join(DATASET_SPECS)}) or a .npy/.npz file of vectors shaped "
+        "(N, n_visible): binary for binary units, real numbers for Gaussian units, ±1 or 0/1 for spins, integer "
+        "codes (N, sites) for categorical (Potts) units; or for those an alignment (.fasta, .a2m, .a3m, also "
+        "gzipped) read with --alphabet",
         kind="text", none="the dataset recorded in the checkpoint's metadata", flag="--data", metavar="NAME|FILE",
         group="data",
     )  # fmt: skip
@@ -106,9 +122,18 @@ class InputSettings:
     )  # fmt: skip
     train_data: Optional[str] = setting(
         None,
-        "binary training vectors (.npy/.npz) for the data base rates; when given they are used instead of the "
-        "checkpoint's train_pixel_means or the named dataset's training split",
+        "training vectors (.npy/.npz, or an alignment for categorical units) for the data base rates; when given "
+        "they are used instead of the checkpoint's train_pixel_means or the named dataset's training split",
         kind="path", none="the checkpoint's or the dataset's", flag="--train-data", metavar="FILE", group="data",
+    )  # fmt: skip
+    alphabet: Optional[str] = setting(
+        None,
+        "symbols of a categorical (Potts) visible layer's states, for alignment files: protein "
+        "(-ACDEFGHIKLMNPQRSTVWY), rna (-ACGU), dna (-ACGT), or the q symbols in order. FASTA is read without "
+        "regard to case ('.' as a gap); in A2M and A3M files lower-case letters and '.' are insertions and are "
+        "removed",
+        kind="any", check=_check_alphabet, none="the checkpoint's alphabet", flag="--alphabet", metavar="NAME|SYMBOLS",
+        group="data",
     )  # fmt: skip
     device: str = device_setting()
     dtype: str = dtype_setting()
@@ -122,7 +147,7 @@ class InputSettings:
     def check_data_request(self, data: str) -> None:
         """The data options against a --data value (or the checkpoint's dataset): a file takes no pixel order; a
         dataset must have the split and take the pixel order."""
-        if is_array_file(data):
+        if is_data_file(data):
             if self.pixel_order != "row-major":
                 raise SettingsError(
                     f"{{pixel_order}} {self.pixel_order} reorders the images of named datasets; the vectors of "
@@ -157,10 +182,11 @@ def load_model(inputs: InputSettings):
     """The checkpoint's `Checkpoint` (model on the device, in the dtype); an RBM, DBM or DBN, else SettingsError."""
     from raise_eval.models.boltzmann.dbn import DBN
     from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+    from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
     from raise_eval.models.io.checkpoints import load_checkpoint
 
     ckpt = load_checkpoint(inputs.checkpoint, dtype=inputs.torch_dtype, device=torch.device(inputs.device))
-    if not isinstance(ckpt.model, (LayeredBoltzmannMachine, DBN)):
+    if not isinstance(ckpt.model, (LayeredBoltzmannMachine, DBN, MixedBoltzmannMachine)):
         raise SettingsError(
             f"{{checkpoint}} {inputs.checkpoint} holds a {type(ckpt.model).__name__}; raise-eval evaluate evaluates "
             "RBMs, DBMs and DBNs (use raise-eval bdmc for VAEs)"
@@ -173,7 +199,7 @@ def input_files(inputs: InputSettings, metadata: dict) -> list[tuple[str, Option
     named dataset (every split: the training split may give the base rates)."""
     files = [("the checkpoint", inputs.checkpoint), ("the --train-data file", inputs.train_data)]
     data = inputs.data or metadata.get("dataset")
-    if data is not None and is_array_file(data):
+    if data is not None and is_data_file(data):
         files.append(("the --data file", data))
     elif data in DATASET_SPECS:
         for split in DATASET_SPECS[data].splits:
@@ -196,8 +222,10 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
             "this checkpoint does not say which data it was trained on: pass {data} NAME or {data} FILE", ("data",)
         )
     inputs.check_data_request(data)
-    if is_array_file(data):
-        test = load_array_file(data)
+    mixed = hasattr(ckpt.model, "prepare_visible")  # typed layers: data in the forms of its visible layer
+    alphabet = _alphabet(inputs, ckpt.model, data)
+    if is_data_file(data):
+        test = _read_data_file(data, alphabet, mixed)
     else:
         test = load_dataset(data, inputs.split, inputs.data_root, inputs.pixel_order)
     labels: dict[str, Any] = {
@@ -207,19 +235,24 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
         "pixel_order": inputs.pixel_order if data in DATASETS else "as stored",
         "base_rates_from": None,
     }
+    if alphabet is not None:
+        labels["alphabet"] = alphabet
     means = None
     if init == "base-rates":
         is_dbn = isinstance(ckpt.model, DBN)
         train = None
         if inputs.train_data:
-            train = check_binary(load_array_file(inputs.train_data), ckpt.model.n_visible, "training data")
+            train = _read_data_file(inputs.train_data, alphabet, mixed)
+            if not mixed:
+                train = check_binary(train, ckpt.model.n_visible, "training data")
             labels["base_rates_from"] = f"--train-data {inputs.train_data}"
         elif ckpt.train_pixel_means is not None and not is_dbn:
             labels["base_rates_from"] = "the checkpoint's train_pixel_means"
             means = ckpt.train_pixel_means
         elif data in DATASETS:
             train = load_dataset(data, "train", inputs.data_root, inputs.pixel_order)
-            train = check_binary(train, ckpt.model.n_visible, f"{data} training data")
+            if not mixed:
+                train = check_binary(train, ckpt.model.n_visible, f"{data} training data")
             labels["base_rates_from"] = f"the {data} training split"
         if means is None and train is None:
             why = (
@@ -232,6 +265,10 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
                 f"{{init}} base-rates needs training data{why}: pass {{train_data}} FILE (or {{init}} uniform)",
                 ("train_data", "init"),
             )
+        if means is None and mixed:  # the visible layer's sufficient statistics
+            from raise_eval.paths.mixed import visible_statistics
+
+            means = visible_statistics(ckpt.model, train)
         if means is None:
             means = recognition_means(ckpt.model, train) if is_dbn else train.double().mean(0)
     elif inputs.train_data:
@@ -241,6 +278,49 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
             ("train_data", "init"),
         )
     return EvaluationInputs(ckpt.model, test, means, labels, metadata, input_files(inputs, metadata))
+
+
+def _alphabet(inputs: InputSettings, model, data: str) -> Optional[str]:
+    """The alphabet sequence files are read with: --alphabet, else the checkpoint's; SettingsError when the two
+    differ, when a sequence file has none, or when the model has no categorical visible layer to read them into."""
+    layer = model.layers[0] if hasattr(model, "prepare_visible") else None
+    categorical = layer is not None and layer.kind == "categorical"
+    sequences = [f for f in (data, inputs.train_data) if f and is_sequence_file(f)]
+    if not categorical:
+        if sequences or inputs.alphabet is not None:
+            what = "{alphabet}" if inputs.alphabet is not None else f"the alignment {sequences[0]}"
+            raise SettingsError(
+                f"{what} is for a categorical (Potts) visible layer; this checkpoint's visible units are "
+                f"{layer.kind if layer is not None else 'binary'}: give its data as a .npy/.npz file",
+                ("alphabet", "data"),
+            )
+        return None
+    given = None if inputs.alphabet is None else resolve_alphabet(inputs.alphabet)
+    if given is not None and len(given) != layer.q:
+        raise SettingsError(f"{{alphabet}} has {len(given)} symbols ({given}) but the model's sites have q = "
+                            f"{layer.q} states", ("alphabet",))  # fmt: skip
+    if given is not None and layer.alphabet is not None and given != layer.alphabet:
+        raise SettingsError(
+            f"{{alphabet}} {given} differs from the checkpoint's alphabet {layer.alphabet}: the codes would be read "
+            "as other states; drop {alphabet} (or fix the checkpoint's)",
+            ("alphabet",),
+        )
+    alphabet = given or layer.alphabet
+    if alphabet is None and sequences:
+        raise SettingsError(
+            f"the alignment {sequences[0]} is read with an alphabet, and the checkpoint has none: give {{alphabet}} "
+            f"protein, rna, dna or the {layer.q} symbols in order",
+            ("alphabet",),
+        )
+    return alphabet
+
+
+def _read_data_file(path: str, alphabet: Optional[str], mixed: bool) -> Tensor:
+    """An array file (float64 kept for a machine of typed layers, whose real-valued data keep their precision) or
+    an alignment's integer codes."""
+    if is_sequence_file(path):
+        return read_alignment(path, alphabet)
+    return load_array_file(path, keep_float64=mixed)
 
 
 @settings_class

@@ -4,6 +4,7 @@ geometric (temperature) path, posteriors with v clamped, directed models, and a 
 
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.paths.directed import DirectedPath, DirectedState
+from raise_eval.paths.mixed import MixedPath, make_path, mixed_data_base, mixed_uniform_base, visible_statistics
 from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath, posterior_path
 from raise_eval.paths.trajectory import TrajectoryPath, TrajectoryState, check_trajectory, trajectory_path
 
@@ -13,11 +14,16 @@ __all__ = [
     "DBNPosteriorPath",
     "DirectedPath",
     "DirectedState",
+    "MixedPath",
     "TrajectoryPath",
     "TrajectoryState",
     "check_trajectory",
     "data_base_rates",
+    "make_path",
+    "mixed_data_base",
+    "mixed_uniform_base",
     "posterior_path",
     "trajectory_path",
     "uniform_base",
+    "visible_statistics",
 ]

@@ -62,6 +62,15 @@ class BoltzmannPath:
             DBM's hidden layers); the densities are unchanged.
     """
 
+    def __new__(cls, model, *args, **kwargs):
+        # Hook for machines of typed layers (Gaussian, categorical, spin): their path is raise_eval.paths.mixed's,
+        # so that BoltzmannPath(model) serves every Boltzmann machine. Binary machines are untouched.
+        if getattr(model, "prepare_visible", None) is not None:
+            from raise_eval.paths.mixed import MixedPath
+
+            return MixedPath(model, *args, **kwargs)
+        return super().__new__(cls)
+
     def __init__(
         self,
         model: LayeredBoltzmannMachine,

@@ -68,7 +68,10 @@ def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
             "" if report.exact_values is None or not report.exact_values.route else f" ({report.exact_values.route})"
         )
         lines.append(f"log f(v): exact, by enumeration{route}; used by AIS and the control variate")
-    lines.append("average test log-likelihood (nats)")
+    if s.get("likelihood") == "density":  # a Gaussian visible layer: log p(v) is a density, not a probability
+        lines.append("average test log-likelihood (nats per vector: a log-density, in the data's units)")
+    else:
+        lines.append("average test log-likelihood (nats)")
     if report.ais_mean is not None:
         label = "AIS (log f-hat - log Z-hat)" if estimated else "AIS (optimistic)"
         lines.append(f"  {label:26}{_n(report.ais_mean, 12, 4)}{_n(float(a.stderr), 10, 4)}")

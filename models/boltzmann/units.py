@@ -1,0 +1,687 @@
+"""Layer types of a Boltzmann machine: what a layer's units take as values and what the core needs from that.
+
+A layer of a `MixedBoltzmannMachine` (models/boltzmann/mixed.py) couples to its neighbours through its state x
+(a vector of `width` entries) and has a log-potential of its own,
+
+    log f(x) = sum_l phi_l(x_l; theta_l) + s * sum_l x_l^T W_l x_{l+1},
+
+with theta_l the layer's parameters (`param_shape`) and s the weight scale. Four types:
+
+- `BernoulliLayer` {0, 1}: phi = b . x; theta = b, shaped (n,).
+- `SpinLayer` {-1, +1}: phi = b . x; theta = b, shaped (n,).
+- `CategoricalLayer` (Potts): n sites with q states each, held one-hot, x shaped (n * q,) (site i's states at
+  columns i * q .. i * q + q - 1); phi = b . x with b shaped (n * q,) (b[i * q + a] the field of state a at site i).
+- `GaussianLayer` (real units): theta = (eta, lam) shaped (2, n), phi = sum_i eta_i x_i - lam_i x_i^2 / 2 -
+  eta_i^2 / (2 lam_i), i.e. -lam_i (x_i - mu_i)^2 / 2 with mean mu = eta / lam and precision lam = 1 / sigma^2.
+  A Gaussian-Bernoulli checkpoint's W (its coupling (v_i / sigma_i) W_ij h_j) is W / sigma here.
+
+Every type offers, for parameters theta (possibly annealed) and an input u from the neighbours (x_l's coefficient
+in the coupling terms, shaped like x):
+
+- `log_normalizer(theta, u)`: log sum_x exp(phi(x) + x . u) (an integral for a Gaussian layer), shaped (*batch,):
+  sum of softplus (Bernoulli), of log 2 cosh (spin), of a log-sum-exp over q states per site (categorical), of
+  log sqrt(2 pi / lam) + u (2 eta + u) / (2 lam) (Gaussian). Its units are independent given u.
+- `log_normalizer_increment(theta, theta2, u, u2)`: log_normalizer(theta2, u2) - log_normalizer(theta, u) in
+  float64, accurate when the two are close (an annealing step's weight update).
+- `sample(theta, u, generator)`: exact samples of p(x | u) ∝ exp(phi(x) + x . u) from the generator given.
+- `mean(theta, u)`: E[x | u].
+- `base_params(statistics, theta)`: an independent base distribution fitted to the data's sufficient statistics
+  (`statistics(data)`), and `uniform_params(theta)` (uniform for discrete layers; for a Gaussian layer its own
+  N(mu, sigma^2), the weights off, as a Gaussian has no uniform distribution).
+- discrete layers: `num_configurations`, `configurations(start, stop)` (codes in mixed radix, unit 0 the least
+  significant digit) and `configuration_index(x)`, for exact answers.
+- `prepare(data)`: the layer's state from data in the forms users keep it (0/1; ±1 or 0/1; integer codes or one-hot;
+  finite reals), and `check_states(x)` for states already in the layer's form.
+
+States are in the model's dtype; tensors carry any leading batch dimensions, (*batch, width).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from raise_eval.models.sampling import sample_bernoulli_probs_
+from torch import Tensor
+
+UNIT_TYPES = ("bernoulli", "spin", "categorical", "gaussian")
+# Names other code (and files) may use for a type.
+UNIT_ALIASES = {"binary": "bernoulli", "potts": "categorical", "ising": "spin"}
+PROTEIN_ALPHABET = "-ACDEFGHIKLMNPQRSTVWY"  # gap first, then the 20 amino acids (q = 21), as in Pfam/ArDCA files
+RNA_ALPHABET = "-ACGU"
+DNA_ALPHABET = "-ACGT"
+ALPHABETS = {"protein": PROTEIN_ALPHABET, "rna": RNA_ALPHABET, "dna": DNA_ALPHABET}
+# Clipping of a data-fitted base: frequencies and probabilities into [eps, 1 - eps] (as the binary base rates), and
+# a Gaussian base's variance at least this fraction of the layer's own sigma^2 (a pixel constant in the training
+# data would otherwise give a point mass, which no annealing path leaves).
+BASE_EPS = 1e-3
+GAUSSIAN_BASE_MIN_VARIANCE = 1e-2
+# Below this |step| of a Bernoulli unit's logit its log-normalizer increment softplus(z + d) - softplus(z) is taken
+# as log1p(sigmoid(z) expm1(d)) (no cancellation between two nearly equal numbers); above it the plain difference
+# has nothing to fear and expm1 could overflow.
+_SMALL_STEP = 2.0
+
+
+class UnitDataError(ValueError):
+    """Data that are not states of a layer (e.g. a 2 in spin data); the message says how to fix them."""
+
+
+class Buffers:
+    """Reusable temporaries, one per name: multi-megabyte tensors allocated afresh at every annealing step page-fault,
+    which costs as much as the arithmetic. Not thread-safe: one per path. `scope(prefix)` gives a view whose names
+    are prefixed (one per layer), sharing the store."""
+
+    def __init__(self, prefix: str = "", store: Optional[dict] = None):
+        self._buffers: dict[str, Tensor] = {} if store is None else store
+        self._prefix = prefix
+
+    def scope(self, prefix: str) -> Buffers:
+        return Buffers(f"{self._prefix}{prefix}/", self._buffers)
+
+    def get(self, name: str, shape, dtype: torch.dtype, device) -> Tensor:
+        """A contiguous buffer (contents undefined)."""
+        shape = tuple(shape)
+        name = self._prefix + name
+        buf = self._buffers.get(name)
+        if buf is None or tuple(buf.shape) != shape or buf.dtype != dtype or buf.device != torch.device(device):
+            buf = self._buffers[name] = torch.empty(shape, dtype=dtype, device=device)
+        return buf
+
+
+def unit_type(name: str) -> str:
+    """The canonical name of a unit type ('bernoulli', 'spin', 'categorical', 'gaussian'); ValueError naming the
+    known ones for any other name (never read as binary)."""
+    key = str(name).strip().lower()
+    key = UNIT_ALIASES.get(key, key)
+    if key not in UNIT_TYPES:
+        raise ValueError(f"unknown unit type {name!r}; known: {', '.join(UNIT_TYPES)} (or {', '.join(UNIT_ALIASES)})")
+    return key
+
+
+def _first_bad(bad: Tensor) -> tuple[int, ...]:
+    return tuple(int(i) for i in torch.nonzero(bad)[0])
+
+
+def _where(index: tuple[int, ...]) -> str:
+    return f"row {index[0]}, column {index[1]}" if len(index) == 2 else f"index {index}"
+
+
+def _check_matrix(data: Tensor, columns: int, what: str, unit_words: str) -> Tensor:
+    if data.dim() != 2:
+        raise UnitDataError(
+            f"{what} must be a matrix shaped (N, {columns}) of {unit_words}; got shape {tuple(data.shape)}"
+        )
+    if data.shape[0] == 0:
+        raise UnitDataError(f"{what} is empty")
+    if data.shape[1] != columns:
+        raise UnitDataError(
+            f"the model's layer has {columns} units but {what} has {data.shape[1]} columns; the data must match the "
+            "model's input size"
+        )
+    return data if torch.is_floating_point(data) else data.double()
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A layer's type and size (no parameters: they live in the machine, so that annealing can interpolate them).
+
+    size: units (sites for a categorical layer). Subclasses set `kind`.
+    """
+
+    size: int
+
+    kind = "layer"
+    discrete = True
+
+    def __post_init__(self):
+        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
+            raise ValueError(f"a layer needs a positive whole number of units, got {self.size!r}")
+
+    # ------------------------------------------------------------------ shapes
+    @property
+    def width(self) -> int:
+        """Entries of the layer's state vector."""
+        return self.size
+
+    @property
+    def param_shape(self) -> tuple[int, ...]:
+        return (self.width,)
+
+    def describe(self) -> str:
+        return f"{self.kind}({self.size})"
+
+    def to_config(self) -> dict:
+        """What a checkpoint stores to rebuild this layer type (`layer_from_config`)."""
+        return {"type": self.kind, "size": self.size}
+
+    # ------------------------------------------------------------------ parameters
+    def check_params(self, params: Tensor, name: str) -> None:
+        """ValueError naming `name` when `params` do not fit this layer."""
+        if tuple(params.shape) != self.param_shape:
+            raise ValueError(
+                f"{name} has shape {tuple(params.shape)}; a {self.describe()} layer needs {self.param_shape}"
+            )
+
+    def uniform_params(self, params: Tensor) -> Tensor:
+        """Parameters of the layer's start distribution for init='uniform' (zeros: the uniform distribution)."""
+        return torch.zeros_like(params)
+
+    def log_potential(self, params: Tensor, x: Tensor) -> Tensor:
+        """phi(x), shaped (*batch,), in x's dtype."""
+        return torch.mv(x.reshape(-1, self.width), params).reshape(x.shape[:-1])
+
+    # ------------------------------------------------------------------ to be provided
+    def log_normalizer(self, params: Tensor, u: Optional[Tensor] = None) -> Tensor:
+        raise NotImplementedError
+
+    def log_normalizer_increment(self, params: Tensor, u: Tensor, dparams: Tensor, du: Tensor) -> Tensor:
+        """log_normalizer(params + dparams, u + du) - log_normalizer(params, u) in float64, shaped (*batch,).
+
+        The steps dparams and du are given rather than the end point, so that a small annealing step is not the
+        difference of two nearly equal numbers (the caller computes them as (beta' - beta) times a direction)."""
+        p, d = params.double(), dparams.double()
+        return self.log_normalizer(p + d, u.double() + du.double()) - self.log_normalizer(p, u.double())
+
+    def potential_increment(
+        self, params: Tensor, dparams: Tensor, x: Tensor, buffers: Optional[Buffers] = None
+    ) -> Tensor:
+        """phi(x; params + dparams) - phi(x; params) in float64, shaped (*batch,): linear in the parameters for
+        these layers, so one product with the step (no cancellation)."""
+        return torch.mv(x.reshape(-1, self.width), dparams.to(x.dtype)).reshape(x.shape[:-1]).double()
+
+    def field(self, params: Tensor) -> Tensor:
+        """The part of the parameters the input adds to (width,): the natural parameters z = field + u that
+        `sample_natural_` draws from (a Gaussian layer's eta; a discrete layer's parameters)."""
+        return params
+
+    def sample_natural_(
+        self, z: Tensor, params: Tensor, generator: torch.Generator, buffers: Optional[Buffers] = None
+    ) -> tuple[Tensor, Optional[Tensor]]:
+        """In place: replace z = field + u (contiguous, (*batch, width)) by an exact sample of p(x | u). Returns (the
+        sample, the categorical codes (*batch, size) when the layer has them, else None)."""
+        return z.copy_(self.sample(params, z - self.field(params), generator)), None
+
+    def sample(
+        self,
+        params: Tensor,
+        u: Optional[Tensor],
+        generator: torch.Generator,
+        *,
+        batch_shape=(),
+        out: Optional[Tensor] = None,
+    ) -> Tensor:
+        raise NotImplementedError
+
+    def mean(self, params: Tensor, u: Optional[Tensor] = None) -> Tensor:
+        raise NotImplementedError
+
+    def statistics(self, data: Tensor) -> Tensor:
+        """Means over the rows of `data` (N, width), states of this layer, of its sufficient statistics: what
+        `base_params` fits a base to (float64, shaped like the parameters)."""
+        return data.double().mean(0)
+
+    def base_params(self, statistics: Tensor, params: Tensor) -> Tensor:
+        raise NotImplementedError
+
+    def check_statistics(self, statistics: Tensor, what: str) -> Tensor:
+        """`statistics` as float64 parameters-shaped, or ValueError naming `what`."""
+        s = torch.as_tensor(statistics, dtype=torch.float64).reshape(-1)
+        expected = math.prod(self.param_shape)
+        if s.numel() != expected or not bool(torch.isfinite(s).all()):
+            raise ValueError(
+                f"{what} must be {expected} finite numbers (the training data's means of this "
+                f"{self.describe()} layer's sufficient statistics); got {s.numel()}"
+            )
+        return s.reshape(self.param_shape)
+
+    def prepare(self, data: Tensor, what: str = "data") -> Tensor:
+        """The layer's states from data in the forms users keep them (see the subclasses), float (N, width)."""
+        return self.check_states(data, what)
+
+    def check_states(self, x: Tensor, what: str = "data") -> Tensor:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ enumeration (discrete layers)
+    @property
+    def num_configurations(self) -> int:
+        raise ValueError(f"a {self.kind} layer has a continuum of states: it cannot be enumerated")
+
+    def configurations(self, start: int, stop: int, *, dtype=torch.float64, device=None) -> Tensor:
+        raise ValueError(f"a {self.kind} layer has a continuum of states: it cannot be enumerated")
+
+    def configuration_index(self, x: Tensor) -> Tensor:
+        raise ValueError(f"a {self.kind} layer has a continuum of states: it cannot be enumerated")
+
+    def _add(self, params: Tensor, u: Optional[Tensor]) -> Tensor:
+        return params if u is None else params + u
+
+
+def _bits(n: int, start: int, stop: int, device) -> Tensor:
+    codes = torch.arange(start, stop, device=device, dtype=torch.int64)
+    return (codes.unsqueeze(-1) >> torch.arange(n, device=device, dtype=torch.int64)) & 1
+
+
+def _binary_index(bits: Tensor) -> Tensor:
+    weights = 2 ** torch.arange(bits.shape[-1], device=bits.device, dtype=torch.int64)
+    return (bits.to(torch.int64) * weights).sum(-1)
+
+
+@dataclass(frozen=True)
+class BernoulliLayer(Layer):
+    """Units in {0, 1}: p(x_j = 1 | u) = sigmoid(b_j + u_j)."""
+
+    kind = "bernoulli"
+
+    def log_normalizer(self, params, u=None):
+        return F.softplus(self._add(params, u)).sum(-1)
+
+    def log_normalizer_increment(self, params, u, dparams, du):
+        z, d = params + u, dparams + du
+        # log1p(sigmoid(z) expm1(d)) for small steps (accurate to a few units in the last place of the increment
+        # itself), the plain difference in float64 beyond
+        small = torch.log1p(torch.sigmoid(z) * torch.expm1(d.clamp(max=_SMALL_STEP)))
+        if bool((d.abs() <= _SMALL_STEP).all()):
+            return small.sum(-1, dtype=torch.float64)
+        plain = F.softplus(z.double() + d.double()) - F.softplus(z.double())
+        return torch.where(d.abs() <= _SMALL_STEP, small.double(), plain).sum(-1)
+
+    def sample(self, params, u, generator, *, batch_shape=(), out=None):
+        z = params + u if u is not None else params.expand(*batch_shape, self.width)
+        return sample_bernoulli_probs_(torch.sigmoid(z, out=out).contiguous(), generator)
+
+    def sample_natural_(self, z, params, generator, buffers=None):
+        return sample_bernoulli_probs_(z.sigmoid_(), generator), None
+
+    @staticmethod
+    def log_normalizer_step_(z: Tensor, d: Tensor) -> Tensor:
+        """`log_normalizer_increment` from z = params + u and d = dparams + du, overwriting both (the annealing
+        loop's buffers): log1p(sigmoid(z) expm1(d)) summed in float64 while every |d| <= 2, else the float64
+        difference of softplus."""
+        lo, hi = torch.aminmax(d)
+        if float(lo) >= -_SMALL_STEP and float(hi) <= _SMALL_STEP:
+            return z.sigmoid_().mul_(d.expm1_()).log1p_().sum(-1, dtype=torch.float64)
+        z64 = z.double()
+        return (F.softplus(z64 + d.double()) - F.softplus(z64)).sum(-1)
+
+    def mean(self, params, u=None):
+        return torch.sigmoid(self._add(params, u))
+
+    def base_params(self, statistics, params):
+        p = statistics.clamp(BASE_EPS, 1 - BASE_EPS)
+        return (torch.log(p) - torch.log1p(-p)).to(params)
+
+    def check_states(self, x, what="data"):
+        x = _check_matrix(x, self.width, what, "0s and 1s")
+        bad = (x != 0) & (x != 1)
+        if bool(bad.any()):
+            i = _first_bad(bad)
+            raise UnitDataError(
+                f"{what} must be binary (0 or 1) but holds {int(bad.sum())} other values, e.g. "
+                f"{x[i].item():g} at {_where(i)}"
+            )
+        return x
+
+    @property
+    def num_configurations(self):
+        return 2**self.size
+
+    def configurations(self, start, stop, *, dtype=torch.float64, device=None):
+        return _bits(self.size, start, stop, device).to(dtype)
+
+    def configuration_index(self, x):
+        return _binary_index(x.round())
+
+
+@dataclass(frozen=True)
+class SpinLayer(Layer):
+    """Units in {-1, +1}: p(x_j = +1 | u) = sigmoid(2 (b_j + u_j)), log-normalizer sum_j log 2 cosh(b_j + u_j).
+
+    Data: ±1, or 0/1 read as 0 -> -1 and 1 -> +1 (a matrix holding both 0 and -1 is refused: it is neither)."""
+
+    kind = "spin"
+
+    @staticmethod
+    def _log_2cosh(z: Tensor) -> Tensor:
+        a = z.abs()
+        return a + F.softplus(-2.0 * a)  # log(e^a + e^-a) = a + log1p(e^-2a)
+
+    def log_normalizer(self, params, u=None):
+        return self._log_2cosh(self._add(params, u)).sum(-1)
+
+    def log_normalizer_increment(self, params, u, dparams, du):
+        z, d = (params + u).double(), (dparams + du).double()
+        z2 = z + d
+        # cosh(z + d) / cosh(z) = cosh d + tanh(z) sinh d = 1 + 2 sinh(d/2)^2 + tanh(z) sinh(d)
+        small = torch.log1p(2.0 * torch.sinh(d / 2).square() + torch.tanh(z) * torch.sinh(d))
+        plain = self._log_2cosh(z2) - self._log_2cosh(z)
+        return torch.where(d.abs() <= _SMALL_STEP, small, plain).sum(-1)
+
+    def sample(self, params, u, generator, *, batch_shape=(), out=None):
+        z = self._add(params, u) if u is not None else params.expand(*batch_shape, self.width)
+        probs = torch.sigmoid(2.0 * z, out=out)
+        return sample_bernoulli_probs_(probs.contiguous(), generator).mul_(2.0).sub_(1.0)
+
+    def sample_natural_(self, z, params, generator, buffers=None):
+        return sample_bernoulli_probs_(z.mul_(2.0).sigmoid_(), generator).mul_(2.0).sub_(1.0), None
+
+    def mean(self, params, u=None):
+        return torch.tanh(self._add(params, u))
+
+    def base_params(self, statistics, params):
+        p = ((statistics + 1) / 2).clamp(BASE_EPS, 1 - BASE_EPS)
+        return (0.5 * (torch.log(p) - torch.log1p(-p))).to(params)
+
+    def prepare(self, data, what="data"):
+        x = _check_matrix(data, self.width, what, "spins (±1, or 0/1)")
+        has_zero, has_minus = bool((x == 0).any()), bool((x == -1).any())
+        if has_zero and has_minus:
+            raise UnitDataError(
+                f"{what} holds both 0 and -1: spin data are ±1, or 0/1 (read as 0 -> -1); give one of the two forms"
+            )
+        bad = (x != 1) & (x != -1) & (x != 0)
+        if bool(bad.any()):
+            i = _first_bad(bad)
+            raise UnitDataError(
+                f"{what} must hold spins, ±1 (or 0/1, read as 0 -> -1), but holds "
+                f"{int(bad.sum())} other values, e.g. {x[i].item():g} at {_where(i)}"
+            )
+        return torch.where(x == 0, -torch.ones_like(x), x) if has_zero else x
+
+    def check_states(self, x, what="data"):
+        x = _check_matrix(x, self.width, what, "spins ±1")
+        bad = (x != 1) & (x != -1)
+        if bool(bad.any()):
+            i = _first_bad(bad)
+            raise UnitDataError(
+                f"{what} must hold spins ±1 but holds {int(bad.sum())} other values, e.g. "
+                f"{x[i].item():g} at {_where(i)}"
+            )
+        return x
+
+    @property
+    def num_configurations(self):
+        return 2**self.size
+
+    def configurations(self, start, stop, *, dtype=torch.float64, device=None):
+        return (2 * _bits(self.size, start, stop, device) - 1).to(dtype)
+
+    def configuration_index(self, x):
+        return _binary_index(x > 0)
+
+
+@dataclass(frozen=True)
+class CategoricalLayer(Layer):
+    """`size` sites with `q` states each (Potts units), held one-hot: x shaped (size * q,), site i's states at
+    columns i * q .. i * q + q - 1. p(site i = a | u) = softmax_a(b[i, a] + u[i, a]).
+
+    alphabet: optional, the q symbols of the states in order (e.g. PROTEIN_ALPHABET), for reading sequences.
+    Data: integer codes 0 .. q - 1 shaped (N, size), or one-hot rows shaped (N, size * q)."""
+
+    q: int = 2
+    alphabet: Optional[str] = None
+
+    kind = "categorical"
+
+    def __post_init__(self):
+        super().__post_init__()
+        if isinstance(self.q, bool) or not isinstance(self.q, int) or self.q < 2:
+            raise ValueError(f"a categorical layer needs q >= 2 states per site, got {self.q!r}")
+        if self.alphabet is not None:
+            if not isinstance(self.alphabet, str) or len(self.alphabet) != self.q:
+                raise ValueError(f"the alphabet must be a string of q = {self.q} symbols, got {self.alphabet!r}")
+            if len(set(self.alphabet)) != self.q:
+                raise ValueError(f"the alphabet {self.alphabet!r} repeats a symbol")
+
+    @property
+    def width(self):
+        return self.size * self.q
+
+    def describe(self):
+        return f"categorical({self.size}x{self.q})"
+
+    def to_config(self):
+        return {"type": self.kind, "size": self.size, "q": self.q, "alphabet": self.alphabet}
+
+    def _sites(self, t: Tensor) -> Tensor:
+        return t.reshape(*t.shape[:-1], self.size, self.q)
+
+    def log_normalizer(self, params, u=None):
+        return torch.logsumexp(self._sites(self._add(params, u)), -1).sum(-1)
+
+    def log_normalizer_increment(self, params, u, dparams, du):
+        z = self._sites(params + u)
+        d = self._sites(dparams + du)
+        # log sum_a p_a e^(d_a) = log1p(sum_a p_a expm1(d_a)), p = softmax(z): no cancellation for small steps
+        small = torch.log1p((torch.softmax(z, -1) * torch.expm1(d.clamp(max=_SMALL_STEP))).sum(-1))
+        if bool((d.abs() <= _SMALL_STEP).all()):
+            return small.sum(-1, dtype=torch.float64)
+        plain = torch.logsumexp((z + d).double(), -1) - torch.logsumexp(z.double(), -1)
+        close = (d.abs() <= _SMALL_STEP).all(-1)
+        return torch.where(close, small.double(), plain).sum(-1)
+
+    def codes(self, params, u, generator, *, batch_shape=()) -> Tensor:
+        """Exact samples of the sites' states as int64 codes (*batch, size), by inverse CDF: with c the cumulative
+        sums of exp(z - max z) over the states, the code is the number of c_a <= U c_{q-1}, U ~ Uniform[0, 1)."""
+        z = self._sites(self._add(params, u) if u is not None else params.expand(*batch_shape, self.width))
+        e = (z - z.amax(-1, keepdim=True)).exp_()
+        c = torch.cumsum(e, -1, out=e)
+        threshold = torch.rand(c.shape[:-1], generator=generator, dtype=c.dtype, device=c.device)
+        threshold.mul_(c[..., -1])
+        return (c <= threshold.unsqueeze(-1)).sum(-1).clamp_(max=self.q - 1)
+
+    def one_hot(self, codes: Tensor, *, dtype=torch.float32, out: Optional[Tensor] = None) -> Tensor:
+        """One-hot states (*batch, size * q) of int64 codes (*batch, size)."""
+        shape = (*codes.shape[:-1], self.width)
+        out = torch.zeros(shape, dtype=dtype, device=codes.device) if out is None else out.zero_()
+        self._sites(out).scatter_(-1, codes.unsqueeze(-1), 1.0)
+        return out
+
+    def sample(self, params, u, generator, *, batch_shape=(), out=None):
+        codes = self.codes(params, u, generator, batch_shape=batch_shape)
+        return self.one_hot(codes, dtype=params.dtype, out=out)
+
+    def sample_natural_(self, z, params, generator, buffers=None):
+        """The inverse-CDF sampler of `codes` in place: exp, cumulative sums over each site's states, one uniform
+        per site searched among them. While every natural parameter lies in [-80, 80] the exponentials neither
+        overflow nor vanish in float32, so no per-site maximum is subtracted (the common case, one pass fewer)."""
+        sites = z.view(-1, self.q)
+        lo, hi = torch.aminmax(sites)
+        if not (float(lo) > -80.0 and float(hi) < 80.0):
+            sites.sub_(sites.amax(1, keepdim=True))
+        torch.cumsum(sites.exp_(), 1, out=sites)
+        rows = sites.shape[0]
+        if buffers is None:
+            threshold = torch.empty(rows, 1, dtype=z.dtype, device=z.device)
+            codes = torch.empty(rows, 1, dtype=torch.int64, device=z.device)
+        else:
+            threshold = buffers.get("categorical_threshold", (rows, 1), z.dtype, z.device)
+            codes = buffers.get("categorical_codes", (rows, 1), torch.int64, z.device)
+        threshold.uniform_(generator=generator).mul_(sites[:, -1:])
+        torch.searchsorted(sites, threshold, right=True, out=codes).clamp_(max=self.q - 1)
+        sites.zero_().scatter_(1, codes, 1.0)
+        return z, codes.view(*z.shape[:-1], self.size)
+
+    def mean(self, params, u=None):
+        z = self._add(params, u)
+        return torch.softmax(self._sites(z), -1).reshape(z.shape)
+
+    def base_params(self, statistics, params):
+        f = self._sites(statistics.clamp(min=0))
+        f = (f + BASE_EPS) / (f.sum(-1, keepdim=True) + self.q * BASE_EPS)
+        return torch.log(f).reshape(self.width).to(params)
+
+    def prepare(self, data, what="data"):
+        if data.dim() == 2 and data.shape[1] == self.size and self.size != self.width:
+            codes = data if torch.is_floating_point(data) else data.double()
+            bad = (codes != codes.round()) | (codes < 0) | (codes >= self.q)
+            if data.shape[0] == 0:
+                raise UnitDataError(f"{what} is empty")
+            if bool(bad.any()):
+                i = _first_bad(bad)
+                raise UnitDataError(
+                    f"{what} must hold the states' codes 0 .. {self.q - 1} (q = {self.q}) but holds "
+                    f"{int(bad.sum())} other values, e.g. {codes[i].item():g} at "
+                    f"{_where(i)}"
+                )
+            return self.one_hot(codes.to(torch.int64), dtype=torch.float64)
+        if data.dim() == 2 and data.shape[1] != self.width:
+            raise UnitDataError(
+                f"the model has {self.size} sites with q = {self.q} states but {what} has {data.shape[1]} columns; "
+                f"give the states' codes shaped (N, {self.size}) or one-hot rows shaped (N, {self.width})"
+            )
+        return self.check_states(data, what)
+
+    def check_states(self, x, what="data"):
+        x = _check_matrix(x, self.width, what, f"one-hot rows ({self.size} sites x {self.q} states)")
+        sites = self._sites(x)
+        bad = (((x != 0) & (x != 1)).reshape(sites.shape).any(-1)) | (sites.sum(-1) != 1)
+        if bool(bad.any()):
+            i = _first_bad(bad)
+            raise UnitDataError(
+                f"{what} must be one-hot per site ({self.q} columns per site, exactly one 1) but "
+                f"{int(bad.sum())} sites are not, e.g. row {i[0]}, site {i[1]}"
+            )
+        return x
+
+    def statistics(self, data):
+        return data.double().mean(0)
+
+    @property
+    def num_configurations(self):
+        return self.q**self.size
+
+    def configurations(self, start, stop, *, dtype=torch.float64, device=None):
+        codes = torch.arange(start, stop, device=device, dtype=torch.int64).unsqueeze(-1)
+        powers = self.q ** torch.arange(self.size, device=device, dtype=torch.int64)
+        return self.one_hot((codes // powers) % self.q, dtype=dtype)
+
+    def configuration_index(self, x):
+        codes = self._sites(x).argmax(-1)
+        powers = self.q ** torch.arange(self.size, device=x.device, dtype=torch.int64)
+        return (codes * powers).sum(-1)
+
+
+@dataclass(frozen=True)
+class GaussianLayer(Layer):
+    """Real units: phi(x) = -sum_i lam_i (x_i - mu_i)^2 / 2 with parameters (eta, lam) = (mu / sigma^2, 1 /
+    sigma^2) shaped (2, size); given the input u, x_i ~ N((eta_i + u_i) / lam_i, 1 / lam_i). Data: finite reals."""
+
+    kind = "gaussian"
+    discrete = False
+
+    @property
+    def param_shape(self):
+        return (2, self.size)
+
+    def check_params(self, params, name):
+        super().check_params(params, name)
+        if not bool((params[1] > 0).all()):
+            raise ValueError(f"{name}: a Gaussian layer's precisions 1 / sigma^2 must be positive (sigma > 0)")
+
+    def uniform_params(self, params):
+        return params.clone()  # N(mu, sigma^2) with the weights off: a Gaussian has no uniform distribution
+
+    @staticmethod
+    def mean_and_precision(params: Tensor) -> tuple[Tensor, Tensor]:
+        return params[0] / params[1], params[1]
+
+    def log_potential(self, params, x):
+        eta, lam = params[0], params[1]
+        flat = x.reshape(-1, self.size)
+        quad = torch.mv(flat.square(), lam)
+        const = (eta.square() / lam).sum()
+        return (torch.mv(flat, eta) - 0.5 * quad - 0.5 * const).reshape(x.shape[:-1])
+
+    def potential_increment(self, params, dparams, x, buffers: Optional[Buffers] = None):
+        flat = x.reshape(-1, self.size)
+        d = dparams.to(x.dtype)
+        square = (
+            flat.square()
+            if buffers is None
+            else torch.mul(flat, flat, out=buffers.get("square", flat.shape, flat.dtype, flat.device))
+        )
+        linear = torch.mv(flat, d[0]).double() - 0.5 * torch.mv(square, d[1]).double()
+        p, p2 = params.double(), params.double() + dparams.double()
+        const = 0.5 * float((p[0].square() / p[1]).sum() - (p2[0].square() / p2[1]).sum())
+        return (linear + const).reshape(x.shape[:-1])
+
+    def log_normalizer(self, params, u=None):
+        eta, lam = params[0], params[1]
+        base = 0.5 * (math.log(2 * math.pi) - torch.log(lam)).sum()
+        if u is None:
+            return base
+        return base + (u * (2 * eta + u) / (2 * lam)).sum(-1)
+
+    def field(self, params):
+        return params[0]
+
+    def sample_natural_(self, z, params, generator, buffers=None):
+        lam = params[1]
+        noise = torch.empty_like(z) if buffers is None else buffers.get("gaussian_noise", z.shape, z.dtype, z.device)
+        noise.normal_(generator=generator)
+        return z.div_(lam).addcmul_(noise, lam.rsqrt()), None
+
+    def sample(self, params, u, generator, *, batch_shape=(), out=None):
+        eta, lam = params[0], params[1]
+        shape = (*batch_shape, self.size) if u is None else u.shape
+        noise = torch.empty(shape, dtype=params.dtype, device=params.device) if out is None else out
+        noise.normal_(generator=generator)
+        mean = eta / lam if u is None else (eta + u) / lam
+        return noise.mul_(lam.rsqrt()).add_(mean)
+
+    def mean(self, params, u=None):
+        eta, lam = params[0], params[1]
+        return (eta if u is None else eta + u) / lam
+
+    def statistics(self, data):
+        x = data.double()
+        return torch.stack([x.mean(0), x.var(0, unbiased=False)])
+
+    def base_params(self, statistics, params):
+        own_variance = 1.0 / params[1].double()
+        variance = torch.maximum(statistics[1], GAUSSIAN_BASE_MIN_VARIANCE * own_variance)
+        lam = 1.0 / variance
+        return torch.stack([statistics[0] * lam, lam]).to(params)
+
+    def check_states(self, x, what="data"):
+        x = _check_matrix(x, self.width, what, "real numbers")
+        bad = ~torch.isfinite(x)
+        if bool(bad.any()):
+            i = _first_bad(bad)
+            raise UnitDataError(
+                f"{what} must be finite real numbers but holds {int(bad.sum())} NaN or infinite "
+                f"values, e.g. at {_where(i)}; remove or impute them"
+            )
+        return x
+
+
+LAYER_TYPES = {
+    "bernoulli": BernoulliLayer,
+    "spin": SpinLayer,
+    "categorical": CategoricalLayer,
+    "gaussian": GaussianLayer,
+}
+
+
+def make_layer(kind: str, size: int, *, q: Optional[int] = None, alphabet: Optional[str] = None) -> Layer:
+    """A layer of unit type `kind` (a name of UNIT_TYPES or UNIT_ALIASES) with `size` units (sites); q and the
+    alphabet for a categorical layer (q from the alphabet when only it is given)."""
+    kind = unit_type(kind)
+    if kind == "categorical":
+        if q is None and alphabet is not None:
+            q = len(alphabet)
+        if q is None:
+            raise ValueError("a categorical layer needs q (states per site) or an alphabet")
+        return CategoricalLayer(int(size), int(q), alphabet)
+    if q is not None or alphabet is not None:
+        raise ValueError(f"q and an alphabet belong to categorical layers, not {kind}")
+    return LAYER_TYPES[kind](int(size))
+
+
+def layer_from_config(config: dict) -> Layer:
+    """The layer a checkpoint's `to_config()` dict describes."""
+    config = dict(config)
+    return make_layer(config.pop("type"), config.pop("size"), **config)

@@ -1,0 +1,269 @@
+"""The geometric path from an independent base distribution to a Boltzmann machine of typed layers
+(`MixedBoltzmannMachine`: Gaussian, categorical, spin and Bernoulli layers in any pairing).
+
+f_beta(x) = f_base(x)^(1 - beta) f(x)^beta, f_base independent units with parameters c_l: the chain with weights
+beta W and parameters (1 - beta) c + beta theta (`MixedBoltzmannMachine.annealed`). The state space is the even
+layers with the odd ones summed out (for an RBM, the visible vector), as for binary machines (`BoltzmannPath`), and
+the path offers the same methods, so that AIS, RAISE (exact posterior for RBMs, heating for DBMs), the adaptive
+pilot, sharding and resume files run on it unchanged.
+
+Bases: `mixed_uniform_base` (uniform discrete layers; a Gaussian layer's own N(mu, sigma^2), the weights off) and
+`mixed_data_base` (the visible layer fitted to the training data's sufficient statistics, `visible_statistics`:
+frequencies of 0/1, ±1 or each state, a Gaussian's mean and variance; hidden layers as in the uniform base).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from raise_eval.kernels.block_gibbs import BoltzmannState
+from raise_eval.kernels.mixed_gibbs import clone_state, collapse_mixed, mixed_gibbs_step
+from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
+from raise_eval.models.boltzmann.units import Buffers
+
+
+def is_mixed(model) -> bool:
+    """Whether `model` is a machine of typed layers (not the binary `LayeredBoltzmannMachine`)."""
+    return isinstance(model, MixedBoltzmannMachine)
+
+
+def mixed_uniform_base(model: MixedBoltzmannMachine) -> list[Tensor]:
+    """Base parameters of init='uniform': `Layer.uniform_params` of every layer."""
+    return [layer.uniform_params(b) for layer, b in zip(model.layers, model.biases)]
+
+
+def visible_statistics(model: MixedBoltzmannMachine, train_data: Tensor) -> Tensor:
+    """Means over the training vectors (in any form `prepare_visible` reads) of the visible layer's sufficient
+    statistics, float64 shaped like its parameters: what `mixed_data_base` fits the base to (an evaluation's
+    `train_pixel_means` for such a model)."""
+    x = model.prepare_visible(train_data, "training data")
+    return model.layers[0].statistics(x)
+
+
+def mixed_data_base(model: MixedBoltzmannMachine, statistics: Tensor) -> list[Tensor]:
+    """Base parameters fitted to the training data: the visible layer's from `statistics` (`visible_statistics`),
+    the others as in `mixed_uniform_base`."""
+    layer = model.layers[0]
+    stats = layer.check_statistics(statistics, "the training statistics (train_pixel_means)")
+    visible = layer.base_params(stats.to(model.device), model.biases[0])
+    return [visible] + mixed_uniform_base(model)[1:]
+
+
+class MixedPath:
+    """Geometric path from an independent base (beta = 0) to `model` (beta = 1) on the even layers.
+
+    Args:
+        model: the target machine.
+        base_biases: the base's parameters per layer (`mixed_uniform_base` when None).
+        clamped: even layers the kernel leaves unchanged (e.g. (0,) while heating a DBM's hidden layers).
+    """
+
+    def __init__(
+        self,
+        model: MixedBoltzmannMachine,
+        base_biases: Optional[Sequence[Tensor]] = None,
+        clamped: Collection[int] = (),
+    ):
+        base = mixed_uniform_base(model) if base_biases is None else list(base_biases)
+        if len(base) != model.num_layers:
+            raise ValueError(f"need {model.num_layers} base parameter tensors, got {len(base)}")
+        for l, (layer, c) in enumerate(zip(model.layers, base)):
+            c = torch.as_tensor(c)
+            layer.check_params(c.to(model.dtype), f"base parameters {l}")
+            if not bool(torch.isfinite(c).all()):
+                raise ValueError(f"base parameters {l} have NaN or infinite entries")
+        for l in clamped:
+            if not (0 <= l < model.num_layers and l % 2 == 0):
+                raise ValueError(f"only even layers (kept in the state) can be clamped; got layer {l}")
+        self.model = model
+        self.base_biases = [torch.as_tensor(c).to(dtype=model.dtype, device=model.device) for c in base]
+        self.clamped = tuple(sorted(clamped))
+        # The parameters move along (target - base) at unit speed in beta: steps are taken as (beta' - beta) times
+        # this direction, never as a difference of two nearly equal interpolated values.
+        self._direction = [b - c for b, c in zip(model.biases, self.base_biases)]
+        self._at_cache: dict[float, MixedBoltzmannMachine] = {}
+        self._buffers = Buffers()
+        self._token = object()  # names this path in the probabilities a state carries (`probs_key`)
+
+    def at(self, beta: float) -> MixedBoltzmannMachine:
+        """The model at inverse temperature `beta` (shares the weight tensors)."""
+        cached = self._at_cache.get(beta)
+        if cached is None:
+            cached = self.model.annealed(beta, self.base_biases)
+            if len(self._at_cache) >= 2:
+                self._at_cache.pop(next(iter(self._at_cache)))
+            self._at_cache[beta] = cached
+        return cached
+
+    def with_clamped(self, clamped: Collection[int]) -> MixedPath:
+        """The same path whose kernel keeps the even layers `clamped` fixed (clamping even layers leaves p(odd |
+        even) alone, so the two share the odd-layer probabilities a state carries)."""
+        path = MixedPath(self.model, self.base_biases, clamped=clamped)
+        path._token = self._token
+        return path
+
+    def probs_key(self, beta: float, state: BoltzmannState) -> Optional[tuple]:
+        """The key of odd-layer probabilities computed by this path at `beta` from `state` as it is now
+        (`BoltzmannPath.probs_key`'s protocol: the path, beta, and each state tensor's identity and version)."""
+        stamp = _stamp(state)
+        return None if stamp is None else (self._token, float(beta), stamp)
+
+    @property
+    def log_partition_initial(self) -> float:
+        """log Z_0 of the base (independent units: a sum of the layers' log-normalizers), in float64."""
+        return float(sum(layer.log_normalizer(c.double()) for layer, c in zip(self.model.layers, self.base_biases)))
+
+    # ---------------------------------------------------------------- states
+    def state_from_layers(self, layers: Sequence[Optional[Tensor]]) -> BoltzmannState:
+        """The state for given even layers (odd entries are ignored)."""
+        return collapse_mixed(self.model, list(layers))
+
+    def sample_base_layer(self, l: int, batch_shape: tuple, generator: torch.Generator) -> Tensor:
+        """Exact samples of layer `l` under the base, shaped (*batch_shape, width_l)."""
+        return self.model.layers[l].sample(self.base_biases[l], None, generator, batch_shape=tuple(batch_shape))
+
+    def sample_initial(self, num_chains: int, generator: torch.Generator) -> BoltzmannState:
+        """`num_chains` exact samples of the base distribution p_0, batch shape (num_chains,)."""
+        layers = [
+            self.sample_base_layer(l, (num_chains,), generator) if l % 2 == 0 else None
+            for l in range(self.model.num_layers)
+        ]
+        return self.state_from_layers(layers)
+
+    def log_base_prob(self, x: Tensor, l: int) -> Tensor:
+        """log p_0(x_l) of layer `l` under the base, float64, shaped (*batch,)."""
+        layer, c = self.model.layers[l], self.base_biases[l].double()
+        return layer.log_potential(c, x.double()) - layer.log_normalizer(c)
+
+    # ---------------------------------------------------------------- densities and kernel
+    def log_density(self, state: BoltzmannState, beta: float) -> Tensor:
+        """log f_beta(x_even), odd layers summed out, float64, shaped (*batch,)."""
+        return self.at(beta).log_unnormalized_marginal(state.layers, state.odd_inputs)
+
+    def log_density_ratio(self, state: BoltzmannState, beta_from: float, beta_to: float) -> Tensor:
+        """log f_{beta_to}(x) - log f_{beta_from}(x), float64, shaped (*batch,), term by term: each even layer's
+        potential changes linearly in beta, each odd layer's log-normalizer by `Layer.log_normalizer_increment`
+        with the steps (beta_to - beta_from) (theta - c) and (beta_to - beta_from) s u."""
+        return self._log_ratio(state, beta_from, beta_to, None)[0]
+
+    def weight_update(self, state: BoltzmannState, beta_from: float, beta_to: float) -> tuple[Tensor, BoltzmannState]:
+        """(log_density_ratio, the state carrying p(x_l = 1 | even layers) at beta_to of its Bernoulli odd layers,
+        in new tensors, when the weight update computed them on its way): a transition at beta_to samples from them
+        instead of recomputing them, with the same bits. `state` is not modified."""
+        return self._log_ratio(state, beta_from, beta_to, "new")
+
+    def weight_update_(self, state: BoltzmannState, beta_from: float, beta_to: float) -> tuple[Tensor, BoltzmannState]:
+        """`weight_update` writing the probabilities into the state's own `odd_probs` buffers (`clone_state`)."""
+        return self._log_ratio(state, beta_from, beta_to, "own")
+
+    def _log_ratio(self, state: BoltzmannState, beta_from: float, beta_to: float, keep: Optional[str]):
+        model, at, at_to = self.model, self.at(beta_from), self.at(beta_to)
+        step = beta_to - beta_from
+        total, probs = None, [None] * model.num_layers
+        for l, x in enumerate(state.layers):
+            layer = model.layers[l]
+            scope = self._buffers.scope(f"ratio{l}")
+            if x is not None:
+                term = layer.potential_increment(at.biases[l], step * self._direction[l], x, buffers=scope)
+            elif layer.kind == "bernoulli":
+                term, p = self._bernoulli_increment(state, l, at_to, step, keep, scope)
+                probs[l] = p
+            else:
+                u = state.odd_inputs[l]
+                term = layer.log_normalizer_increment(
+                    at.biases[l], at.weight_scale * u, step * self._direction[l], (step * model.weight_scale) * u
+                )
+            total = term if total is None else total + term
+        odd = [l for l, inp in enumerate(state.odd_inputs) if inp is not None]
+        if keep is not None and odd and all(probs[l] is not None for l in odd):
+            return total, state._replace(odd_probs=tuple(probs), probs_key=self.probs_key(beta_to, state))
+        return total, state._replace(probs_key=None)
+
+    def _bernoulli_increment(self, state, l: int, at_to, step: float, keep: Optional[str], scope: Buffers):
+        """The log-normalizer increment of a Bernoulli odd layer, and p(x_l = 1 | even) at beta_to when kept.
+
+        softplus(z') - softplus(z) = -log1p(sigmoid(z') expm1(-d)) with z' the natural parameters at beta_to (the
+        very numbers the sampler computes there) and -d = (beta_from - beta_to) (theta - c + s u) taken directly:
+        no difference of nearly equal numbers while |d| <= 2; beyond, the float64 difference of softplus."""
+        u = state.odd_inputs[l]
+        if keep == "own" and state.odd_probs is not None and state.odd_probs[l] is not None:
+            target = state.odd_probs[l]
+        elif keep is not None:
+            target = torch.empty_like(u)
+        else:
+            target = scope.get("natural", u.shape, u.dtype, u.device)
+        z_to = torch.add(at_to.biases[l], u, alpha=at_to.weight_scale, out=target)
+        neg_d = torch.add(-step * self._direction[l], u, alpha=-step * self.model.weight_scale,
+                          out=scope.get("neg_step", u.shape, u.dtype, u.device))  # fmt: skip
+        lo, hi = torch.aminmax(neg_d)
+        if float(lo) >= -2.0 and float(hi) <= 2.0:
+            term = neg_d.expm1_().mul_(z_to.sigmoid_()).log1p_().sum(-1, dtype=torch.float64).neg_()
+            return term, (z_to if keep is not None else None)
+        z64 = z_to.double()
+        return (F.softplus(z64) - F.softplus(z64 + neg_d.double())).sum(-1), None
+
+    def _probs_at(self, state: BoltzmannState, beta: float):
+        if state.odd_probs is None or state.probs_key is None or state.probs_key != self.probs_key(beta, state):
+            return None
+        return state.odd_probs
+
+    def transition(
+        self, state: BoltzmannState, beta: float, generator: torch.Generator, clamped: Collection[int] = ()
+    ) -> BoltzmannState:
+        """Block Gibbs step at `beta` (reversible, leaves p_beta(x_even) invariant). `state` is not modified."""
+        probs = self._probs_at(state, beta)
+        if probs is not None:  # the sampler overwrites the probabilities it is given: hand it copies
+            probs = [None if p is None else p.clone() for p in probs]
+        return mixed_gibbs_step(
+            self.at(beta), state, generator, clamped=tuple(self.clamped) + tuple(clamped), odd_probs=probs
+        )
+
+    def transition_(self, state: BoltzmannState, beta: float, generator: torch.Generator) -> BoltzmannState:
+        """`transition` writing the new state into `state`'s own tensors (no allocation per step), for loops that own
+        their state (`anneal` clones the start once with `clone_state`)."""
+        new = mixed_gibbs_step(
+            self.at(beta),
+            state,
+            generator,
+            clamped=self.clamped,
+            buffers=self._buffers,
+            out=state,
+            odd_probs=self._probs_at(state, beta),
+        )
+        return new._replace(odd_probs=state.odd_probs, probs_key=None)
+
+    def clone_state(self, state: BoltzmannState) -> BoltzmannState:
+        """A copy of `state` in new contiguous tensors (what `transition_` overwrites), with buffers for the odd
+        layers' probabilities of `weight_update_` (copied, and still valid, when the state has them)."""
+        key, source = state.probs_key, state
+        state = clone_state(state)
+        if key is not None and key[2] == _stamp(source):
+            state = state._replace(probs_key=(*key[:2], _stamp(state)))
+        else:
+            state = state._replace(probs_key=None)
+        if state.odd_probs is None:
+            buffers = tuple(None if inp is None else torch.empty_like(inp) for inp in state.odd_inputs)
+            state = state._replace(odd_probs=buffers, probs_key=None)
+        return state
+
+
+def _stamp(state: BoltzmannState) -> Optional[tuple]:
+    """The identity and version counter of each of the state's tensors (None in inference mode)."""
+    try:
+        return tuple((id(t), t._version) for t in (*state.layers, *state.odd_inputs) if t is not None)
+    except RuntimeError:
+        return None
+
+
+def make_path(model, base_biases: Optional[Sequence[Tensor]] = None, clamped: Collection[int] = ()):
+    """The geometric path of a Boltzmann machine: `MixedPath` for typed layers, `BoltzmannPath` for binary ones."""
+    if is_mixed(model):
+        return MixedPath(model, base_biases, clamped)
+    from raise_eval.paths.boltzmann import BoltzmannPath
+
+    return BoltzmannPath(model, base_biases, clamped)

@@ -1,0 +1,83 @@
+"""The committed models of typed layers, at realistic size with 20 hidden units (their exact log Z, by enumerating
+2^20 hidden states, is in their metadata): AIS log Z lies within its own error of exact, and a certified run's
+interval holds the exact test log-likelihood. A Potts RBM on the Pfam PF00014 family (its committed test split), a
+784-20 Gaussian-Bernoulli RBM on dequantized MNIST and a 784-20 spin RBM on binarized MNIST (both need the data
+root). Slow (about a minute each on one core); scripts/train_units.py made the models.
+
+Failure rates: AIS within 3 of its standard errors fails with probability about 3e-3 when AIS is unbiased in log
+space at this K (its remaining downward bias, which a larger K removes, adds to that; the seeds are fixed); the
+certified interval (RAISE to AIS, +-2 standard errors) misses the truth only when both estimators err beyond it."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from raise_eval import certify, evaluate, exact, load_checkpoint
+from raise_eval.io.datasets import load_dataset
+from raise_eval.io.sequences import read_alignment
+from tests.conftest import PROJECT_ROOT
+
+pytestmark = pytest.mark.slow
+CHECKPOINTS = PROJECT_ROOT / "checkpoints"
+
+
+def _test_data(kind: str, shared_data: Path):
+    sys.path.insert(0, str(PROJECT_ROOT / "scripts"))
+    try:
+        import unit_data
+    finally:
+        sys.path.pop(0)
+    if kind == "potts":
+        return read_alignment(PROJECT_ROOT / "results" / "units" / "pf00014_test.fasta", "protein")
+    if kind == "gaussian":
+        return unit_data.continuous_mnist("test", shared_data)[:2000]
+    return load_dataset("binarized_mnist", "test", shared_data)[:2000]
+
+
+CASES = {
+    "potts": "potts_pf00014_53x21-20.pt",
+    "gaussian": "grbm_mnist_784-20.pt",
+    "spin": "spin_binarized_mnist_784-20.pt",
+}
+
+
+# Open (issue 26): at these settings the certified runs of two models do not close. The Gaussian model's AIS ESS
+# stays low (16 at K = 4000: combined standard error 0.28, over half the 0.5 tolerance, gap -0.12); the spin model's
+# RAISE stays above AIS (by 11.0 nats at K = 250, 7.2 at K = 4000), as for its exact binary rewrite (W' = 4W): its
+# annealing model fits the test digits better than the model does. Strict: they fail the suite once they pass.
+OPEN = pytest.mark.xfail(strict=True, reason="certified run does not close at these settings (issue 26, open)")
+
+
+@pytest.mark.parametrize(
+    "kind", ["potts", pytest.param("gaussian", marks=OPEN), pytest.param("spin", marks=OPEN)]
+)
+def test_ais_and_the_certified_interval_against_exact(kind, shared_data):
+    torch.set_num_threads(1)
+    ckpt = load_checkpoint(CHECKPOINTS / CASES[kind])
+    model, means = ckpt.model, ckpt.train_pixel_means
+    log_z = ckpt.metadata["exact_log_z"]
+    assert exact.log_partition(model) == pytest.approx(log_z, abs=1e-3)  # the enumeration, again (float32 model)
+    test = _test_data(kind, shared_data)
+    report = evaluate(
+        model, test, steps=1000, ais_chains=1000, raise_examples=20, exact="never", train_pixel_means=means, seed=1
+    )
+    assert abs(report.ais.estimate - log_z) < 3 * float(report.ais.stderr) + 1e-3, (report.ais.estimate, log_z)
+    truth = float(exact.log_unnormalized_visible(model, model.prepare_visible(test)).mean()) - log_z
+    cert = certify(
+        model,
+        test,
+        tolerance=0.5,
+        steps=250,
+        max_steps=4000,
+        exact="never",
+        train_pixel_means=means,
+        raise_examples=50,
+        seed=2,
+    )
+    assert cert.verdict == "closed", cert.format_table()
+    lo, hi = cert.interval
+    assert lo <= truth <= hi, (lo, truth, hi)
