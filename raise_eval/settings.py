@@ -317,7 +317,8 @@ def _seed(spec: Setting, value: Any) -> int:
 
 
 def _threads(spec: Setting, value: Any):
-    expected = "'auto', a positive integer or None (torch's setting)"
+    # None (leave torch's setting) is the API's third choice; a command line can only write text.
+    expected = "'auto' or a positive integer" if isinstance(value, str) else "'auto', a positive integer or None"
     if value == "auto":
         return value
     value = _from_text(spec, value, parse_count, expected)

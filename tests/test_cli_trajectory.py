@@ -84,7 +84,7 @@ def test_names_without_steps_are_refused(tmp_path, capsys):
     assert "first.pt has no step number in its name" in err and MANIFEST in err
     with pytest.raises(SystemExit):
         main(["trajectory", str(tmp_path / "missing"), *FAST])
-    assert "is not a folder" in capsys.readouterr().err
+    assert "missing does not exist" in capsys.readouterr().err
 
 
 def test_trajectory_is_listed_in_the_commands_help(capsys):

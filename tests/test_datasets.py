@@ -80,8 +80,12 @@ def test_check_binary_messages():
     assert check_binary(good, 2) is good
     with pytest.raises(DataError, match=r"must be binary .* 0.5 at row 1, column 0"):
         check_binary(torch.tensor([[0.0, 1.0], [0.5, 1.0]]))
-    with pytest.raises(DataError, match="784 visible units but data has 196 columns.*mnist14"):
+    # the hint names data of the model's width, not of the width given (a new user's trial: a 64-unit model given
+    # MNIST was told to try MNIST)
+    with pytest.raises(DataError, match="784 visible units but data has 196 columns.*try --data mnist or binarized"):
         check_binary(torch.zeros(3, 196), 784)
+    with pytest.raises(DataError, match="64 visible units but data has 784 columns.*try --data digits"):
+        check_binary(torch.zeros(3, 784), 64)
     with pytest.raises(DataError, match="shaped \\(N, D\\)"):
         check_binary(torch.zeros(3))
     with pytest.raises(DataError, match="splits train, test, not 'valid'"):

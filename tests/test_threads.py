@@ -36,7 +36,7 @@ def test_resolve_threads(monkeypatch, busy_machine):
     monkeypatch.setattr(threads, "busy_cores", lambda interval=0.1: pytest.fail("measured for nothing"))
     assert resolve_threads("auto", 1) == 1  # one thread already: nothing to choose, nothing measured
     for bad in (0, -1, 1.5, True, "two"):
-        with pytest.raises(ValueError, match="threads must be 'auto', a positive integer or None"):
+        with pytest.raises(ValueError, match="threads must be 'auto'(,| or) a positive integer"):
             resolve_threads(bad, 2)
 
 

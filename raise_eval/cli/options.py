@@ -20,6 +20,8 @@ def _help(spec: Setting) -> str:
     default = spec.default_text
     if spec.kind == "flag" or (spec.default is None and spec.none is None):  # a switch, or required
         return text.replace("%", "%%")
+    if "(default" in text:  # the help states its default in its own words
+        return text.replace("%", "%%")
     return f"{text} (default: {default})".replace("%", "%%")
 
 

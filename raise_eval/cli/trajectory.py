@@ -39,7 +39,7 @@ names (step_0000500.pt). The test data default to the dataset the last checkpoin
 
 EPILOG = """\
 examples:
-  python scripts/train_rbm_paper.py mnistCD1-20 --epochs 5 --save-trajectory runs/rbm20 --trajectory-every 100
+  python scripts/train_rbm_paper.py mnistCD1-20 --epochs 5 --out-dir runs --save-trajectory runs/rbm20 --trajectory-every 100
   raise-eval trajectory runs/rbm20 --steps 100 --plot rbm20.png
   raise-eval trajectory runs/rbm20 --data binarized_mnist --ais-chains 500 --raise-checkpoints 10 --json out.json
 """

@@ -91,7 +91,7 @@ def _plot_path(value):
         import matplotlib  # noqa: F401
     except ImportError:
         raise ImportError(
-            "plot_path needs matplotlib: pip install raise-eval[plot] (or pip install matplotlib)"
+            "plot_path needs matplotlib: pip install -e \".[plot]\" in a clone of raise-eval (or pip install matplotlib)"
         ) from None
     return path
 

@@ -88,10 +88,12 @@ def check_binary(data: Tensor, n_visible: Optional[int] = None, what: str = "dat
     if data.shape[0] == 0:
         raise DataError(f"{what} is empty")
     if n_visible is not None and data.shape[1] != n_visible:
-        hint = {196: " (14x14 images: try --data mnist14)", 784: " (28x28 images: try mnist or binarized_mnist)"}
+        # The hint names data of the model's width (the data given has the wrong one).
+        hint = {64: " (8x8 images: try --data digits)", 196: " (14x14 images: try --data mnist14)",
+                784: " (28x28 images: try --data mnist or binarized_mnist)"}  # fmt: skip
         raise DataError(
-            f"the model has {n_visible} visible units but {what} has {data.shape[1]} columns"
-            f"{hint.get(data.shape[1], '')}; the data must match the model's input size"
+            f"the model has {n_visible} visible units but {what} has {data.shape[1]} columns; the data must match the "
+            f"model's input size{hint.get(n_visible, '')}"
         )
     if not torch.is_floating_point(data):
         data = data.float()

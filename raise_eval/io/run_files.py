@@ -37,8 +37,8 @@ class OutputSettings:
     )  # fmt: skip
     plot: Optional[str] = setting(
         None,
-        "plot the results (needs matplotlib: pip install .[plot]); with --json OUT and matplotlib installed the plot "
-        "is written next to OUT by default",
+        "plot the results: a certified run's bounds against K (evaluate with --until-gap), bdmc's bounds against K, "
+        "trajectory's estimates against the training step; needs matplotlib (pip install -e \".[plot]\")",
         kind="path", none="next to --json when matplotlib is installed", flag="--plot", metavar="PNG", group="output",
     )  # fmt: skip
     resume_file: Optional[str] = setting(

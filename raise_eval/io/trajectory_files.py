@@ -63,7 +63,8 @@ def list_trajectory(folder) -> list[TrajectoryFile]:
     """The checkpoints of `folder` in training order (by its manifest, else by the step numbers in the names)."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise FileNotFoundError(f"{folder} is not a folder; give the folder of one run's checkpoints")
+        what = "is not a folder" if folder.exists() else "does not exist"
+        raise FileNotFoundError(f"{folder} {what}; give the folder of one run's checkpoints")
     manifest = folder / MANIFEST
     if manifest.exists():
         return _from_manifest(manifest)
@@ -147,7 +148,8 @@ class TrajectoryInputSettings:
 
     def _validate(self) -> None:
         if not Path(self.folder).is_dir():
-            raise SettingsError(f"{{folder}} {self.folder} is not a folder; give the folder of one run's checkpoints")
+            what = "is not a folder" if Path(self.folder).exists() else "does not exist"
+            raise SettingsError(f"{{folder}} {self.folder} {what}; give the folder of one run's checkpoints")
         if self.data is not None:
             InputSettings.check_data_request(self, self.data)  # the same checks as an evaluation's, on these fields
 
