@@ -215,7 +215,7 @@ def test_output_path_is_checked_before_any_work(tmp_path, capsys):
         (["--cv-alpha", "nan"], "--cv-alpha must be a finite number or 'optimal', got nan"),
         (["--raise-chains", "-1"], "--raise-chains must be an integer of at least 1, got -1"),
         (["--device", "foo"], "--device 'foo' is not a torch device"),
-        (["--threads", "0"], "--threads must be 'auto', a positive integer"),
+        (["--threads", "0"], "--threads must be 'auto' or a positive integer"),
     ],
 )
 def test_errors_name_the_option(args, message, capsys):

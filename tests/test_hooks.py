@@ -156,7 +156,7 @@ def test_errors(data, tmp_path, monkeypatch):
         LikelihoodMonitor(test)(0, torch.nn.Linear(12, 4))
     # matplotlib missing: a None entry in sys.modules makes `import matplotlib` raise ImportError.
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    with pytest.raises(ImportError, match=r"pip install raise-eval\[plot\]"):
+    with pytest.raises(ImportError, match=r"pip install -e \"\.\[plot\]\""):
         LikelihoodMonitor(test, plot_path=tmp_path / "sandwich.png")
     LikelihoodMonitor(test)  # no plot asked for: matplotlib is not needed
 
