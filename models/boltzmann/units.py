@@ -109,6 +109,13 @@ def _where(index: tuple[int, ...]) -> str:
     return f"row {index[0]}, column {index[1]}" if len(index) == 2 else f"index {index}"
 
 
+def _refuse_other_values(bad: Tensor, x: Tensor, must: str) -> None:
+    """Raise UnitDataError when any entry of `x` is marked `bad`: "`must` holds N other values, e.g. V at WHERE"."""
+    if bool(bad.any()):
+        i = _first_bad(bad)
+        raise UnitDataError(f"{must} holds {int(bad.sum())} other values, e.g. {x[i].item():g} at {_where(i)}")
+
+
 def _check_matrix(data: Tensor, columns: int, what: str, unit_words: str) -> Tensor:
     if data.dim() != 2:
         raise UnitDataError(
@@ -315,13 +322,7 @@ class BernoulliLayer(Layer):
 
     def check_states(self, x, what="data"):
         x = _check_matrix(x, self.width, what, "0s and 1s")
-        bad = (x != 0) & (x != 1)
-        if bool(bad.any()):
-            i = _first_bad(bad)
-            raise UnitDataError(
-                f"{what} must be binary (0 or 1) but holds {int(bad.sum())} other values, e.g. "
-                f"{x[i].item():g} at {_where(i)}"
-            )
+        _refuse_other_values((x != 0) & (x != 1), x, f"{what} must be binary (0 or 1) but")
         return x
 
     @property
@@ -381,24 +382,13 @@ class SpinLayer(Layer):
             raise UnitDataError(
                 f"{what} holds both 0 and -1: spin data are ±1, or 0/1 (read as 0 -> -1); give one of the two forms"
             )
-        bad = (x != 1) & (x != -1) & (x != 0)
-        if bool(bad.any()):
-            i = _first_bad(bad)
-            raise UnitDataError(
-                f"{what} must hold spins, ±1 (or 0/1, read as 0 -> -1), but holds "
-                f"{int(bad.sum())} other values, e.g. {x[i].item():g} at {_where(i)}"
-            )
+        must = f"{what} must hold spins, ±1 (or 0/1, read as 0 -> -1), but"
+        _refuse_other_values((x != 1) & (x != -1) & (x != 0), x, must)
         return torch.where(x == 0, -torch.ones_like(x), x) if has_zero else x
 
     def check_states(self, x, what="data"):
         x = _check_matrix(x, self.width, what, "spins ±1")
-        bad = (x != 1) & (x != -1)
-        if bool(bad.any()):
-            i = _first_bad(bad)
-            raise UnitDataError(
-                f"{what} must hold spins ±1 but holds {int(bad.sum())} other values, e.g. "
-                f"{x[i].item():g} at {_where(i)}"
-            )
+        _refuse_other_values((x != 1) & (x != -1), x, f"{what} must hold spins ±1 but")
         return x
 
     @property
@@ -519,13 +509,7 @@ class CategoricalLayer(Layer):
             bad = (codes != codes.round()) | (codes < 0) | (codes >= self.q)
             if data.shape[0] == 0:
                 raise UnitDataError(f"{what} is empty")
-            if bool(bad.any()):
-                i = _first_bad(bad)
-                raise UnitDataError(
-                    f"{what} must hold the states' codes 0 .. {self.q - 1} (q = {self.q}) but holds "
-                    f"{int(bad.sum())} other values, e.g. {codes[i].item():g} at "
-                    f"{_where(i)}"
-                )
+            _refuse_other_values(bad, codes, f"{what} must hold the states' codes 0 .. {self.q - 1} (q = {self.q}) but")
             return self.one_hot(codes.to(torch.int64), dtype=torch.float64)
         if data.dim() == 2 and data.shape[1] != self.width:
             raise UnitDataError(
