@@ -16,7 +16,7 @@ model's dtype; log-weights and log Z_0 in float64.
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -230,6 +230,9 @@ def _fold_log_sum(pairs: list[tuple[Tensor, Tensor]], rest: Tensor) -> Tensor:
     return torch.log(rest).sum(-1)
 
 
+# Largest |weight| for which the bounded sweep's curvature bound w^2 e^|w| / 2 stays useful and finite.
+_BOUNDED_MAX_WEIGHT = 20.0
+_BOUND_BLOCK = 32  # units whose bounds the bounded sweep computes at once (and moves after each flip in the block)
 _SERIES_MAX_STEP = 0.1  # |x| up to which `_expm1_small_`'s series is exact to float64 rounding
 _EXPM1_COEFFICIENTS = [1.0 / math.factorial(k) for k in range(6, 0, -1)]  # 1/6!, 1/5!, ..., 1/1!
 
@@ -358,7 +361,7 @@ class DBNPosteriorPath:
     fixed, so the kernel is not reversible, which forward AIS does not need: do not run it on a reversed schedule.
     """
 
-    def __init__(self, model: DBN):
+    def __init__(self, model: DBN, bounded: Optional[bool] = None):
         if not hasattr(model, "sample_recognition"):
             raise ValueError("DBNPosteriorPath needs a DBN")
         self.model = model
@@ -369,6 +372,19 @@ class DBNPosteriorPath:
         # Per directed hidden layer l: row j of W_{l-1}^T moves a_{l-1} when unit j flips; its factors e^(+-w).
         self._rows = [None] + [model.weights[l - 1].t().contiguous() for l in range(1, L)]
         self._exp_rows = [None] + [torch.stack([w.exp(), (-w).exp()], dim=1) for w in self._rows[1:]]  # (n_l, 2, n)
+        # The bounded sweep's curvature matrices 1/2 w^2 e^|w| and the rounding scale of its bounds, per unit.
+        eps = torch.finfo(model.dtype).eps
+        self._curvature, self._margins = [None] * L, [None] * L
+        for l in range(1, L):
+            w = model.weights[l - 1].double()
+            if float(w.abs().max()) <= _BOUNDED_MAX_WEIGHT:
+                curvature = 0.5 * w.square() * w.abs().exp()
+                self._curvature[l] = curvature.to(model.dtype)
+                scale = 8 * w.shape[0] * eps * (w.abs().sum(0) + curvature.sum(0))
+                self._margins[l] = scale.to(model.dtype)
+        if bounded and any(c is None for c in self._curvature[1:]):
+            raise ValueError(f"the bounded sweep needs weights within +-{_BOUNDED_MAX_WEIGHT:g}")
+        self.bounded = bounded
         self._buffers: dict[str, Tensor] = {}  # the sweep's temporaries, reused while the shapes stay
 
     def state_elements(self) -> int:
@@ -386,6 +402,11 @@ class DBNPosteriorPath:
             rho.append(torch.matmul(torch.sigmoid(rho[-1]), m.weights[l - 1]) + bias)
         return tuple(None if x is None else x.unsqueeze(1) for x in rho)
 
+    def base_log_partition(self, v: Tensor, base_logits=None) -> Tensor:
+        """log Z_0(v) = sum_{l=1}^{L} sum_j softplus(rho_lj) in float64, shaped (N,), for v shaped (N, n_visible)."""
+        rho = self.base_logits(v.to(dtype=self.model.dtype, device=self.model.device)) if base_logits is None else base_logits
+        return sum(F.softplus(x.squeeze(1).double()).sum(-1) for x in rho[1:])
+
     def start(self, v: Tensor, num_chains: int, generator: torch.Generator) -> tuple[DBNPosteriorState, Tensor]:
         """(`num_chains` exact samples of the base for each row of v, log Z_0(v)).
 
@@ -398,7 +419,7 @@ class DBNPosteriorPath:
         v = v.to(dtype=m.dtype, device=m.device)
         n = v.shape[0]
         rho = self.base_logits(v)
-        log_z0 = sum(F.softplus(x.squeeze(1).double()).sum(-1) for x in rho[1:])
+        log_z0 = self.base_log_partition(v, rho)
         layers = [None] + [
             sample_bernoulli_logits(rho[l].expand(n, num_chains, -1).contiguous(), generator) for l in range(1, self._L)
         ]
@@ -511,6 +532,16 @@ class DBNPosteriorPath:
         x = x.view(-1, x.shape[-1])
         linear = linear.reshape(x.shape)
         a, p_on, p_off = (t.view(x.shape[0], -1) for t in (a, p_on, p_off))
+        bounded = self.bounded
+        if bounded is None:  # the bounded sweep picks rows with indices: on a GPU each pick would wait for the host
+            bounded = x.device.type == "cpu" and self._curvature[l] is not None
+        if bounded:
+            self._bounded_sweep_(l, x, linear, a, p_on, p_off, beta, generator)
+        else:
+            self._full_sweep_(l, x, linear, a, p_on, p_off, beta, generator)
+
+    def _full_sweep_(self, l, x, linear, a, p_on, p_off, beta, generator) -> None:
+        """The sweep computing every chain's logit exactly; tensors as in `_sweep_`, flattened to (rows, n)."""
         rows, exp_rows = self._rows[l], self._exp_rows[l]
         scale, factors = self._buffer("scale", a), self._buffer("factors", a)
         folds = _fold_views(factors, self._folds[l])
@@ -529,14 +560,82 @@ class DBNPosteriorPath:
             if on_cpu:  # update only the chains that flipped
                 idx = torch.nonzero(change).squeeze(-1)
                 if idx.numel() > 0:
-                    moved = a.index_select(0, idx).addcmul_(change.index_select(0, idx).unsqueeze(-1), rows[j])
-                    a.index_copy_(0, idx, moved)
-                    p_on.index_copy_(0, idx, torch.sigmoid(moved))
-                    p_off.index_copy_(0, idx, moved.neg_().sigmoid_())
+                    self._flip_rows_(l, j, idx, change.index_select(0, idx), a, p_on, p_off)
             else:  # no host synchronisation per unit: every chain, most of them adding 0
                 a.addcmul_(change.unsqueeze(-1), rows[j])
                 torch.sigmoid(a, out=p_on)
                 torch.neg(a, out=p_off).sigmoid_()
+
+    def _flip_rows_(self, l, j, idx, change, a, p_on, p_off) -> tuple[Tensor, Tensor]:
+        """Moves the rows `idx` (chains whose unit j of layer l flipped by `change`, +-1) of a, p_on, p_off;
+        returns their sigmoids' changes (of p_on, and of min(p_on, p_off)), shaped (len(idx), n_{l-1})."""
+        moved = a.index_select(0, idx).addcmul_(change.unsqueeze(-1), self._rows[l][j])
+        a.index_copy_(0, idx, moved)
+        old_on, old_off = p_on.index_select(0, idx), p_off.index_select(0, idx)
+        new_on = torch.sigmoid(moved)
+        new_off = moved.neg_().sigmoid_()
+        p_on.index_copy_(0, idx, new_on)
+        p_off.index_copy_(0, idx, new_off)
+        d_min = torch.minimum(new_on, new_off).sub_(torch.minimum(old_on, old_off))
+        return new_on.sub_(old_on), d_min
+
+    def _bounded_sweep_(self, l, x, linear, a, p_on, p_off, beta, generator) -> None:
+        """The sweep with the logits bounded by products, computed exactly only where the bounds leave the draw
+        undecided; tensors as in `_sweep_`, flattened to (rows, n).
+
+        With p = sigmoid(a) and s = 1 - 2 x_j, the softplus term of unit j's logit is s G_j, G_j = sum_i
+        g_i(s w_ij) with g_i(y) = softplus(a_i + y) - softplus(a_i): g_i(0) = 0, g_i'(0) = p_i and 0 < g_i'' <=
+        min(p_i, 1 - p_i) e^|y| on [0, y], so s G_j = S_j + s R_j with S_j = sum_i p_i w_ij (a product, p W) and
+        0 <= R_j <= U_j = sum_i min(p_i, 1 - p_i) w_ij^2 e^|w_ij| / 2 (another product). The logit lin_j - beta
+        s G_j lies in [c - beta U_j, c] (x_j = 0) or [c, c + beta U_j] (x_j = 1), c = lin_j - beta S_j. The unit
+        is drawn as 1{l < logit} with l the logit of a uniform: where l falls outside the interval (widened by a
+        margin for roundings) the draw is decided, and only the other chains compute G_j. After a flip, S and U
+        of the units still to come are moved by the rows' changes of p (small products).
+        """
+        n_units = x.shape[-1]
+        w, curvature = self.model.weights[l - 1], self._curvature[l]
+        exp_rows, margins, folds = self._exp_rows[l], self._margins[l], self._folds[l]
+        low_prob = torch.minimum(p_on, p_off, out=self._buffer("low prob", p_on))  # min(p, 1 - p), kept up to date
+        # logits of uniforms, in float64: thresholds up to +-36 before they saturate
+        thresholds = torch.logit(torch.rand(x.shape, generator=generator, dtype=torch.float64, device=x.device))
+        flips = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+        for begin in range(0, n_units, _BOUND_BLOCK):
+            # S and beta U of a block of units, for every chain; flips inside the block move the rows that flipped
+            end = min(begin + _BOUND_BLOCK, n_units)
+            slope = torch.matmul(p_on, w[:, begin:end])
+            spread = torch.matmul(low_prob, curvature[:, begin:end]).mul_(beta)
+            for j in range(begin, end):
+                x_j, k = x[:, j], j - begin
+                center = torch.add(linear[:, j], slope[:, k], alpha=-beta)
+                # roundings of S and U (and of their updates after each flip of the row), and of the sums themselves
+                margin = torch.add(flips, 1.0).mul_(beta * margins[j]).add_(1e-3)
+                low = torch.addcmul(center, spread[:, k], 1.0 - x_j, value=-1.0).sub_(margin)
+                high = torch.addcmul(center, spread[:, k], x_j).add_(margin)
+                level = thresholds[:, j]
+                new = (level < low).to(x.dtype)
+                undecided = torch.nonzero((level >= low) & (level < high)).squeeze(-1)
+                if undecided.numel() > 0:
+                    x_u = x_j.index_select(0, undecided)
+                    factors = torch.addcmul(
+                        p_off.index_select(0, undecided),
+                        p_on.index_select(0, undecided),
+                        exp_rows[j].index_select(0, x_u.long()),
+                    )
+                    log_ratio = _fold_log_sum(*_fold_views(factors, folds))
+                    logit = torch.addcmul(
+                        linear[:, j].index_select(0, undecided), 1.0 - 2.0 * x_u, log_ratio, value=-beta
+                    )
+                    new.index_copy_(0, undecided, (level.index_select(0, undecided) < logit).to(x.dtype))
+                change = new.sub_(x_j)
+                x_j.add_(change)
+                idx = torch.nonzero(change).squeeze(-1)
+                if idx.numel() > 0:
+                    d_on, d_low = self._flip_rows_(l, j, idx, change.index_select(0, idx), a, p_on, p_off)
+                    low_prob.index_add_(0, idx, d_low)
+                    flips.index_add_(0, idx, torch.ones_like(idx, dtype=x.dtype))
+                    if j + 1 < end:
+                        slope[:, k + 1 :].index_add_(0, idx, torch.matmul(d_on, w[:, j + 1 : end]))
+                        spread[:, k + 1 :].index_add_(0, idx, torch.matmul(d_low, curvature[:, j + 1 : end]).mul_(beta))
 
 
 def posterior_path(model) -> DBMPosteriorPath | DBNPosteriorPath:
