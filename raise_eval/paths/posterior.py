@@ -232,7 +232,7 @@ def _fold_log_sum(pairs: list[tuple[Tensor, Tensor]], rest: Tensor) -> Tensor:
 
 # Largest |weight| for which the bounded sweep's curvature bound w^2 e^|w| / 2 stays useful and finite.
 _BOUNDED_MAX_WEIGHT = 20.0
-_BOUND_BLOCK = 32  # units whose bounds the bounded sweep computes at once (and moves after each flip in the block)
+_BOUND_BLOCK = 16  # units whose bounds the bounded sweep computes at once (and moves after each flip in the block)
 _SERIES_MAX_STEP = 0.1  # |x| up to which `_expm1_small_`'s series is exact to float64 rounding
 _EXPM1_COEFFICIENTS = [1.0 / math.factorial(k) for k in range(6, 0, -1)]  # 1/6!, 1/5!, ..., 1/1!
 
@@ -379,7 +379,8 @@ class DBNPosteriorPath:
             w = model.weights[l - 1].double()
             if float(w.abs().max()) <= _BOUNDED_MAX_WEIGHT:
                 curvature = 0.5 * w.square() * w.abs().exp()
-                self._curvature[l] = curvature.to(model.dtype)
+                # stored transposed, like _rows: a block of units is a block of contiguous rows
+                self._curvature[l] = curvature.t().contiguous().to(model.dtype)
                 scale = 8 * w.shape[0] * eps * (w.abs().sum(0) + curvature.sum(0))
                 self._margins[l] = scale.to(model.dtype)
         if bounded and any(c is None for c in self._curvature[1:]):
@@ -592,35 +593,39 @@ class DBNPosteriorPath:
         margin for roundings) the draw is decided, and only the other chains compute G_j. After a flip, S and U
         of the units still to come are moved by the rows' changes of p (small products).
         """
-        n_units = x.shape[-1]
-        w, curvature = self.model.weights[l - 1], self._curvature[l]
-        exp_rows, margins, folds = self._exp_rows[l], self._margins[l], self._folds[l]
-        low_prob = torch.minimum(p_on, p_off, out=self._buffer("low prob", p_on))  # min(p, 1 - p), kept up to date
+        n_units, n_rows = x.shape[-1], x.shape[0]
+        exp_rows, margins, folds, rows = self._exp_rows[l], self._margins[l], self._folds[l], self._rows[l]
+        # The products of S and U, stacked: (2, n_l, n_{l-1}), U's scaled by beta.
+        products = torch.stack([rows, self._curvature[l] * beta])
+        # The sweep's own copy of p, 1 - p and min(p, 1 - p), interleaved per chain so that the rows of chains that
+        # flip move in one gather and one scatter; the state's tensors are recomputed after the sweep.
+        work = self._buffer("sweep rows", a.new_empty(n_rows, 3, a.shape[-1]))
+        work[:, 0].copy_(p_on)
+        work[:, 1].copy_(p_off)
+        torch.minimum(p_on, p_off, out=work[:, 2])
+        moments = work[:, 0::2].transpose(0, 1)  # (2, rows, n_{l-1}): p and min(p, 1 - p)
         # logits of uniforms, in float64: thresholds up to +-36 before they saturate
         thresholds = torch.logit(torch.rand(x.shape, generator=generator, dtype=torch.float64, device=x.device))
-        flips = torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+        flips = torch.zeros(n_rows, dtype=x.dtype, device=x.device)
         for begin in range(0, n_units, _BOUND_BLOCK):
-            # S and beta U of a block of units, for every chain; flips inside the block move the rows that flipped
+            # S and beta U of a block of units, for every chain, shaped (2, rows, block); a flip inside the block
+            # moves the rows that flipped
             end = min(begin + _BOUND_BLOCK, n_units)
-            slope = torch.matmul(p_on, w[:, begin:end])
-            spread = torch.matmul(low_prob, curvature[:, begin:end]).mul_(beta)
+            bounds = torch.bmm(moments, products[:, begin:end].transpose(1, 2))
             for j in range(begin, end):
                 x_j, k = x[:, j], j - begin
-                center = torch.add(linear[:, j], slope[:, k], alpha=-beta)
+                center = torch.add(linear[:, j], bounds[0, :, k], alpha=-beta)
                 # roundings of S and U (and of their updates after each flip of the row), and of the sums themselves
                 margin = torch.add(flips, 1.0).mul_(beta * margins[j]).add_(1e-3)
-                low = torch.addcmul(center, spread[:, k], 1.0 - x_j, value=-1.0).sub_(margin)
-                high = torch.addcmul(center, spread[:, k], x_j).add_(margin)
+                low = torch.addcmul(center, bounds[1, :, k], 1.0 - x_j, value=-1.0).sub_(margin)
+                high = torch.addcmul(center, bounds[1, :, k], x_j).add_(margin)
                 level = thresholds[:, j]
                 new = (level < low).to(x.dtype)
                 undecided = torch.nonzero((level >= low) & (level < high)).squeeze(-1)
                 if undecided.numel() > 0:
                     x_u = x_j.index_select(0, undecided)
-                    factors = torch.addcmul(
-                        p_off.index_select(0, undecided),
-                        p_on.index_select(0, undecided),
-                        exp_rows[j].index_select(0, x_u.long()),
-                    )
+                    picked = work.index_select(0, undecided)
+                    factors = torch.addcmul(picked[:, 1], picked[:, 0], exp_rows[j].index_select(0, x_u.long()))
                     log_ratio = _fold_log_sum(*_fold_views(factors, folds))
                     logit = torch.addcmul(
                         linear[:, j].index_select(0, undecided), 1.0 - 2.0 * x_u, log_ratio, value=-beta
@@ -630,12 +635,23 @@ class DBNPosteriorPath:
                 x_j.add_(change)
                 idx = torch.nonzero(change).squeeze(-1)
                 if idx.numel() > 0:
-                    d_on, d_low = self._flip_rows_(l, j, idx, change.index_select(0, idx), a, p_on, p_off)
-                    low_prob.index_add_(0, idx, d_low)
+                    # a moves by s w: p' = p e^(s w) / F and 1 - p' = (1 - p) / F, F = 1 - p + p e^(s w)
+                    moved = work.index_select(0, idx)  # (flipped, 3, n_{l-1})
+                    before = moved[:, 0::2].clone()
+                    turned_off = change.index_select(0, idx).lt(0).long()
+                    on, off = moved[:, 0].mul_(exp_rows[j].index_select(0, turned_off)), moved[:, 1]
+                    factor = torch.add(off, on)
+                    on.div_(factor)
+                    off.div_(factor)
+                    torch.minimum(on, off, out=moved[:, 2])
+                    work.index_copy_(0, idx, moved)
                     flips.index_add_(0, idx, torch.ones_like(idx, dtype=x.dtype))
                     if j + 1 < end:
-                        slope[:, k + 1 :].index_add_(0, idx, torch.matmul(d_on, w[:, j + 1 : end]))
-                        spread[:, k + 1 :].index_add_(0, idx, torch.matmul(d_low, curvature[:, j + 1 : end]).mul_(beta))
+                        shift = torch.bmm(
+                            torch.sub(moved[:, 0::2], before, out=before).transpose(0, 1),
+                            products[:, j + 1 : end].transpose(1, 2),
+                        )
+                        bounds[:, :, k + 1 :].index_add_(1, idx, shift)
 
 
 def posterior_path(model) -> DBMPosteriorPath | DBNPosteriorPath:
