@@ -18,9 +18,29 @@ log-likelihood. The start depends on the family:
   operator of p_k. Then p_fwd / q_rev telescopes to the weight above. Heating is forward AIS on p(h | v) from
   p_0(h | v): it is the same annealing loop with the visible layer clamped, and its weight alone estimates
   f(v) / f_0(v).
-- DBN (unrolling, Sec. 3.3): propose x_1..x_{L-1} from the recognition distribution q, then run RAISE on the top
-  RBM from x_{L-1}: w_0 = prod_{l<L-1} p(x_l | x_{l+1}) / q(x_1..x_{L-1} | v) * f_top(x_{L-1}) / Z_0. E[w] is
-  the probability of v under the unrolled annealing model: the top RBM's p_ann followed by the directed layers.
+- DBN. Layers v = x_0, h = (x_1, ..., x_{L-1}) directed (sigmoid) and a top RBM over (x_{L-1}, x_L):
+  f(v, h) = prod_{l<L-1} p(x_l | x_{l+1}) f_top(x_{L-1}), p(v) = sum_h f(v, h) / Z_top. The annealing model is
+  the unrolled one (Sec. 3.3, Fig. 2): the top RBM's forward chain gives p_ann_top(x_{L-1}), the directed layers
+  are then sampled downwards, so
+      p_ann(v) = sum_h prod_{l<L-1} p(x_l | x_{l+1}) p_ann_top(x_{L-1}) = sum_h f(v, h) psi(x_{L-1}),
+      psi(x) = p_ann_top(x) / f_top(x).
+  The top RBM's reverse pass from a state x, with start weight f_top(x) / Z_0, is unbiased for p_ann_top(x) (the
+  RBM case above), so its annealing weight w_rev divided by Z_0 is unbiased for psi(x). Two ways to reach x:
+  - unrolled (`dbn_start='unrolled'`, the paper's): draw h ~ q(h | v), the recognition distribution, and weight
+    w_0 = prod_{l<L-1} p(x_l | x_{l+1}) / q(h | v) * f_top(x_{L-1}) / Z_0 = f(v, h) / q(h | v) / Z_0. When q
+    misses modes of p(h | v), f / q is heavy-tailed and log mean w stays low by an amount K does not change.
+  - heated (`dbn_start='heated'`, the default): forward AIS over h with v clamped, on the posterior path of
+    `raise_eval.paths.posterior.DBNPosteriorPath` (from its factorial base, q(x_1 | v) itself for two hidden
+    layers, to f(v, .)): h_0 from the base, then for j = 0 .. K_h - 1, h <- T_{beta_j}(h) (the kernel of the
+    temperature the state has, which need not be reversible) and W *= f_{beta_{j+1}}(h) / f_{beta_j}(h); with
+    W_0 = Z_0(v) the base's normalizer. (h, W) is properly weighted for f(v, .): E[W phi(h)] = sum_h f(v, h) phi(h)
+    for every phi (AIS on the extended space of the whole trajectory). Then the top RBM's reverse pass runs from
+    x_{L-1} of h, and w = W w_rev / Z_0, so E[w] = sum_h f(v, h) psi(x_{L-1}) = p_ann(v).
+  Both are unbiased for the same p_ann(v), whatever the heating schedule (`heating_betas`, by default the betas of
+  the reverse pass); one heating step (betas [0, 1]) is importance sampling with the base, which for two hidden
+  layers is unrolling itself. As K_h grows the heated state becomes a draw of p(h | v) and w loses the proposal's
+  mismatch, while p_ann(v) approaches p(v) as K grows (p_ann_top approaches the top RBM). Heating the directed
+  layers with the kernel of the next temperature (T_{beta_{j+1}}, as Alg. 3's box prints it for DBMs) is biased.
 """
 
 from __future__ import annotations
@@ -36,6 +56,7 @@ from raise_eval.annealing import Kernel, anneal, continuation
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.io.datasets import check_binary
 from raise_eval.paths.boltzmann import BoltzmannPath
+from raise_eval.paths.posterior import DBNPosteriorPath
 from raise_eval.schedules import validate_schedule
 from raise_eval.settings import check_count
 from raise_eval.stats import log_mean_exp, mean_and_stderr
@@ -50,7 +71,7 @@ class RAISEResult:
     log_unnormalized: exact log f(v_i) under the model, shaped (N,), for RBMs (the control variate of Sec. 4);
         None for DBMs and DBNs, whose log f(v) must be estimated (pass the estimates to `control_variate_mean`).
     mean, stderr: average of log_likelihood over the N examples and its standard error.
-    start: 'exact posterior' (RBM), 'heating' (DBM) or 'unrolled' (DBN).
+    start: 'exact posterior' (RBM), 'heating' (DBM), 'heated' or 'unrolled' (DBN).
     """
 
     log_weights: Tensor
@@ -121,6 +142,9 @@ class RAISEResult:
         }
 
 
+DBN_STARTS = ("heated", "unrolled")
+
+
 def raise_log_likelihood(
     path: BoltzmannPath,
     data: Tensor,
@@ -131,14 +155,16 @@ def raise_log_likelihood(
     kernel: Optional[Kernel] = None,
     heating_kernel: Optional[Kernel] = None,
     unroll: Any = None,
+    dbn_start: str = "heated",
+    heating_betas: Optional[Tensor] = None,
     progress: bool = False,
     checkpoint: Any = None,
 ) -> RAISEResult:
     """Run RAISE for every row of `data` with `num_chains` chains each, all N x C chains in one batch.
 
     The start follows the model (see the module docstring): the exact posterior for an RBM, heating for a DBM
-    (any layered machine with even hidden layers), unrolling when `unroll` (a DBN whose top RBM `path` anneals)
-    is given.
+    (any layered machine with even hidden layers); for a DBN (`unroll`), heated (default) or unrolled directed
+    layers below the top RBM that `path` anneals.
 
     Args:
         path: geometric path of the Boltzmann machine annealed (for a DBN, of its top RBM).
@@ -147,15 +173,26 @@ def raise_log_likelihood(
         num_chains: chains per example C.
         generator: the only source of randomness.
         kernel: replaces the path's kernel in the reverse pass.
-        heating_kernel: replaces the clamped kernel of the heating pass (DBMs).
-        unroll: a DBN (`sample_recognition`, `log_directed_likelihood`, `top`) whose directed layers are
-            proposed with its recognition distribution; `path.model` must be its top RBM.
+        heating_kernel: replaces the kernel of the heating pass: the clamped block Gibbs kernel (DBMs) or the
+            posterior sweep of `DBNPosteriorPath` (heated DBNs).
+        unroll: a DBN (`sample_recognition`, `log_directed_likelihood`, `top`) below whose top RBM RAISE runs;
+            `path.model` must be its top RBM.
+        dbn_start: for a DBN, 'heated' (forward AIS over the directed layers' posterior with v clamped, then the
+            reverse pass) or 'unrolled' (the directed layers drawn once from the recognition distribution, as in
+            the paper). Both are unbiased for the unrolled annealing model's p_ann(v).
+        heating_betas: the schedule (K_h + 1,) of a heated DBN's heating pass, from 0 to 1; `betas` when None.
         checkpoint: saves the annealing state as it goes and restores a saved one (`raise_eval.runtime.resume.
             ShardCheckpoint`, phases 'heating' and 'RAISE'): a restored run continues from its saved step with the
             generator's saved state, and gives the numbers of an uninterrupted run.
     """
     betas = validate_schedule(betas)
     check_count("num_chains", num_chains)
+    if dbn_start not in DBN_STARTS:
+        raise ValueError(f"dbn_start must be one of {', '.join(DBN_STARTS)}, got {dbn_start!r}")
+    if heating_betas is not None:
+        if unroll is None or dbn_start != "heated":
+            raise ValueError("heating_betas is the schedule of a heated DBN's heating pass (unroll=dbn)")
+        heating_betas = validate_schedule(heating_betas)
     model = path.model
     if unroll is not None and unroll.top.weights[0] is not model.weights[0]:
         raise ValueError("RAISE for a DBN anneals its top RBM: build the path on dbn.top")
@@ -170,7 +207,10 @@ def raise_log_likelihood(
     log_f = None
     if unroll is None and not _even_hidden_layers(model):
         log_f = path.log_density(path.state_from_layers([v, None]), 1.0).to(torch.float64)  # (N,), exact
-    kind = "unrolled" if unroll is not None else "heating" if _even_hidden_layers(model) else "exact posterior"
+    if unroll is not None:
+        kind = dbn_start
+    else:
+        kind = "heating" if _even_hidden_layers(model) else "exact posterior"
     saved = None if checkpoint is None else checkpoint.restore("RAISE", path)
     if saved is not None:  # the start was drawn before the save: continue the reverse pass
         state, log_w0 = saved["state"], saved["extra"]["log_w0"]
@@ -178,6 +218,9 @@ def raise_log_likelihood(
         layers, log_q = unroll.sample_recognition(v, generator, num_samples=num_chains)
         state, log_w0 = _posterior_start(path, layers[-1])
         log_w0 = log_w0 + unroll.log_directed_likelihood(layers) - log_q
+    elif kind == "heated":
+        heating = betas if heating_betas is None else heating_betas
+        state, log_w0 = _heat_dbn(path, unroll, v, num_chains, heating, generator, heating_kernel, progress, checkpoint)
     elif kind == "exact posterior":
         state = path.state_from_layers([v.unsqueeze(1).expand(n, num_chains, n_visible).contiguous(), None])
         log_w0 = (log_f - path.log_partition_initial).unsqueeze(1)
@@ -240,3 +283,34 @@ def _heat(
         **continuation(checkpoint, "heating", saved),
     )
     return state, log_w + path.log_base_prob(v, 0)
+
+
+def _heat_dbn(
+    path: BoltzmannPath, dbn, v: Tensor, num_chains: int, betas: Tensor, generator, heating_kernel, progress,
+    checkpoint=None,
+) -> tuple[Any, Tensor]:
+    """A heated DBN's start: forward AIS over the directed layers with v clamped (`DBNPosteriorPath`), then the
+    top RBM's state x_{L-1} of its final state.
+
+    Returns the top path's state (batch (N, C)) and log w_0 = log Z_0(v) + log W - log Z_0_top (float64, (N, C)),
+    W the heating's annealing weight (see the module docstring). Shapes: v (N, n_visible).
+    """
+    posterior = DBNPosteriorPath(dbn)
+    saved = None if checkpoint is None else checkpoint.restore("heating", posterior)
+    log_z0 = posterior.base_log_partition(v).unsqueeze(1)
+    if saved is None:
+        state, _ = posterior.start(v, num_chains, generator)
+    else:  # a saved state keeps its layers; the rest is a function of them and v
+        state = posterior.state_from_layers(v, saved["state"].layers)
+    final, log_w = anneal(
+        posterior,
+        state,
+        betas,
+        generator=generator,
+        kernel=heating_kernel,
+        progress=progress,
+        desc="RAISE heating",
+        **continuation(checkpoint, "heating", saved),
+    )
+    top_visible = final.layers[-1]
+    return path.state_from_layers([top_visible, None]), log_w + log_z0 - path.log_partition_initial

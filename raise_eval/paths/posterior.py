@@ -15,7 +15,8 @@ model's dtype; log-weights and log Z_0 in float64.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+import math
+from typing import NamedTuple, Optional
 
 import torch
 import torch.nn.functional as F
@@ -179,68 +180,236 @@ class DBMPosteriorPath:
 
 
 # ===================================================================================================== DBN
-class DBNPosteriorState(NamedTuple):
-    """State of `DBNPosteriorPath`, batch dimensions (N, C); the top layer x_2 is summed out.
+def _log_range(dtype: torch.dtype) -> float:
+    """|log y| below which y and 1 / y are normal numbers of `dtype`, with a margin (about 80 for float32)."""
+    info = torch.finfo(dtype)
+    return 0.9 * min(math.log(info.max), -math.log(info.tiny))
 
-    hidden: x_1 shaped (N, C, n_1) in the model's dtype.
-    inputs: [a | t] shaped (N, C, n_0 + n_2): a = x_1 W_0^T + b_0 (the visible logits) and t = x_1 W_1 + b_2 (the
-        top layer's input), kept up to date unit by unit during a sweep.
-    softplus: softplus(inputs), same shape: a unit's conditional compares it with its value after a flip.
-    base_logits: rho = v W_0 + r_1, q's logits, shaped (N, 1, n_1).
-    linear: c = v W_0 + b_1, x_1's coefficient in log f(v, x_1), shaped (N, 1, n_1).
-    visible_bias_term: v . b_0 in float64, shaped (N, 1).
+
+def _fold_plan(weights: Tensor, limit: float) -> int:
+    """How many times a sweep may fold its per-input factors in half before taking logs (see `DBNPosteriorPath`).
+
+    weights: W_{l-1} shaped (n_below, n_l). The factor of input i for unit j lies in [e^-|w_ij|, e^|w_ij|], so a
+    product over a group of inputs lies within e^(+-sum of |w_ij| over the group): the folds stop before that sum
+    passes `limit` for any unit.
+    """
+    sums = weights.abs().double().t().contiguous()  # (n_l, n_below)
+    if float(sums.max()) > limit:
+        raise ValueError(
+            f"a weight of magnitude {float(sums.max()):.3g} is beyond what the DBN posterior sweep computes in "
+            f"{weights.dtype} (|w| <= {limit:.0f}); convert the model to float64"
+        )
+    width, folds = sums.shape[1], 0
+    while width > 1:
+        half = width // 2
+        folded = sums[:, :half] + sums[:, width - half : width]
+        if float(folded.max()) > limit:
+            break
+        sums = torch.cat([folded, sums[:, half : width - half]], dim=1)
+        width -= half
+        folds += 1
+    return folds
+
+
+def _fold_views(factors: Tensor, folds: int) -> tuple[list[tuple[Tensor, Tensor]], Tensor]:
+    """The pairs (left half, right half) of views of a (rows, n) buffer that `folds` pairwise foldings multiply
+    (element i with i + width - half, the middle one of an odd width left alone), and the view of what is left."""
+    pairs, width = [], factors.shape[-1]
+    for _ in range(folds):
+        half = width // 2
+        pairs.append((factors[:, :half], factors[:, width - half : width]))
+        width -= half
+    return pairs, factors[:, :width]
+
+
+def _fold_log_sum(pairs: list[tuple[Tensor, Tensor]], rest: Tensor) -> Tensor:
+    """sum of the logs of a (rows, n) buffer's entries over its last dimension, shaped (rows,): the entries are
+    multiplied pairwise in place along `pairs` (`_fold_views`), then the logs of the `rest` are summed."""
+    for left, right in pairs:
+        left.mul_(right)
+    return torch.log(rest).sum(-1)
+
+
+# Largest |weight| for which the bounded sweep's curvature bound w^2 e^|w| / 2 stays useful and finite.
+_BOUNDED_MAX_WEIGHT = 20.0
+_BOUND_BLOCK = 16  # units whose bounds the bounded sweep computes at once (and moves after each flip in the block)
+_SERIES_MAX_STEP = 0.1  # |x| up to which `_expm1_small_`'s series is exact to float64 rounding
+_EXPM1_COEFFICIENTS = [1.0 / math.factorial(k) for k in range(6, 0, -1)]  # 1/6!, 1/5!, ..., 1/1!
+
+
+def _expm1_small_(x: Tensor, out: Tensor) -> Tensor:
+    """e^x - 1 for |x| <= _SERIES_MAX_STEP, written into `out` (x's shape): its Taylor series to x^6 (the first
+    term left out is below 2e-10 of the result) by Horner's scheme, a few roundings and several times cheaper than
+    torch.expm1 on the CPU."""
+    torch.mul(x, _EXPM1_COEFFICIENTS[0], out=out)
+    for c in _EXPM1_COEFFICIENTS[1:]:
+        out.add_(c).mul_(x)
+    return out
+
+
+def _softplus_increment_sum(z_from: Tensor, step: Tensor, scratch: Tensor) -> Tensor:
+    """sum over the last dimension of softplus(z_from + step) - softplus(z_from), in float64, shaped like the
+    batch; z_from and step (same shape) are overwritten, `scratch` (same shape) is used.
+
+    Each term is accurate relative to itself (no cancellation), computed in the inputs' dtype: log1p(sigmoid(
+    z_from) (e^step - 1)) when every |step| is at most _SERIES_MAX_STEP (the log1p argument is then above -0.1;
+    e^step - 1 from `_expm1_small_`), else the form of `softplus_increment`, sign(step) log1p(sigmoid(min(z_from,
+    z_from + step)) (e^|step| - 1)); steps beyond _LOG1P_FORM_MAX_STEP go to `softplus_increment` in float64.
+    """
+    if step.numel() == 0:
+        return step.new_zeros(step.shape[:-1], dtype=torch.float64)
+    low, high = torch.aminmax(step)
+    largest = max(-float(low), float(high))
+    if largest > _LOG1P_FORM_MAX_STEP:
+        return softplus_increment(z_from.double(), z_from.double() + step.double()).sum(-1)
+    if largest <= _SERIES_MAX_STEP:
+        terms = _expm1_small_(step, out=scratch).mul_(z_from.sigmoid_()).log1p_()
+    else:
+        torch.minimum(z_from, torch.add(z_from, step, out=scratch), out=z_from).sigmoid_()
+        terms = torch.abs(step, out=scratch).expm1_().mul_(z_from).log1p_().copysign_(step)
+    # terms accurate relative to themselves: a sum in the inputs' dtype keeps that
+    return terms.sum(-1).double()
+
+
+def _sum_softplus(logits: Tensor, sigmoid_of_minus: Tensor, scratch: Tensor) -> Tensor:
+    """sum of softplus(logits) over the last dimension in float64, from sigmoid(-logits) (already computed; scratch:
+    a buffer of its shape): -log sigmoid(-a) is a logarithm where softplus is an exponential and a logarithm.
+    Where sigmoid(-a) underflowed to 0 (a beyond about 100 in float32) the sum is recomputed with softplus."""
+    # summed in the model's dtype: the weight takes this times a step of beta
+    total = -torch.log(sigmoid_of_minus, out=scratch).sum(-1).double()
+    if not bool(torch.isfinite(total).all()):
+        total = F.softplus(logits.double()).sum(-1)
+    return total
+
+
+class DBNPosteriorState(NamedTuple):
+    """State of `DBNPosteriorPath`, batch dimensions (N, C); the top layer x_L is summed out.
+
+    layers: (None, x_1, ..., x_{L-1}), each (N, C, n_l) in the model's dtype (None for the clamped visible layer).
+    below: (None, a_0, ..., a_{L-2}): entry l is a_{l-1} = x_l W_{l-1}^T + b_{l-1}, the logits of layer l - 1
+        given layer l, shaped (N, C, n_{l-1}), exact for the layers (recomputed after every sweep).
+    below_on, below_off: sigmoid(a) and sigmoid(-a) of each entry of `below` (both kept: each is accurate where
+        the other is close to 1).
+    top_input: t = x_{L-1} W_{L-1} + b_L, shaped (N, C, n_L).
+    base_logits: (None, rho_1, ..., rho_L), the base's logits shaped (N, 1, n_l) (see `DBNPosteriorPath`).
+    visible: v shaped (N, 1, n_0); visible_input: v W_0 shaped (N, 1, n_1); visible_bias_term: v . b_0 in
+        float64 shaped (N, 1).
+
+    A state is a function of (v, layers) (`DBNPosteriorPath.state_from_layers` rebuilds it bit for bit), which is
+    what a saved annealing run keeps: `odd_inputs` (empty) and `probs_key` (None) are the fields of the resume
+    record's format that a DBN's posterior state leaves empty.
     """
 
-    hidden: Tensor
-    inputs: Tensor
-    softplus: Tensor
-    base_logits: Tensor
-    linear: Tensor
+    layers: tuple
+    below: tuple
+    below_on: tuple
+    below_off: tuple
+    top_input: Tensor
+    base_logits: tuple
+    visible: Tensor
+    visible_input: Tensor
     visible_bias_term: Tensor
+
+    @property
+    def hidden(self) -> Tensor:
+        """x_1, shaped (N, C, n_1)."""
+        return self.layers[1]
+
+    @property
+    def odd_inputs(self) -> tuple:
+        return ()
+
+    @property
+    def probs_key(self) -> None:
+        return None
 
 
 class DBNPosteriorPath:
-    """Geometric path from the recognition distribution q(x_1 | v) to the posterior p(x_1 | v) of a DBN with two
-    hidden layers (v <- x_1 sigmoid, top RBM over (x_1, x_2)), per test vector.
+    """Geometric path from a factorial proposal to the posterior p(x_1, ..., x_{L-1} | v) of a DBN, per test vector.
 
-    q(x_1 | v) = prod_j Bernoulli(sigmoid(rho_j)), rho = v W_0 + r_1. The target, with x_2 summed out, is
+    The DBN's layers are v = x_0, x_1, ..., x_L: sigmoid layers p(x_l | x_{l+1}) for l < L - 1 and a top RBM over
+    (x_{L-1}, x_L). With v clamped, the path runs over the hidden layers h = (x_1, ..., x_L) from the factorial
+    base q(h) = prod_l prod_j Bernoulli(sigmoid(rho_lj)) to the DBN's joint f(v, h):
 
-        log f(v, x_1) = log p(v | x_1) + log f_top(x_1)
-                      = v . b_0 + x_1 . c - sum_i softplus(a_i) + sum_k softplus(t_k),   c = v W_0 + b_1,
+        f_beta(h) = q(h)^(1 - beta) f(v, h)^beta,   log f(v, h) = sum_{l=0}^{L-2} [x_l . a_l - sum softplus(a_l)]
+                                                                  + x_{L-1} . b_{L-1} + x_L . t,
 
-    and log f_beta(x_1) = (1 - beta) x_1 . rho + beta log f(v, x_1), so log Z_0(v) = sum_j softplus(rho_j) and
-    the weight increment is (beta' - beta) (log f(v, x_1) - x_1 . rho), with x_1 . (c - rho) = x_1 . (b_1 - r_1).
+    with a_l = W_l x_{l+1} + b_l (the logits of layer l given layer l + 1) and t = x_{L-1} W_{L-1} + b_L. The base
+    logits are the recognition pass in mean field: rho_1 = v W_0 + r_1 (q(x_1 | v) itself), rho_l = sigmoid(rho_
+    {l-1}) W_{l-1} + r_l and rho_L = sigmoid(rho_{L-1}) W_{L-1} + b_L. The top layer x_L factorizes given
+    x_{L-1} at every beta and is summed out of the densities (the weights are Rao-Blackwellized over it):
 
-    p(v | x_1) does not factorize over x_1, so the kernel is a systematic-scan Gibbs sweep over the units of x_1,
-    each drawn from its exact conditional under f_beta given the others. It leaves f_beta invariant but is not
-    reversible (a fixed scan order), which forward AIS does not need; do not run it on a reversed schedule.
+        log f_beta(x_1..x_{L-1}) = (1 - beta) sum_{l<L} x_l . rho_l + beta [sum_{l=0}^{L-2} (x_l . a_l - sum
+                                   softplus(a_l)) + x_{L-1} . b_{L-1}] + sum_k softplus(rho_Lk + beta (t_k - rho_Lk)),
+
+    so log Z_0(v) = sum_{l=1}^{L} sum_j softplus(rho_lj) and log Z_1(v) = log f(v). With one step this is
+    importance sampling with the base (for two hidden layers, the recognition distribution q(x_1 | v)).
+
+    Kernel at beta (leaves f_beta(x_1..x_L) invariant, hence its marginal f_beta(x_1..x_{L-1})): layer by layer from
+    x_1 up, a systematic-scan Gibbs sweep over the units of x_l given its neighbours, with x_L drawn from its
+    factorial conditional, as a block, just before the sweep of x_{L-1}. A unit of x_l has the logit
+        (1 - beta) rho_lj + beta [(x_{l-1} W_{l-1})_j + above_j - (sum softplus(a_{l-1} | x_lj = 1)
+                                                                     - sum softplus(a_{l-1} | x_lj = 0))],
+    above = a_l for l < L - 1 and b_{L-1} + W_{L-1} x_L for l = L - 1: carrying x_L in the sweep is what keeps a
+    flip's cost to the n_{l-1} softplus terms below it. Those differences are computed without a softplus: with
+    p = sigmoid(a), p' = sigmoid(-a) and s = +1 (turn on) or -1 (turn off),
+        sum_i softplus(a_i + s w_ij) - softplus(a_i) = sum_i log(p'_i + p_i e^(s w_ij)),
+    each factor a sum of two non-negative terms (no cancellation) in [e^-|w_ij|, e^|w_ij|]: the factors are
+    multiplied pairwise while the product stays within the dtype's range (`_fold_plan`, fixed per model), so a
+    unit takes a few multiplications per input and a handful of logarithms. A flip updates a, p and p' of the
+    chains that flipped; after each layer's sweep they are recomputed exactly from the layer. The scan order is
+    fixed, so the kernel is not reversible, which forward AIS does not need: do not run it on a reversed schedule.
     """
 
-    def __init__(self, model: DBN):
+    def __init__(self, model: DBN, bounded: Optional[bool] = None):
         if not hasattr(model, "sample_recognition"):
             raise ValueError("DBNPosteriorPath needs a DBN")
-        if len(model.weights) != 2:
-            raise ValueError(
-                f"the AIS method supports DBNs with two hidden layers; this DBN has {len(model.weights)} "
-                "(use method='importance')"
-            )
         self.model = model
-        w0, w1 = model.weights
-        # Row j: how unit j of x_1 moves [a | t] when it turns on.
-        self._rows = torch.cat([w0.t(), w1], dim=1).contiguous()
-        self._bias = torch.cat([model.biases[0], model.biases[2]])
-        # log f(v, x_1) counts softplus(a) negatively (Bernoulli normalizers), softplus(t) positively (top RBM).
-        self._sign = torch.cat([-torch.ones_like(model.biases[0]), torch.ones_like(model.biases[2])])
-        self._sign64 = self._sign.double()
-        self._linear_minus_base = (model.biases[1] - model.recognition_biases[0]).double()  # c - rho = b_1 - r_1
+        L = len(model.weights)
+        self._L = L
+        limit = _log_range(model.dtype)
+        self._folds = [None] + [_fold_plan(model.weights[l - 1], limit) for l in range(1, L)]
+        # Per directed hidden layer l: row j of W_{l-1}^T moves a_{l-1} when unit j flips; its factors e^(+-w).
+        self._rows = [None] + [model.weights[l - 1].t().contiguous() for l in range(1, L)]
+        self._exp_rows = [None] + [torch.stack([w.exp(), (-w).exp()], dim=1) for w in self._rows[1:]]  # (n_l, 2, n)
+        # The bounded sweep's curvature matrices 1/2 w^2 e^|w| and the rounding scale of its bounds, per unit.
+        eps = torch.finfo(model.dtype).eps
+        self._curvature, self._margins = [None] * L, [None] * L
+        for l in range(1, L):
+            w = model.weights[l - 1].double()
+            if float(w.abs().max()) <= _BOUNDED_MAX_WEIGHT:
+                curvature = 0.5 * w.square() * w.abs().exp()
+                # stored transposed, like _rows: a block of units is a block of contiguous rows
+                self._curvature[l] = curvature.t().contiguous().to(model.dtype)
+                scale = 8 * w.shape[0] * eps * (w.abs().sum(0) + curvature.sum(0))
+                self._margins[l] = scale.to(model.dtype)
+        if bounded and any(c is None for c in self._curvature[1:]):
+            raise ValueError(f"the bounded sweep needs weights within +-{_BOUNDED_MAX_WEIGHT:g}")
+        self.bounded = bounded
+        self._buffers: dict[str, Tensor] = {}  # the sweep's temporaries, reused while the shapes stay
 
     def state_elements(self) -> int:
         """Entries of one chain's state and sweep buffers, for sizing chunks of test vectors."""
-        n0, n1, n2 = self.model.layer_sizes
-        return n1 + 5 * (n0 + n2)
+        sizes = self.model.layer_sizes
+        return sum(sizes[1:-1]) + 5 * sum(sizes[:-2]) + 2 * sizes[-1]
+
+    # ----------------------------------------------------------------- states
+    def base_logits(self, v: Tensor) -> tuple:
+        """(None, rho_1, ..., rho_L), each shaped (N, 1, n_l) in the model's dtype, for v shaped (N, n_visible)."""
+        m, L = self.model, self._L
+        rho = [None, torch.matmul(v, m.weights[0]) + m.recognition_biases[0]]
+        for l in range(2, L + 1):
+            bias = m.recognition_biases[l - 1] if l < L else m.biases[L]
+            rho.append(torch.matmul(torch.sigmoid(rho[-1]), m.weights[l - 1]) + bias)
+        return tuple(None if x is None else x.unsqueeze(1) for x in rho)
+
+    def base_log_partition(self, v: Tensor, base_logits=None) -> Tensor:
+        """log Z_0(v) = sum_{l=1}^{L} sum_j softplus(rho_lj) in float64, shaped (N,), for v shaped (N, n_visible)."""
+        rho = self.base_logits(v.to(dtype=self.model.dtype, device=self.model.device)) if base_logits is None else base_logits
+        return sum(F.softplus(x.squeeze(1).double()).sum(-1) for x in rho[1:])
 
     def start(self, v: Tensor, num_chains: int, generator: torch.Generator) -> tuple[DBNPosteriorState, Tensor]:
-        """(`num_chains` exact samples of q(x_1 | v) for each row of v, log Z_0(v)).
+        """(`num_chains` exact samples of the base for each row of v, log Z_0(v)).
 
         Args:
             v: binary test vectors shaped (N, n_visible).
@@ -250,55 +419,243 @@ class DBNPosteriorPath:
         m = self.model
         v = v.to(dtype=m.dtype, device=m.device)
         n = v.shape[0]
-        v_input = torch.matmul(v, m.weights[0])
-        rho = (v_input + m.recognition_biases[0]).unsqueeze(1)
-        linear = (v_input + m.biases[1]).unsqueeze(1)
-        log_z0 = F.softplus(rho.squeeze(1).double()).sum(-1)
-        hidden = sample_bernoulli_logits(rho.expand(n, num_chains, -1).contiguous(), generator)
-        inputs = torch.matmul(hidden, self._rows).add_(self._bias)
-        visible_bias_term = torch.mv(v.double(), m.biases[0].double()).unsqueeze(1)
-        return DBNPosteriorState(hidden, inputs, F.softplus(inputs), rho, linear, visible_bias_term), log_z0
+        rho = self.base_logits(v)
+        log_z0 = self.base_log_partition(v, rho)
+        layers = [None] + [
+            sample_bernoulli_logits(rho[l].expand(n, num_chains, -1).contiguous(), generator) for l in range(1, self._L)
+        ]
+        return self.state_from_layers(v, layers, rho), log_z0
 
+    def state_from_layers(self, v: Tensor, layers, base_logits=None) -> DBNPosteriorState:
+        """The state of the layers (None, x_1, ..., x_{L-1}) (each (N, C, n_l)) for the test vectors v (N, n_0),
+        everything else computed from them (the same bits as the state the annealing loop carries)."""
+        m = self.model
+        v = v.to(dtype=m.dtype, device=m.device)
+        rho = self.base_logits(v) if base_logits is None else tuple(base_logits)
+        layers = tuple(layers)
+        below, on, off = [None], [None], [None]
+        for l in range(1, self._L):
+            a = self._below_logits(layers[l], l)
+            below.append(a)
+            on.append(torch.sigmoid(a))
+            off.append(torch.sigmoid(-a))
+        top_input = torch.matmul(layers[-1], m.weights[-1]) + m.biases[-1]
+        visible_bias_term = torch.mv(v.double(), m.biases[0].double()).unsqueeze(1)
+        visible_input = torch.matmul(v, m.weights[0]).unsqueeze(1)
+        return DBNPosteriorState(
+            layers, tuple(below), tuple(on), tuple(off), top_input, rho, v.unsqueeze(1), visible_input,
+            visible_bias_term,
+        )  # fmt: skip
+
+    def _below_logits(self, x: Tensor, l: int) -> Tensor:
+        """a_{l-1} = x_l W_{l-1}^T + b_{l-1}, shaped (*batch, n_{l-1})."""
+        return torch.matmul(x, self._rows[l]) + self.model.biases[l - 1]
+
+    # ----------------------------------------------------------------- densities
     def log_target_minus_base(self, state: DBNPosteriorState) -> Tensor:
-        """log f(v, x_1) - x_1 . rho in float64, shaped (N, C): d log f_beta / d beta."""
-        return (
-            state.visible_bias_term
-            + torch.matmul(state.hidden.double(), self._linear_minus_base)
-            + torch.matmul(state.softplus.double(), self._sign64)
-        )
+        """The part of d log f_beta / d beta that is linear in beta, in float64 shaped (N, C):
+        sum_{l=0}^{L-2} (x_l . a_l - sum softplus(a_l)) + x_{L-1} . b_{L-1} - sum_{l<L} x_l . rho_l."""
+        m, L = self.model, self._L
+        # v . a_0 = v . b_0 + x_1 . (v W_0)
+        linear = state.visible_input.double() - state.base_logits[1].double()
+        total = state.visible_bias_term + (state.layers[1].double() * linear).sum(-1)
+        for l in range(1, L):
+            if l > 1:
+                total = total + (state.layers[l - 1].double() * state.below[l].double()).sum(-1)
+                total = total - (state.layers[l].double() * state.base_logits[l].double()).sum(-1)
+            total = total - _sum_softplus(state.below[l], state.below_off[l], self._buffer(f"log{l}", state.below[l]))
+        return total + torch.matmul(state.layers[L - 1].double(), m.biases[L - 1].double())
 
     def log_density_ratio(self, state: DBNPosteriorState, beta_from: float, beta_to: float) -> Tensor:
-        """log f_{beta_to}(x_1) - log f_{beta_from}(x_1) = (beta_to - beta_from) (log f(v, x_1) - x_1 . rho), in
-        float64, shaped (N, C): linear in beta, so a product rather than a difference."""
-        return (beta_to - beta_from) * self.log_target_minus_base(state)
+        """log f_{beta_to}(x) - log f_{beta_from}(x) in float64, shaped (N, C): (beta_to - beta_from) times the
+        linear part, plus the summed-out top layer's softplus increments."""
+        rho, t = state.base_logits[self._L], state.top_input
+        step = torch.sub(t, rho, out=self._buffer("top step", t))
+        z_from = torch.add(rho, step, alpha=beta_from, out=self._buffer("top z", t))
+        step.mul_(beta_to - beta_from)
+        top = _softplus_increment_sum(z_from, step, self._buffer("top scratch", t))
+        return (beta_to - beta_from) * self.log_target_minus_base(state) + top
+
+    # ----------------------------------------------------------------- kernel
+    def clone_state(self, state: DBNPosteriorState) -> DBNPosteriorState:
+        """A copy of `state` whose per-chain tensors are new (what `transition_` overwrites); the per-vector
+        constants are shared."""
+
+        def copy(ts):
+            return tuple(None if t is None else t.clone(memory_format=torch.contiguous_format) for t in ts)
+
+        return state._replace(
+            layers=copy(state.layers), below=copy(state.below), below_on=copy(state.below_on),
+            below_off=copy(state.below_off), top_input=state.top_input.clone(memory_format=torch.contiguous_format),
+        )  # fmt: skip
 
     def transition(self, state: DBNPosteriorState, beta: float, generator: torch.Generator) -> DBNPosteriorState:
-        """One systematic-scan Gibbs sweep over the units of x_1 at `beta`, all chains and vectors at once.
-        Returns a new state (`state` is not modified)."""
-        hidden, inputs, sp = state.hidden.clone(), state.inputs.clone(), state.softplus.clone()
-        work = torch.empty_like(inputs)
-        for j in range(hidden.shape[-1]):
-            x_j = hidden[..., j]
-            s = 1.0 - 2.0 * x_j  # +1 turns unit j on, -1 off: [a | t] after flipping it is inputs + s row_j
-            row = self._rows[j]
-            _softplus_(torch.addcmul(inputs, s.unsqueeze(-1), row, out=work), work)
-            diff = work.sub_(sp)  # softplus after the flip minus now, (N, C, n_0 + n_2)
-            # log f(x_j = 1) - log f(x_j = 0) = c_j + s * sum sign (softplus(flipped) - softplus(now))
-            logit = torch.lerp(
-                state.base_logits[..., j], torch.addcmul(state.linear[..., j], s, torch.matmul(diff, self._sign)), beta
-            )
-            new = sample_bernoulli_logits_(logit, generator)
-            change = (new - x_j).unsqueeze(-1)  # s where the unit flipped, else 0
-            hidden[..., j] = new
-            # Flipped chains add s row_j, as `work` did before the softplus; the others add 0.
-            inputs.addcmul_(change, row)
-            sp.addcmul_(change.abs_(), diff)
-        # The incremental softplus picked up a rounding per flip: the weight update gets the exact one.
-        return state._replace(hidden=hidden, inputs=inputs, softplus=_softplus_(inputs, sp))
+        """One sweep at `beta` (see the class docstring), all chains and vectors at once. Returns a new state
+        (`state` is not modified)."""
+        return self.transition_(self.clone_state(state), beta, generator)
+
+    def transition_(self, state: DBNPosteriorState, beta: float, generator: torch.Generator) -> DBNPosteriorState:
+        """`transition` writing into `state`'s own per-chain tensors (for loops that own their state: `anneal`
+        clones the start once with `clone_state`). Returns `state`."""
+        m, L = self.model, self._L
+        layers, below = state.layers, state.below
+        for l in range(1, L):
+            x = layers[l]
+            if l == L - 1:  # x_L given x_{L-1}, a block: the coefficient of x_{L-1} from the top RBM
+                t = state.top_input
+                x_top = torch.lerp(state.base_logits[L], t, beta, out=self._buffer("top z", t))
+                sample_bernoulli_logits_(x_top, generator)
+                above = torch.matmul(x_top, m.weights[L - 1].t(), out=self._buffer(f"linear{l}", x))
+                above.add_(m.biases[L - 1])
+            else:  # a_l, the logits of x_l given x_{l+1}
+                above = below[l + 1].clone()
+            from_below = state.visible_input if l == 1 else torch.matmul(layers[l - 1], m.weights[l - 1])
+            # (1 - beta) rho + beta (input from below + from above), in place
+            linear = torch.lerp(state.base_logits[l], above.add_(from_below), beta, out=above)
+            self._sweep_(l, layers[l], linear, below[l], state.below_on[l], state.below_off[l], beta, generator)
+            # exact again: the sweep's incremental updates carry roundings
+            a = torch.matmul(layers[l], self._rows[l], out=below[l]).add_(m.biases[l - 1])
+            torch.sigmoid(a, out=state.below_on[l])
+            torch.neg(a, out=state.below_off[l]).sigmoid_()
+        torch.matmul(layers[L - 1], m.weights[L - 1], out=state.top_input).add_(m.biases[L])
+        return state
+
+    def _buffer(self, name: str, like: Tensor) -> Tensor:
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != like.shape or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._buffers[name] = torch.empty_like(like, memory_format=torch.contiguous_format)
+        return buf
+
+    def _sweep_(self, l, x, linear, a, p_on, p_off, beta, generator) -> None:
+        """Systematic-scan Gibbs over the units of x_l, in place. linear: the logits without the softplus terms of
+        the layer below, (N, C, n_l); a, p_on, p_off: that layer's logits and their sigmoids (updated in place
+        where a unit flips)."""
+        x = x.view(-1, x.shape[-1])
+        linear = linear.reshape(x.shape)
+        a, p_on, p_off = (t.view(x.shape[0], -1) for t in (a, p_on, p_off))
+        bounded = self.bounded
+        if bounded is None:  # the bounded sweep picks rows with indices: on a GPU each pick would wait for the host
+            bounded = x.device.type == "cpu" and self._curvature[l] is not None
+        if bounded:
+            self._bounded_sweep_(l, x, linear, a, p_on, p_off, beta, generator)
+        else:
+            self._full_sweep_(l, x, linear, a, p_on, p_off, beta, generator)
+
+    def _full_sweep_(self, l, x, linear, a, p_on, p_off, beta, generator) -> None:
+        """The sweep computing every chain's logit exactly; tensors as in `_sweep_`, flattened to (rows, n)."""
+        rows, exp_rows = self._rows[l], self._exp_rows[l]
+        scale, factors = self._buffer("scale", a), self._buffer("factors", a)
+        folds = _fold_views(factors, self._folds[l])
+        on_cpu = x.device.type == "cpu"
+        for j in range(x.shape[-1]):
+            x_j = x[:, j]
+            # e^(s w_j) per chain: row 0 (e^w) where x_j = 0 (a flip turns it on), row 1 (e^-w) where x_j = 1
+            torch.index_select(exp_rows[j], 0, x_j.long(), out=scale)
+            torch.addcmul(p_off, p_on, scale, out=factors)
+            log_ratio = _fold_log_sum(*folds)
+            sign = 1.0 - 2.0 * x_j
+            # softplus(on) - softplus(off) = s * log_ratio
+            new = sample_bernoulli_logits_(torch.addcmul(linear[:, j], sign, log_ratio, value=-beta), generator)
+            change = new.sub_(x_j)  # +-1 where the unit flipped (= s), else 0
+            x_j.add_(change)
+            if on_cpu:  # update only the chains that flipped
+                idx = torch.nonzero(change).squeeze(-1)
+                if idx.numel() > 0:
+                    self._flip_rows_(l, j, idx, change.index_select(0, idx), a, p_on, p_off)
+            else:  # no host synchronisation per unit: every chain, most of them adding 0
+                a.addcmul_(change.unsqueeze(-1), rows[j])
+                torch.sigmoid(a, out=p_on)
+                torch.neg(a, out=p_off).sigmoid_()
+
+    def _flip_rows_(self, l, j, idx, change, a, p_on, p_off) -> tuple[Tensor, Tensor]:
+        """Moves the rows `idx` (chains whose unit j of layer l flipped by `change`, +-1) of a, p_on, p_off;
+        returns their sigmoids' changes (of p_on, and of min(p_on, p_off)), shaped (len(idx), n_{l-1})."""
+        moved = a.index_select(0, idx).addcmul_(change.unsqueeze(-1), self._rows[l][j])
+        a.index_copy_(0, idx, moved)
+        old_on, old_off = p_on.index_select(0, idx), p_off.index_select(0, idx)
+        new_on = torch.sigmoid(moved)
+        new_off = moved.neg_().sigmoid_()
+        p_on.index_copy_(0, idx, new_on)
+        p_off.index_copy_(0, idx, new_off)
+        d_min = torch.minimum(new_on, new_off).sub_(torch.minimum(old_on, old_off))
+        return new_on.sub_(old_on), d_min
+
+    def _bounded_sweep_(self, l, x, linear, a, p_on, p_off, beta, generator) -> None:
+        """The sweep with the logits bounded by products, computed exactly only where the bounds leave the draw
+        undecided; tensors as in `_sweep_`, flattened to (rows, n).
+
+        With p = sigmoid(a) and s = 1 - 2 x_j, the softplus term of unit j's logit is s G_j, G_j = sum_i
+        g_i(s w_ij) with g_i(y) = softplus(a_i + y) - softplus(a_i): g_i(0) = 0, g_i'(0) = p_i and 0 < g_i'' <=
+        min(p_i, 1 - p_i) e^|y| on [0, y], so s G_j = S_j + s R_j with S_j = sum_i p_i w_ij (a product, p W) and
+        0 <= R_j <= U_j = sum_i min(p_i, 1 - p_i) w_ij^2 e^|w_ij| / 2 (another product). The logit lin_j - beta
+        s G_j lies in [c - beta U_j, c] (x_j = 0) or [c, c + beta U_j] (x_j = 1), c = lin_j - beta S_j. The unit
+        is drawn as 1{l < logit} with l the logit of a uniform: where l falls outside the interval (widened by a
+        margin for roundings) the draw is decided, and only the other chains compute G_j. After a flip, S and U
+        of the units still to come are moved by the rows' changes of p (small products).
+        """
+        n_units, n_rows = x.shape[-1], x.shape[0]
+        exp_rows, margins, folds, rows = self._exp_rows[l], self._margins[l], self._folds[l], self._rows[l]
+        # The products of S and U, stacked: (2, n_l, n_{l-1}), U's scaled by beta.
+        products = torch.stack([rows, self._curvature[l] * beta])
+        # The sweep's own copy of p, 1 - p and min(p, 1 - p), interleaved per chain so that the rows of chains that
+        # flip move in one gather and one scatter; the state's tensors are recomputed after the sweep.
+        work = self._buffer("sweep rows", a.new_empty(n_rows, 3, a.shape[-1]))
+        work[:, 0].copy_(p_on)
+        work[:, 1].copy_(p_off)
+        torch.minimum(p_on, p_off, out=work[:, 2])
+        moments = work[:, 0::2].transpose(0, 1)  # (2, rows, n_{l-1}): p and min(p, 1 - p)
+        # logits of uniforms, in float64: thresholds up to +-36 before they saturate
+        thresholds = torch.logit(torch.rand(x.shape, generator=generator, dtype=torch.float64, device=x.device))
+        flips = torch.zeros(n_rows, dtype=x.dtype, device=x.device)
+        for begin in range(0, n_units, _BOUND_BLOCK):
+            # S and beta U of a block of units, for every chain, shaped (2, rows, block); a flip inside the block
+            # moves the rows that flipped
+            end = min(begin + _BOUND_BLOCK, n_units)
+            bounds = torch.bmm(moments, products[:, begin:end].transpose(1, 2))
+            for j in range(begin, end):
+                x_j, k = x[:, j], j - begin
+                center = torch.add(linear[:, j], bounds[0, :, k], alpha=-beta)
+                # roundings of S and U (and of their updates after each flip of the row), and of the sums themselves
+                margin = torch.add(flips, 1.0).mul_(beta * margins[j]).add_(1e-3)
+                low = torch.addcmul(center, bounds[1, :, k], 1.0 - x_j, value=-1.0).sub_(margin)
+                high = torch.addcmul(center, bounds[1, :, k], x_j).add_(margin)
+                level = thresholds[:, j]
+                new = (level < low).to(x.dtype)
+                undecided = torch.nonzero((level >= low) & (level < high)).squeeze(-1)
+                if undecided.numel() > 0:
+                    x_u = x_j.index_select(0, undecided)
+                    picked = work.index_select(0, undecided)
+                    factors = torch.addcmul(picked[:, 1], picked[:, 0], exp_rows[j].index_select(0, x_u.long()))
+                    log_ratio = _fold_log_sum(*_fold_views(factors, folds))
+                    logit = torch.addcmul(
+                        linear[:, j].index_select(0, undecided), 1.0 - 2.0 * x_u, log_ratio, value=-beta
+                    )
+                    new.index_copy_(0, undecided, (level.index_select(0, undecided) < logit).to(x.dtype))
+                change = new.sub_(x_j)
+                x_j.add_(change)
+                idx = torch.nonzero(change).squeeze(-1)
+                if idx.numel() > 0:
+                    # a moves by s w: p' = p e^(s w) / F and 1 - p' = (1 - p) / F, F = 1 - p + p e^(s w)
+                    moved = work.index_select(0, idx)  # (flipped, 3, n_{l-1})
+                    before = moved[:, 0::2].clone()
+                    turned_off = change.index_select(0, idx).lt(0).long()
+                    on, off = moved[:, 0].mul_(exp_rows[j].index_select(0, turned_off)), moved[:, 1]
+                    factor = torch.add(off, on)
+                    on.div_(factor)
+                    off.div_(factor)
+                    torch.minimum(on, off, out=moved[:, 2])
+                    work.index_copy_(0, idx, moved)
+                    flips.index_add_(0, idx, torch.ones_like(idx, dtype=x.dtype))
+                    if j + 1 < end:
+                        shift = torch.bmm(
+                            torch.sub(moved[:, 0::2], before, out=before).transpose(0, 1),
+                            products[:, j + 1 : end].transpose(1, 2),
+                        )
+                        bounds[:, :, k + 1 :].index_add_(1, idx, shift)
 
 
 def posterior_path(model) -> DBMPosteriorPath | DBNPosteriorPath:
-    """The posterior annealing path of a DBM or a two-hidden-layer DBN."""
+    """The posterior annealing path of a DBM or a DBN."""
     if hasattr(model, "sample_recognition"):
         return DBNPosteriorPath(model)
     return DBMPosteriorPath(model)
