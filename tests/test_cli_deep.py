@@ -60,8 +60,10 @@ def test_deep_checkpoints_evaluate(tmp_path, data_files, kind, suffix, capsys):
     args = ["evaluate", str(ckpt), "--data", str(folder / "test.npy"), "--train-data", str(folder / "train.npy")]
     assert main([*args, *FAST, "--json", str(out)]) == 0
     table = capsys.readouterr().out
-    assert ("(heating)" if kind == "dbm" else "(unrolled)") in table and "without control variate" in table
+    assert ("(heating)" if kind == "dbm" else "(heated)") in table and "without control variate" in table
     doc = json.loads(out.read_text())
+    assert doc["log_likelihood"]["raise"]["start"] == ("heating" if kind == "dbm" else "heated")
+    assert ("dbn_start" in doc["settings"]) == (kind == "dbn")
     for key in KEYS:
         _get(doc, key)
     assert doc["log_likelihood"]["exact"] == pytest.approx(
@@ -104,8 +106,27 @@ def test_log_f_options(tmp_path, data_files, capsys):
     assert "--cv-alpha must be a finite number or 'optimal', got 'best'" in capsys.readouterr().err
 
 
+def test_dbn_start_option(tmp_path, data_files, capsys):
+    """--dbn-start unrolled runs the paper's unrolling (table, JSON start and settings say so); a bad value is refused
+    before any work with the choices; a DBM ignores it."""
+    folder, test = data_files
+    model = DBN.random([12, 6, 5, 4], weight_std=0.5, generator=torch.Generator().manual_seed(3))
+    ckpt = tmp_path / "dbn.pt"
+    save_checkpoint(ckpt, model)
+    out = tmp_path / "r.json"
+    args = ["evaluate", str(ckpt), "--data", str(folder / "test.npy"), "--init", "uniform", *FAST]
+    assert main([*args, "--dbn-start", "unrolled", "--json", str(out)]) == 0
+    assert "(unrolled)" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert doc["log_likelihood"]["raise"]["start"] == "unrolled" and doc["settings"]["dbn_start"] == "unrolled"
+    with pytest.raises(SystemExit):
+        main([*args, "--dbn-start", "warm"])
+    err = capsys.readouterr().err
+    assert "--dbn-start" in err and "heated" in err and "unrolled" in err
+
+
 def test_help_documents_the_deep_options():
     text = build_parser()._subparsers._group_actions[0].choices["evaluate"].format_help()
     for option in ["--log-f", "--log-f-samples", "--log-f-steps", "--log-f-chains", "--log-f-check", "--until-gap",
-                   "--time-budget", "--max-steps", "--cv-alpha", "DBM", "DBN"]:
+                   "--time-budget", "--max-steps", "--cv-alpha", "--dbn-start", "DBM", "DBN"]:
         assert option in text

@@ -85,8 +85,17 @@ def test_dbn_report_with_recognition_base_rates(test_vectors):
         raise_chains=5,
     )
     d = _check_report(report, model, test_vectors)
-    assert d["log_likelihood"]["raise"]["start"] == "unrolled"
+    assert d["log_likelihood"]["raise"]["start"] == "heated" and d["settings"]["dbn_start"] == "heated"
     assert report.ais.num_chains == 200 and "DBN 20-10-8-6" in report.format_table()
+    unrolled = evaluate(
+        model, test_vectors, init="base-rates", train_pixel_means=means, steps=100, ais_chains=200, raise_examples=20,
+        raise_chains=5, dbn_start="unrolled",
+    )  # fmt: skip
+    d = _check_report(unrolled, model, test_vectors)
+    assert d["log_likelihood"]["raise"]["start"] == "unrolled" and d["settings"]["dbn_start"] == "unrolled"
+    assert unrolled.ais_mean == report.ais_mean  # the start changes RAISE only
+    with pytest.raises(ValueError, match="dbn_start must be one of heated, unrolled"):
+        evaluate(model, test_vectors, init="uniform", steps=2, dbn_start="paper")
 
 
 def test_base_rates_for_a_dbn_need_the_top_layer_means(test_vectors):
@@ -130,7 +139,10 @@ def test_auto_log_f_method_takes_ais_for_dbms_and_narrow_dbns(test_vectors):
     assert plan.log_f_options["method"] == "ais" and plan.log_f_note is None
     dbn = DBN.random([20, 6, 4], generator=torch.Generator().manual_seed(2))
     assert plan_evaluation(dbn, test_vectors, init="uniform", exact="never").log_f_options["method"] == "ais"
-    wide = DBN.random([20, 300, 200], generator=torch.Generator().manual_seed(2))
-    many = test_vectors.repeat(40, 1)  # 12,000 vectors: AIS's sweeps would make 1.6e11 updates
+    deep = DBN.random([20, 6, 5, 4], generator=torch.Generator().manual_seed(2))  # any depth
+    assert plan_evaluation(deep, test_vectors, init="uniform", exact="never").log_f_options["method"] == "ais"
+    wide = DBN.random([20, 500, 2000], generator=torch.Generator().manual_seed(2))
+    many = test_vectors.repeat(40, 1)  # 12,000 vectors: AIS's sweeps would make 1.2e13 updates
     plan = plan_evaluation(wide, many, init="uniform", exact="never")
     assert plan.log_f_options["method"] == "importance" and "log_f_method auto chose importance" in plan.log_f_note
+    assert "1.2e+13 unit updates" in plan.log_f_note

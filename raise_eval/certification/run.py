@@ -208,8 +208,14 @@ def _certify(model, test_data, settings: CertifySettings, train_pixel_means, lab
     if verdict == "open" and len(gaps) == 3 and gaps[-1] > tolerance and gaps[-1] >= 0.9 * gaps[0]:
         reasons.append(
             f"the gap stopped shrinking ({', '.join(f'{g:.3f}' for g in gaps)} at the last three K): more K alone may "
-            "not close it (for a DBN, RAISE bounds the unrolled model, whose recognition proposal may cost a fixed "
-            "amount; more RAISE chains per vector narrow that)"
+            "not close it"
+            + (
+                " (RAISE started from one draw of the recognition distribution, --dbn-start unrolled, which costs a "
+                "fixed amount at every K where that distribution misses modes of p(h | v): --dbn-start heated anneals "
+                "it away)"
+                if plan.family == "DBN" and plan.dbn_start == "unrolled"
+                else ""
+            )
         )
     interval = None
     last = history[-1]

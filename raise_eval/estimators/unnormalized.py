@@ -139,7 +139,7 @@ def log_unnormalized_estimate(
     RBMs (two-layer machines) get the exact value whatever the method. DBMs: 'importance' (mean-field proposal,
     `num_samples` per example), 'ais' (annealing from the mean-field proposal to the posterior, `ais_chains` chains
     of `ais_steps` steps per example) or 'mean-field' (the bound). DBNs: 'importance' (recognition proposal) or
-    'ais' (from the recognition proposal; DBNs with two hidden layers only).
+    'ais' (from the mean-field recognition proposal, any number of hidden layers).
     Examples are processed in chunks fixed by N, the samples or chains per example and the layer sizes, so that
     memory stays bounded (about 32 MB of states per chunk). `checkpoint` (`raise_eval.runtime.resume.ShardCheckpoint`,
     phase 'log f(v)') saves the estimates and the generator's state after chunks and continues from a saved chunk,
@@ -170,7 +170,7 @@ def log_unnormalized_estimate(
         log_f = model.mean_field_bound(v_all)
         return LogUnnormalizedEstimate(log_f, torch.zeros_like(log_f), "mean-field", 0, time.perf_counter() - start)
     if method == "ais":
-        path = posterior_path(model)  # refuses DBNs deeper than two hidden layers
+        path = posterior_path(model)
         if betas is None:
             betas = linear_schedule(ais_steps)
         steps, per_example = betas.numel() - 1, ais_chains

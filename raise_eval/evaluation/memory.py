@@ -280,7 +280,11 @@ def plan_memory(plan) -> list[StageCost]:
     r, c = min(plan.raise_examples, n), plan.raise_chains
     vectors = min(raise_vectors_per_shard(shard, c), r)
     raise_shards = len(shard_bounds(r, raise_vectors_per_shard(shard, c)))
-    how = " (heating and reverse)" if family == "DBM" else " (unrolled)" if family == "DBN" else ""
+    how = ""
+    if family == "DBM" or (family == "DBN" and plan.dbn_start == "heated"):
+        how = " (heating and reverse)"
+    elif family == "DBN":
+        how = " (unrolled)"
     how += f" in {raise_shards:,} shards" if raise_shards > 1 else ""
     add(
         "raise",

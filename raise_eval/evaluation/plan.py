@@ -28,10 +28,14 @@ from raise_eval.runtime.sharding import default_max_memory, default_shard_size
 from raise_eval.schedules import make_schedule
 from raise_eval.settings import Named, SettingsError
 
-# 'auto' takes per-vector AIS for a DBN only while its unit-wise sweeps (chains x steps x n_1 x (n_0 + n_2)
-# elementwise updates over the test set) stay under this: about 6 minutes on one core of the project's CPU
-# (1.4e8 a second measured on the 784-20-500 DBN); beyond it, importance sampling, checked.
-AUTO_DBN_AIS_MAX_UPDATES = 5e10
+# 'auto' takes per-vector AIS for a DBN only while its unit-wise sweeps (chains x steps x sum over the directed
+# hidden layers of n_l (n_{l-1} + n_{l+1}) elementwise updates over the test set) would take at most
+# AUTO_DBN_AIS_MAX_SECONDS on one core at DBN_SWEEP_UPDATES_PER_SECOND (measured with scripts/benchmark_log_f.py on
+# the 784-500-2000 DBN, 4,000 chains at once, one thread of the project's CPU); beyond it, importance sampling,
+# checked.
+DBN_SWEEP_UPDATES_PER_SECOND = 1.4e9
+AUTO_DBN_AIS_MAX_SECONDS = 600.0
+AUTO_DBN_AIS_MAX_UPDATES = DBN_SWEEP_UPDATES_PER_SECOND * AUTO_DBN_AIS_MAX_SECONDS
 # exact='auto' skips an enumeration that costs more multiply-add equivalents than this (about 10 s on one core) and
 # than the estimators themselves
 EXACT_AUTO_MIN_MACS = 2e11
@@ -82,6 +86,10 @@ class EvaluationPlan:
     @property
     def raise_chains(self) -> int:
         return self.settings.raise_chains
+
+    @property
+    def dbn_start(self) -> str:
+        return self.settings.dbn_start
 
     @property
     def raise_examples(self) -> int:
@@ -253,6 +261,7 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         "ais_chains": s.ais_chains,
         "raise_examples": plan.raise_examples,
         "raise_chains": s.raise_chains,
+        **({"dbn_start": s.dbn_start} if plan.family == "DBN" else {}),
         "log_f_method": plan.log_f_method,
         "log_f_samples": options["num_samples"] if plan.log_f_method == "importance" else 0,
         "log_f_ais_steps": options["ais_steps"] if plan.log_f_method == "ais" else 0,
@@ -354,11 +363,6 @@ def _log_f_method(
     note = None
     if requested == "auto":
         requested, note = _auto_log_f_method(model, family, n_test, settings)
-    if requested == "ais" and family == "DBN" and len(model.weights) > 2:
-        raise SettingsError(
-            f"{{log_f_method}} ais supports DBNs with two hidden layers; this DBN has {len(model.weights)} (use "
-            "{log_f_method} importance)"
-        )
     if requested == "mean-field" and family == "DBN":
         raise SettingsError(
             "the mean-field bound ({log_f_method} mean-field) is for DBMs; a DBN's log f(v) is estimated by "
@@ -375,17 +379,19 @@ def _auto_log_f_method(model, family: str, n_test: int, settings: EvaluateSettin
     DBN gets importance sampling (and the log f(v) check) rather than hours of AIS."""
     if family == "DBM":
         return "ais", None
-    if family != "DBN" or len(model.weights) > 2:
+    if family != "DBN":
         return "importance", None
     sizes = model.layer_sizes
     steps, chains = settings.log_f_budget("log_f_ais_steps"), settings.log_f_budget("log_f_ais_chains")
-    updates = float(n_test) * chains * steps * sizes[1] * (sizes[0] + sizes[2])
+    per_sweep = sum(sizes[l] * (sizes[l - 1] + sizes[l + 1]) for l in range(1, len(sizes) - 1))
+    updates = float(n_test) * chains * steps * per_sweep
     if updates <= AUTO_DBN_AIS_MAX_UPDATES:
         return "ais", None
+    minutes = updates / DBN_SWEEP_UPDATES_PER_SECOND / 60
     return "importance", (
         f"log f(v) by importance sampling: per-vector AIS ({{log_f_method}} ais) would make {updates:.1e} unit "
-        f"updates here (about {updates / 1.4e8 / 60:.0f} min on one core), so {{log_f_method}} auto chose importance "
-        "sampling; the log f(v) check says whether it can be trusted"
+        f"updates here (about {minutes:.0f} min on one core), so {{log_f_method}} auto chose importance sampling; the "
+        "log f(v) check says whether it can be trusted"
     )
 
 

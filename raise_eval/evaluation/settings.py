@@ -8,6 +8,7 @@ from typing import Any, Optional, Union
 
 from raise_eval.adaptive import DEFAULT_PILOT_CHAINS, DEFAULT_PILOT_GRID
 from raise_eval.exact import DEFAULT_MAX_UNITS
+from raise_eval.estimators.raise_ import DBN_STARTS
 from raise_eval.schedules import SCHEDULES, validate_schedule
 from raise_eval.settings import (
     SettingsError,
@@ -94,6 +95,15 @@ class EvaluateSettings:
     raise_chains: int = setting(
         20, "RAISE chains per test vector", kind="count", least=1, flag="--raise-chains", metavar="C",
         group="annealing",
+    )  # fmt: skip
+    dbn_start: str = setting(
+        "heated",
+        "how RAISE reaches a DBN's directed layers before the top RBM's reverse pass: heated (forward AIS over "
+        "p(h | v) with v clamped, on the same K steps, so the recognition proposal's mismatch is annealed away as K "
+        "grows) or unrolled (one draw from the recognition distribution, as in the RAISE paper: its gap to the truth "
+        "does not shrink with K when that distribution misses modes). Both are unbiased for the unrolled annealing "
+        "model; other families ignore it",
+        kind="choice", choices=DBN_STARTS, flag="--dbn-start", group="annealing",
     )  # fmt: skip
     cv_alpha: Union[float, str] = setting(
         1.0,

@@ -127,7 +127,8 @@ def raise_subset(plan: EvaluationPlan) -> Tensor:
 
 
 def raise_stage(plan: EvaluationPlan, betas: Tensor, subset: Tensor, store=None) -> RAISEResult:
-    """RAISE on the subset (heating for a DBM, unrolling for a DBN), in shards of whole test vectors."""
+    """RAISE on the subset (heating for a DBM; for a DBN heated or unrolled, `plan.dbn_start`), in shards of whole
+    test vectors."""
     return sharded_raise(
         plan.path,
         plan.test[subset.to(plan.model.device)],
@@ -136,6 +137,7 @@ def raise_stage(plan: EvaluationPlan, betas: Tensor, subset: Tensor, store=None)
         seed=plan.seed,
         shard_size=plan.shard_size,
         unroll=plan.model if plan.family == "DBN" else None,
+        dbn_start=plan.dbn_start,
         progress=plan.progress,
         store=store,
     )

@@ -163,8 +163,9 @@ def _timers(plan, generator: torch.Generator) -> dict[str, _Timer]:
         vectors = max(1, batch // c)
         clock = _StepClock(device)
         raise_log_likelihood(
-            path, test[:vectors], linear_schedule(steps), c, generator=generator, unroll=unroll, checkpoint=clock
-        )
+            path, test[:vectors], linear_schedule(steps), c, generator=generator, unroll=unroll,
+            dbn_start=plan.dbn_start, checkpoint=clock,
+        )  # fmt: skip
         chains = vectors * c
         per_step = clock.step_seconds("RAISE") + (clock.step_seconds("heating") if "heating" in clock.stamps else 0.0)
         first = "heating" if "heating" in clock.stamps else "RAISE"

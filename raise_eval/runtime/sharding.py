@@ -181,6 +181,7 @@ def sharded_raise(
     seed: int,
     shard_size: int,
     unroll: Any = None,
+    dbn_start: str = "heated",
     progress: bool = False,
     store=None,
 ) -> RAISEResult:
@@ -204,6 +205,7 @@ def sharded_raise(
             num_chains,
             generator=generator,
             unroll=unroll,
+            dbn_start=dbn_start,
             progress=progress,
             checkpoint=None if store is None else store.checkpoint("raise", i, generator),
         )
