@@ -42,6 +42,13 @@ METHODS = ("importance", "ais", "mean-field")
 _CHUNK_ELEMENTS = 2**23  # states of one chunk of examples x samples: about 32 MB in float32
 
 
+def ais_chunk_vectors(path, ais_chains: int) -> int:
+    """Test vectors per chunk of per-vector AIS on `path` (a posterior path): its `chunk_elements` state entries
+    (`_CHUNK_ELEMENTS` when it sets none), at least one vector."""
+    elements = getattr(path, "chunk_elements", _CHUNK_ELEMENTS)
+    return max(1, elements // (ais_chains * path.state_elements()))
+
+
 @dataclass
 class LogUnnormalizedEstimate:
     """Per-example estimates of log f(v).
@@ -174,7 +181,7 @@ def log_unnormalized_estimate(
         if betas is None:
             betas = linear_schedule(ais_steps)
         steps, per_example = betas.numel() - 1, ais_chains
-        chunk = max(1, _CHUNK_ELEMENTS // (ais_chains * path.state_elements()))
+        chunk = ais_chunk_vectors(path, ais_chains)
 
         def log_weights(v: Tensor) -> Tensor:
             return _ais_log_weights(path, v, ais_chains, betas, generator)

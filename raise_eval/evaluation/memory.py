@@ -20,6 +20,7 @@ import torch
 
 from raise_eval import exact as exact_mod
 from raise_eval.estimators.unnormalized import _CHUNK_ELEMENTS as LOG_F_CHUNK_ELEMENTS
+from raise_eval.estimators.unnormalized import ais_chunk_vectors
 from raise_eval.evaluation.log_f_check import LOG_F_CHECK_FACTOR
 from raise_eval.paths.posterior import posterior_path
 from raise_eval.runtime.sharding import bytes_per_chain, log_f_bytes, raise_vectors_per_shard, shard_bounds
@@ -161,15 +162,17 @@ def _dtype_size(dtype: torch.dtype) -> int:
 
 
 def _log_f_chunk(plan, method: str, samples: int, chains: int, n: int) -> MemoryTerm:
-    """One chunk of `log_unnormalized_estimate` on n vectors. Its size is fixed (about 2^23 state entries) unless
+    """One chunk of `log_unnormalized_estimate` on n vectors. Its size is fixed (about 2^23 state entries; 2^25 for
+    a DBN's per-vector AIS) unless
     one vector's samples or chains pass that: the chunk is then one vector, and grows with the option."""
     model = plan.model
     if method == "importance":
         vectors = min(n, max(1, LOG_F_CHUNK_ELEMENTS // (samples * max(model.layer_sizes))))
         size, option, value = log_f_bytes(model, n, samples, LOG_F_CHUNK_ELEMENTS), "{log_f_samples}", samples
     else:
-        elements = posterior_path(model).state_elements()
-        vectors = min(n, max(1, LOG_F_CHUNK_ELEMENTS // (chains * elements)))
+        posterior = posterior_path(model)
+        elements = posterior.state_elements()
+        vectors = min(n, ais_chunk_vectors(posterior, chains))
         per_entry = POSTERIOR_BYTES[plan.family](_dtype_size(model.dtype))
         start = vectors * sum(model.layer_sizes) * MEAN_FIELD_BYTES if plan.family == "DBM" else 0
         size, option, value = vectors * chains * elements * per_entry + start, "{log_f_ais_chains}", chains

@@ -27,6 +27,7 @@ from raise_eval.annealing import anneal
 from raise_eval.estimators.ais import ais
 from raise_eval.estimators.raise_ import raise_log_likelihood
 from raise_eval.estimators.unnormalized import _CHUNK_ELEMENTS as LOG_F_CHUNK_ELEMENTS
+from raise_eval.estimators.unnormalized import ais_chunk_vectors
 from raise_eval.estimators.unnormalized import log_unnormalized_estimate
 from raise_eval.evaluation.log_f_check import LOG_F_CHECK_FACTOR
 from raise_eval.evaluation.memory import STAGES, CostEstimate, plan_memory
@@ -201,7 +202,7 @@ def _timers(plan, generator: torch.Generator) -> dict[str, _Timer]:
             anneal(posterior, state, linear_schedule(steps), generator=generator, on_step=clock.on_step("log f(v)"))
             return clock.step_seconds("log f(v)") / (vectors * per_vector), start_seconds[0] / chains
 
-        vectors = min(n, max(1, LOG_F_CHUNK_ELEMENTS // (chains * posterior.state_elements())))
+        vectors = min(n, ais_chunk_vectors(posterior, chains))
         probe = _batch(vectors * chains, posterior.state_elements(), chains)
         timers["log_f"] = _Timer(
             time_log_f_ais, float(n) * chains * steps, n * chains, vectors * chains, probe, chains, start_scales=False
