@@ -45,15 +45,17 @@ CASES = {
 }
 
 
-# Open (issue 26): at these settings the certified runs of two models do not close. The Gaussian model's AIS ESS
-# stays low (16 at K = 4000: combined standard error 0.28, over half the 0.5 tolerance, gap -0.12); the spin model's
-# RAISE stays above AIS (by 11.0 nats at K = 250, 7.2 at K = 4000), as for its exact binary rewrite (W' = 4W): its
-# annealing model fits the test digits better than the model does. Strict: they fail the suite once they pass.
+# Open (issue 26): the spin model's RAISE stays above AIS (by 11.0 nats at K = 250, 7.2 at K = 4000), as for its
+# exact binary rewrite (W' = 4W): its annealing model fits the test digits better than the model does. Strict: it
+# fails the suite once it passes. The Gaussian model's AIS needs a longer schedule: its ESS is 15 of 2,000 chains at
+# K = 4,000 and 354 at K = 8,000, where its certificate closes (measured: [440.9551, 441.5545], exact 441.1938, 247 s).
 OPEN = pytest.mark.xfail(strict=True, reason="certified run does not close at these settings (issue 26, open)")
+# Each model's certified run: (K to start from, largest K, AIS chains).
+CERTIFY = {"potts": (250, 4000, 1000), "gaussian": (4000, 16000, 2000), "spin": (250, 4000, 1000)}
 
 
 @pytest.mark.parametrize(
-    "kind", ["potts", pytest.param("gaussian", marks=OPEN), pytest.param("spin", marks=OPEN)]
+    "kind", ["potts", "gaussian", pytest.param("spin", marks=OPEN)]
 )
 def test_ais_and_the_certified_interval_against_exact(kind, shared_data):
     torch.set_num_threads(1)
@@ -71,8 +73,9 @@ def test_ais_and_the_certified_interval_against_exact(kind, shared_data):
         model,
         test,
         tolerance=0.5,
-        steps=250,
-        max_steps=4000,
+        steps=CERTIFY[kind][0],
+        max_steps=CERTIFY[kind][1],
+        ais_chains=CERTIFY[kind][2],
         exact="never",
         train_pixel_means=means,
         raise_examples=50,
