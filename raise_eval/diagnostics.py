@@ -64,6 +64,7 @@ def diagnose(
     log_f_check=None,
     log_f_estimated: bool = False,
     num_test: Optional[int] = None,
+    raise_start: Optional[str] = None,
 ) -> list[Warning]:
     """The warnings that apply to one evaluation (average test log-likelihoods in nats; RAISE may be missing when
     it did not run; `ais_mean` is None when log f(v) did not finish). `log_z` is AIS's log Z-hat and
@@ -71,7 +72,8 @@ def diagnose(
     is impossible. `init` and `log_f_method` tailor the advice. `log_f_check` is the
     `raise_eval.evaluation.log_f_check.LogFCheck`
     of an estimated log f(v) (`log_f_estimated`), or None when it was not run. `num_test` is the number of test
-    vectors (None: not known)."""
+    vectors (None: not known). `raise_start` is RAISE's start ('unrolled' for a DBN's paper start tailors the
+    advice of a large gap)."""
     out = []
     if num_test == 1:
         out.append(
@@ -169,7 +171,13 @@ def diagnose(
                 "large-gap",
                 f"AIS and RAISE differ by {abs(gap):.2f} nats, more than the {GAP_NATS:g} nat by which models are "
                 "commonly compared: at least one of them is inaccurate, and AIS (the optimistic one) may flatter "
-                "the model. Raise K ({steps}) until the gap closes; do not compare models on these numbers.",
+                "the model. Raise K ({steps}) until the gap closes; do not compare models on these numbers."
+                + (
+                    " RAISE started from one draw of the recognition distribution ({dbn_start} unrolled), whose "
+                    "mismatch K does not anneal: {dbn_start} heated does."
+                    if raise_start == "unrolled"
+                    else ""
+                ),
             )
         )
     if exact_mean is not None:

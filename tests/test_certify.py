@@ -84,6 +84,35 @@ def test_says_when_the_gap_stopped_shrinking(monkeypatch):
     cert = certify_fn(model, _test_vectors(model), tolerance=0.1, steps=5, max_steps=20, **SMALL)
     assert cert.verdict == "open" and any("stopped shrinking (0.600, 0.550, 0.560" in r for r in cert.reasons)
     assert cert.needed_steps is None
+    assert not any("dbn_start" in r for r in cert.reasons)  # an RBM: nothing about DBN starts
+
+
+def test_a_stalled_unrolled_dbn_is_pointed_to_the_heated_start(monkeypatch):
+    """A DBN certificate whose gap stopped shrinking with dbn_start='unrolled' names the heated start, as fields in
+    the API and as flags on the command line."""
+    import sys
+
+    from raise_eval.models import DBN
+    from raise_eval.settings import render_names
+
+    ev = sys.modules["raise_eval.certification.run"]
+    gaps = iter([0.60, 0.55, 0.56])
+    real = ev.run_evaluation
+
+    def fixed_gap(plan, **kwargs):
+        report = real(plan, **kwargs)
+        report.ais_mean = report.raise_mean + next(gaps)
+        return report
+
+    monkeypatch.setattr(ev, "run_evaluation", fixed_gap)
+    g = torch.Generator().manual_seed(5)
+    model = DBN.random([8, 5, 4, 3], weight_std=0.5, generator=g)
+    test = (torch.rand(40, 8, generator=g) < 0.4).float()
+    cert = certify_fn(model, test, tolerance=0.1, steps=5, max_steps=20, init="uniform", ais_chains=20,
+                      raise_examples=5, raise_chains=2, dbn_start="unrolled")  # fmt: skip
+    stalled = [r for r in cert.reasons if "stopped shrinking" in r]
+    assert stalled and "dbn_start heated anneals it away" in stalled[0]
+    assert "--dbn-start heated anneals it away" in render_names(stalled[0].template, {"dbn_start": "--dbn-start"})
 
 
 def test_respects_the_time_budget():

@@ -43,6 +43,14 @@ def test_each_warning_has_its_trigger(change, code):
     assert len(message) > 60 and ("--steps" in message or "Raise K" in message)
 
 
+def test_a_large_gap_from_the_unrolled_dbn_start_names_the_heated_one():
+    args = {**HEALTHY, "raise_mean": -19.5, "raise_stderr": 0.007}
+    plain = next(w for w in diagnose(**args) if w.code == "large-gap")
+    unrolled = next(w for w in diagnose(**args, raise_start="unrolled") if w.code == "large-gap")
+    assert "dbn_start" not in plain.message
+    assert "(dbn_start unrolled)" in unrolled.message and "dbn_start heated does" in unrolled.message
+
+
 def test_log_z_above_the_test_mass_is_not_flagged():
     assert diagnose(**HEALTHY, raise_mean=-18.08, raise_stderr=0.007, log_z=65.7, log_test_mass=55.0) == []
     assert diagnose(**HEALTHY, raise_mean=-18.08, raise_stderr=0.007, log_z=65.7, log_test_mass=66.2) == []

@@ -89,6 +89,23 @@ def test_other_settings_are_refused_by_name(digits, tmp_path):
         evaluate(model, test, train_pixel_means=means, **RUN, resume_file=str(tmp_path / "junk.pt"))
 
 
+def test_a_dbn_resumed_with_the_other_start_is_refused(tmp_path):
+    """A DBN's resume file records how RAISE started (heated or unrolled): continuing it with the other start would
+    mix the two estimators under one label, so it is refused by name."""
+    from raise_eval.models import DBN
+
+    g = torch.Generator().manual_seed(4)
+    model = DBN.random([12, 6, 5, 4], weight_std=0.5, generator=g)
+    test = (torch.rand(30, 12, generator=g) < 0.3).float()
+    run = dict(RUN, init="uniform")
+    file = tmp_path / "dbn.pt"
+    evaluate(model, test, **run, dbn_start="unrolled", resume_file=str(file))
+    with pytest.raises(ValueError, match=r"dbn_start: 'unrolled' in the file, 'heated' now"):
+        evaluate(model, test, **run, resume_file=str(file))
+    again = evaluate(model, test, **run, dbn_start="unrolled", resume_file=str(file))
+    assert again.raise_.start == "unrolled"
+
+
 def test_a_changed_model_or_test_set_is_said_in_words_not_digests(digits, tmp_path):
     """Issue 24: the file keeps digests of the parameters and the test vectors; a mismatch names what they are."""
     model, test, means = digits

@@ -207,14 +207,16 @@ def _certify(model, test_data, settings: CertifySettings, train_pixel_means, lab
     gaps = [h.gap for h in history[-3:] if h.gap is not None]
     if verdict == "open" and len(gaps) == 3 and gaps[-1] > tolerance and gaps[-1] >= 0.9 * gaps[0]:
         reasons.append(
-            f"the gap stopped shrinking ({', '.join(f'{g:.3f}' for g in gaps)} at the last three K): more K alone may "
-            "not close it"
-            + (
-                " (RAISE started from one draw of the recognition distribution, --dbn-start unrolled, which costs a "
-                "fixed amount at every K where that distribution misses modes of p(h | v): --dbn-start heated anneals "
-                "it away)"
-                if plan.family == "DBN" and plan.dbn_start == "unrolled"
-                else ""
+            Named(
+                f"the gap stopped shrinking ({', '.join(f'{g:.3f}' for g in gaps)} at the last three K): more K alone "
+                "may not close it"
+                + (
+                    " (RAISE started from one draw of the recognition distribution, {dbn_start} unrolled, which costs "
+                    "a fixed amount at every K where that distribution misses modes of p(h | v): {dbn_start} heated "
+                    "anneals it away)"
+                    if plan.family == "DBN" and plan.dbn_start == "unrolled"
+                    else ""
+                )
             )
         )
     interval = None

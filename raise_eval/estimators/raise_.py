@@ -191,7 +191,10 @@ def raise_log_likelihood(
         raise ValueError(f"dbn_start must be one of {', '.join(DBN_STARTS)}, got {dbn_start!r}")
     if heating_betas is not None:
         if unroll is None or dbn_start != "heated":
-            raise ValueError("heating_betas is the schedule of a heated DBN's heating pass (unroll=dbn)")
+            raise ValueError(
+                "heating_betas is the schedule of a heated DBN's heating pass: it needs unroll=dbn and "
+                f"dbn_start='heated' (got {'no unroll' if unroll is None else f'dbn_start={dbn_start!r}'})"
+            )
         heating_betas = validate_schedule(heating_betas)
     model = path.model
     if unroll is not None and unroll.top.weights[0] is not model.weights[0]:

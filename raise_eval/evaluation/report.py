@@ -95,6 +95,7 @@ class EvaluationReport:
             log_f_check=self.log_f_check,
             log_f_estimated=self.log_f is not None and self.log_f.method != "exact",
             num_test=self.num_test,
+            raise_start=None if self.raise_ is None else self.raise_.start,
         )
 
     @property

@@ -295,7 +295,7 @@ def _log_f_to(est: LogUnnormalizedEstimate, device) -> LogUnnormalizedEstimate:
 RESUME_KEYS = (
     "model", "init", "schedule", "steps", "ais_chains", "raise_examples", "raise_chains", "log_f_method",
     "log_f_samples", "log_f_ais_steps", "log_f_ais_chains", "seed", "device", "dtype", "shard_size", "pilot_chains",
-    "pilot_grid", "test_subset",
+    "pilot_grid", "test_subset", "dbn_start",
 )  # fmt: skip
 
 
