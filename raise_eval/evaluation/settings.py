@@ -102,7 +102,8 @@ class EvaluateSettings:
         "p(h | v) with v clamped, on the same K steps, so the recognition proposal's mismatch is annealed away as K "
         "grows) or unrolled (one draw from the recognition distribution, as in the RAISE paper: its gap to the truth "
         "does not shrink with K when that distribution misses modes). Both are unbiased for the unrolled annealing "
-        "model; other families ignore it",
+        "model. Heated costs a unit-wise sweep of the directed layers per step: 6 to 15 times the unrolled run's "
+        "time on the project's DBNs. Other families ignore it",
         kind="choice", choices=DBN_STARTS, flag="--dbn-start", group="annealing",
     )  # fmt: skip
     cv_alpha: Union[float, str] = setting(
@@ -114,8 +115,8 @@ class EvaluateSettings:
     log_f_method: str = setting(
         "auto",
         "estimator of log f(v) for DBMs and DBNs when it is not exact: auto (ais for DBMs; for DBNs ais unless its "
-        "unit-wise sweeps would take more than a few minutes, then importance), importance sampling (DBM: "
-        "mean-field proposal over the even hidden layers, odd layers summed out; DBN: recognition proposal), ais "
+        "unit-wise sweeps would take more than about 10 minutes on one core, then importance), importance sampling "
+        "(DBM: mean-field proposal over the even hidden layers, odd layers summed out; DBN: recognition proposal), ais "
         "(per test vector, AIS from that proposal to the posterior with v clamped: --log-f-steps x --log-f-chains; "
         "unbiased for f(v) and not fooled by modes the proposal misses, as importance sampling can be) or the DBM "
         "mean-field bound (auto is chosen by measured error against exact values at equal time; RBMs always use the "
