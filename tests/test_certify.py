@@ -67,12 +67,12 @@ def test_stops_open_at_max_steps_and_says_why(tiny_rbm):
     assert "OPEN" in cert.format_table()
 
 
-def test_says_when_the_gap_stopped_shrinking(monkeypatch):
+def _fix_gaps(monkeypatch, gaps) -> None:
+    """Make each evaluation of a certified run report AIS at RAISE + the next of `gaps`."""
     import sys
 
     ev = sys.modules["raise_eval.certification.run"]
-    gaps = iter([0.60, 0.55, 0.56])
-    real = ev.run_evaluation
+    gaps, real = iter(gaps), ev.run_evaluation
 
     def fixed_gap(plan, **kwargs):
         report = real(plan, **kwargs)
@@ -80,6 +80,10 @@ def test_says_when_the_gap_stopped_shrinking(monkeypatch):
         return report
 
     monkeypatch.setattr(ev, "run_evaluation", fixed_gap)
+
+
+def test_says_when_the_gap_stopped_shrinking(monkeypatch):
+    _fix_gaps(monkeypatch, [0.60, 0.55, 0.56])
     model = _easy_rbm()
     cert = certify_fn(model, _test_vectors(model), tolerance=0.1, steps=5, max_steps=20, **SMALL)
     assert cert.verdict == "open" and any("stopped shrinking (0.600, 0.550, 0.560" in r for r in cert.reasons)
@@ -90,21 +94,10 @@ def test_says_when_the_gap_stopped_shrinking(monkeypatch):
 def test_a_stalled_unrolled_dbn_is_pointed_to_the_heated_start(monkeypatch):
     """A DBN certificate whose gap stopped shrinking with dbn_start='unrolled' names the heated start, as fields in
     the API and as flags on the command line."""
-    import sys
-
     from raise_eval.models import DBN
     from raise_eval.settings import render_names
 
-    ev = sys.modules["raise_eval.certification.run"]
-    gaps = iter([0.60, 0.55, 0.56])
-    real = ev.run_evaluation
-
-    def fixed_gap(plan, **kwargs):
-        report = real(plan, **kwargs)
-        report.ais_mean = report.raise_mean + next(gaps)
-        return report
-
-    monkeypatch.setattr(ev, "run_evaluation", fixed_gap)
+    _fix_gaps(monkeypatch, [0.60, 0.55, 0.56])
     g = torch.Generator().manual_seed(5)
     model = DBN.random([8, 5, 4, 3], weight_std=0.5, generator=g)
     test = (torch.rand(40, 8, generator=g) < 0.4).float()
