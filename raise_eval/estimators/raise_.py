@@ -275,16 +275,7 @@ def _heat(
         state = heating.state_from_layers(layers)
     else:
         state = saved["state"]
-    state, log_w = anneal(
-        heating,
-        state,
-        betas,
-        generator=generator,
-        kernel=heating_kernel,
-        progress=progress,
-        desc="RAISE heating",
-        **continuation(checkpoint, "heating", saved),
-    )
+    state, log_w = _anneal_heating(heating, state, betas, generator, heating_kernel, progress, checkpoint, saved)
     return state, log_w + path.log_base_prob(v, 0)
 
 
@@ -300,20 +291,19 @@ def _heat_dbn(
     """
     posterior = DBNPosteriorPath(dbn)
     saved = None if checkpoint is None else checkpoint.restore("heating", posterior)
-    log_z0 = posterior.base_log_partition(v).unsqueeze(1)
     if saved is None:
-        state, _ = posterior.start(v, num_chains, generator)
+        state, log_z0 = posterior.start(v, num_chains, generator)
     else:  # a saved state keeps its layers; the rest is a function of them and v
         state = posterior.state_from_layers(v, saved["state"].layers)
-    final, log_w = anneal(
-        posterior,
-        state,
-        betas,
-        generator=generator,
-        kernel=heating_kernel,
-        progress=progress,
-        desc="RAISE heating",
-        **continuation(checkpoint, "heating", saved),
-    )
+        log_z0 = posterior.base_log_partition(v, state.base_logits)
+    final, log_w = _anneal_heating(posterior, state, betas, generator, heating_kernel, progress, checkpoint, saved)
     top_visible = final.layers[-1]
-    return path.state_from_layers([top_visible, None]), log_w + log_z0 - path.log_partition_initial
+    return path.state_from_layers([top_visible, None]), log_w + log_z0.unsqueeze(1) - path.log_partition_initial
+
+
+def _anneal_heating(heating, state, betas: Tensor, generator, kernel, progress, checkpoint, saved) -> tuple[Any, Tensor]:
+    """The heating pass (a DBM's clamped path or a DBN's posterior path) from `state`, continued from `saved`."""
+    return anneal(
+        heating, state, betas, generator=generator, kernel=kernel, progress=progress, desc="RAISE heating",
+        **continuation(checkpoint, "heating", saved),
+    )  # fmt: skip

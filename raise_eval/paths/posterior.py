@@ -380,13 +380,15 @@ class DBNPosteriorPath:
         self._exp_rows = [None] + [torch.stack([w.exp(), (-w).exp()], dim=1) for w in self._rows[1:]]  # (n_l, 2, n)
         # The bounded sweep's curvature matrices 1/2 w^2 e^|w| and the rounding scale of its bounds, per unit.
         eps = torch.finfo(model.dtype).eps
-        self._curvature, self._margins = [None] * L, [None] * L
+        self._curvature, self._margins, self._products = [None] * L, [None] * L, [None] * L
         for l in range(1, L):
             w = model.weights[l - 1].double()
             if float(w.abs().max()) <= _BOUNDED_MAX_WEIGHT:
                 curvature = 0.5 * w.square() * w.abs().exp()
                 # stored transposed, like _rows: a block of units is a block of contiguous rows
                 self._curvature[l] = curvature.t().contiguous().to(model.dtype)
+                # S's and U's products stacked, (2, n_l, n_{l-1}): the sweep writes beta U into the second half
+                self._products[l] = torch.stack([self._rows[l], self._curvature[l]])
                 scale = 8 * w.shape[0] * eps * (w.abs().sum(0) + curvature.sum(0))
                 self._margins[l] = scale.to(model.dtype)
         if bounded and any(c is None for c in self._curvature[1:]):
@@ -514,7 +516,7 @@ class DBNPosteriorPath:
                 above = torch.matmul(x_top, m.weights[L - 1].t(), out=self._buffer(f"linear{l}", x))
                 above.add_(m.biases[L - 1])
             else:  # a_l, the logits of x_l given x_{l+1}
-                above = below[l + 1].clone()
+                above = self._buffer(f"linear{l}", x).copy_(below[l + 1])
             from_below = state.visible_input if l == 1 else torch.matmul(layers[l - 1], m.weights[l - 1])
             # (1 - beta) rho + beta (input from below + from above), in place
             linear = torch.lerp(state.base_logits[l], above.add_(from_below), beta, out=above)
@@ -526,10 +528,12 @@ class DBNPosteriorPath:
         torch.matmul(layers[L - 1], m.weights[L - 1], out=state.top_input).add_(m.biases[L])
         return state
 
-    def _buffer(self, name: str, like: Tensor) -> Tensor:
+    def _buffer(self, name: str, like: Tensor, shape: Optional[tuple] = None) -> Tensor:
+        """A reused temporary with `like`'s dtype and device, shaped like it or `shape`."""
+        shape = like.shape if shape is None else torch.Size(shape)
         buf = self._buffers.get(name)
-        if buf is None or buf.shape != like.shape or buf.dtype != like.dtype or buf.device != like.device:
-            buf = self._buffers[name] = torch.empty_like(like, memory_format=torch.contiguous_format)
+        if buf is None or buf.shape != shape or buf.dtype != like.dtype or buf.device != like.device:
+            buf = self._buffers[name] = torch.empty(shape, dtype=like.dtype, device=like.device)
         return buf
 
     def _sweep_(self, l, x, linear, a, p_on, p_off, beta, generator) -> None:
@@ -573,18 +577,12 @@ class DBNPosteriorPath:
                 torch.sigmoid(a, out=p_on)
                 torch.neg(a, out=p_off).sigmoid_()
 
-    def _flip_rows_(self, l, j, idx, change, a, p_on, p_off) -> tuple[Tensor, Tensor]:
-        """Moves the rows `idx` (chains whose unit j of layer l flipped by `change`, +-1) of a, p_on, p_off;
-        returns their sigmoids' changes (of p_on, and of min(p_on, p_off)), shaped (len(idx), n_{l-1})."""
+    def _flip_rows_(self, l, j, idx, change, a, p_on, p_off) -> None:
+        """Moves the rows `idx` (chains whose unit j of layer l flipped by `change`, +-1) of a, p_on, p_off."""
         moved = a.index_select(0, idx).addcmul_(change.unsqueeze(-1), self._rows[l][j])
         a.index_copy_(0, idx, moved)
-        old_on, old_off = p_on.index_select(0, idx), p_off.index_select(0, idx)
-        new_on = torch.sigmoid(moved)
-        new_off = moved.neg_().sigmoid_()
-        p_on.index_copy_(0, idx, new_on)
-        p_off.index_copy_(0, idx, new_off)
-        d_min = torch.minimum(new_on, new_off).sub_(torch.minimum(old_on, old_off))
-        return new_on.sub_(old_on), d_min
+        p_on.index_copy_(0, idx, torch.sigmoid(moved))
+        p_off.index_copy_(0, idx, moved.neg_().sigmoid_())
 
     def _bounded_sweep_(self, l, x, linear, a, p_on, p_off, beta, generator) -> None:
         """The sweep with the logits bounded by products, computed exactly only where the bounds leave the draw
@@ -600,12 +598,13 @@ class DBNPosteriorPath:
         of the units still to come are moved by the rows' changes of p (small products).
         """
         n_units, n_rows = x.shape[-1], x.shape[0]
-        exp_rows, margins, folds, rows = self._exp_rows[l], self._margins[l], self._folds[l], self._rows[l]
+        exp_rows, margins, folds = self._exp_rows[l], self._margins[l], self._folds[l]
         # The products of S and U, stacked: (2, n_l, n_{l-1}), U's scaled by beta.
-        products = torch.stack([rows, self._curvature[l] * beta])
+        products = self._products[l]
+        torch.mul(self._curvature[l], beta, out=products[1])
         # The sweep's own copy of p, 1 - p and min(p, 1 - p), interleaved per chain so that the rows of chains that
         # flip move in one gather and one scatter; the state's tensors are recomputed after the sweep.
-        work = self._buffer("sweep rows", a.new_empty(n_rows, 3, a.shape[-1]))
+        work = self._buffer("sweep rows", a, (n_rows, 3, a.shape[-1]))
         work[:, 0].copy_(p_on)
         work[:, 1].copy_(p_off)
         torch.minimum(p_on, p_off, out=work[:, 2])
@@ -643,7 +642,7 @@ class DBNPosteriorPath:
                 if idx.numel() > 0:
                     # a moves by s w: p' = p e^(s w) / F and 1 - p' = (1 - p) / F, F = 1 - p + p e^(s w)
                     moved = work.index_select(0, idx)  # (flipped, 3, n_{l-1})
-                    before = moved[:, 0::2].clone()
+                    before = moved[:, 0::2].clone() if j + 1 < end else None
                     turned_off = change.index_select(0, idx).lt(0).long()
                     on, off = moved[:, 0].mul_(exp_rows[j].index_select(0, turned_off)), moved[:, 1]
                     factor = torch.add(off, on)
