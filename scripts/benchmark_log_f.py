@@ -29,18 +29,7 @@ import torch
 from raise_eval import load_checkpoint, log_unnormalized_estimate
 from raise_eval.models import DBN
 
-
-def bare_products_seconds(model, rows: int, repeats: int) -> float:
-    """Seconds of `repeats` rounds of every weight matrix once forward and once transposed for `rows` chains."""
-    g = torch.Generator().manual_seed(1)
-    xs = [torch.rand(rows, w.shape[0], generator=g, dtype=model.dtype).round() for w in model.weights]
-    ys = [torch.rand(rows, w.shape[1], generator=g, dtype=model.dtype).round() for w in model.weights]
-    start = time.perf_counter()
-    for _ in range(repeats):
-        for w, x, y in zip(model.weights, xs, ys):
-            torch.mm(x, w)
-            torch.mm(y, w.t())
-    return time.perf_counter() - start
+from _products import bare_products_seconds, random_subset
 
 
 def test_vectors(n_visible: int, count: int, data_root) -> tuple[torch.Tensor, str]:
@@ -49,8 +38,7 @@ def test_vectors(n_visible: int, count: int, data_root) -> tuple[torch.Tensor, s
             from raise_eval.datasets import load_dataset
 
             test = load_dataset("binarized_mnist", "test", data_root)
-            pick = torch.randperm(test.shape[0], generator=torch.Generator().manual_seed(0))[:count]
-            return test[pick], "binarized MNIST test vectors"
+            return random_subset(test, count, seed=0)[0], "binarized MNIST test vectors"
         except (FileNotFoundError, OSError, ValueError):
             pass
     g = torch.Generator().manual_seed(0)

@@ -33,6 +33,8 @@ from raise_eval import (
     recognition_means,
 )
 
+from _products import random_subset
+
 
 def main(argv=None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -50,8 +52,8 @@ def main(argv=None) -> list[dict]:
     torch.set_num_threads(args.threads)
     model = load_checkpoint(args.checkpoint).model
     test = load_dataset("binarized_mnist", "test", args.data_root)
-    pick = torch.randperm(test.shape[0], generator=torch.Generator().manual_seed(args.seed))[: args.vectors]
-    v = test[pick].to(model.dtype)
+    v, pick = random_subset(test, args.vectors, args.seed)
+    v = v.to(model.dtype)
     base = None
     if args.init == "base-rates":
         train = load_dataset("binarized_mnist", "train", args.data_root)

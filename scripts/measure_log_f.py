@@ -25,6 +25,8 @@ from raise_eval import exact, load_checkpoint, log_unnormalized_estimate
 from raise_eval.io.datasets import load_dataset
 from raise_eval.models.boltzmann.dbn import DBN
 
+from _products import bare_products_seconds, random_subset
+
 
 def error_summary(err: torch.Tensor) -> dict:
     return {
@@ -34,19 +36,6 @@ def error_summary(err: torch.Tensor) -> dict:
         "worst": float(err.min()),
         "best": float(err.max()),
     }
-
-
-def bare_products_seconds(model, rows: int, repeats: int) -> float:
-    """Seconds of `repeats` rounds of the products one estimator step needs for `rows` chains (every weight matrix
-    once forward and once transposed), timed alone with torch.mm."""
-    xs = [torch.rand(rows, w.shape[0], dtype=model.dtype).round() for w in model.weights]
-    ys = [torch.rand(rows, w.shape[1], dtype=model.dtype).round() for w in model.weights]
-    start = time.perf_counter()
-    for _ in range(repeats):
-        for w, x, y in zip(model.weights, xs, ys):
-            torch.mm(x, w)
-            torch.mm(y, w.t())
-    return time.perf_counter() - start
 
 
 def main(argv=None) -> int:
@@ -63,8 +52,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     model = load_checkpoint(args.checkpoint).model
     test = load_dataset("binarized_mnist", "test", args.data_root)
-    pick = torch.randperm(test.shape[0], generator=torch.Generator().manual_seed(0))[: args.vectors]
-    v = test[pick].to(model.dtype)
+    v = random_subset(test, args.vectors, seed=0)[0].to(model.dtype)
     t0 = time.perf_counter()
     truth = exact.log_unnormalized_visible(model, v, max_units=30)
     exact_seconds = time.perf_counter() - t0
