@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# The GPU checks, as one script for a lent GPU machine: the CUDA test module (exact answers and unbiasedness with
+# the model, states and generator on the GPU), the command line on CUDA for each kind of committed model, the AIS step
+# against its bare products, a paper-scale run (AIS with 5,000 chains and RAISE on 100 test vectors x 50 chains at
+# K = 100,000 on the shared 784-500 RBM) and BDMC on CUDA against the machine's CPU at equal settings.
+#
+#   bash scripts/check_gpu.sh DATA_DIR OUT_DIR
+#
+# DATA_DIR holds mnist_test.npz and mnist_train.npz (binarized MNIST as (N, 784) arrays) and
+# rbm_mnist_sgd_grosse_salakhutdinov_2015.npz (../shared/data/checkpoints). Each step has its own time limit and
+# the script goes on after a failure; the last lines are a table of each step's exit status and wall time.
+set -uo pipefail
+DATA=${1:?DATA_DIR}
+OUT=${2:?OUT_DIR}
+mkdir -p "$OUT"
+LOG="$OUT/check.log"
+SUMMARY=()
+export PYTHONUNBUFFERED=1
+
+step() {  # step NAME LIMIT_S COMMAND...
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name: $*" | tee -a "$LOG"
+  local t0=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tr '\r' '\n' | grep -v "it/s\]" | tee -a "$LOG"
+  local rc=${PIPESTATUS[0]}
+  SUMMARY+=("$(printf '%-26s rc %-3s %5ss' "$name" "$rc" "$((SECONDS - t0))")")
+}
+
+step environment 60 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; \
+  python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name(0))'; nproc"
+step install 90 python3 -m pip install -q --no-deps --no-build-isolation -e .
+step test_cuda 150 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider
+step cli_default 45 raise-eval evaluate checkpoints/rbm_digits_64-16.pt --device cuda --no-progress
+for chains in 1000 5000; do
+  step "benchmark_gibbs_$chains" 45 python3 scripts/benchmark_gibbs.py --devices cuda --chains "$chains"
+done
+step paper_scale_rbm 200 raise-eval evaluate "$DATA/rbm_mnist_sgd_grosse_salakhutdinov_2015.npz" --device cuda \
+  --data "$DATA/mnist_test.npz" --train-data "$DATA/mnist_train.npz" --steps 100000 --ais-chains 5000 \
+  --raise-examples 100 --raise-chains 50 --exact never --no-progress --json "$OUT/paper_scale_rbm.json"
+step cli_dbn_heated 60 raise-eval evaluate checkpoints/dbn_mnist_500-2000.pt --device cuda --data "$DATA/mnist_test.npz" \
+  --train-data "$DATA/mnist_train.npz" --steps 100 --raise-examples 100 --raise-chains 20 --log-f ais \
+  --log-f-steps 20 --log-f-chains 5 --no-progress
+step cli_spin 45 raise-eval evaluate checkpoints/spin_binarized_mnist_784-20.pt --device cuda \
+  --data "$DATA/mnist_test.npz" --train-data "$DATA/mnist_train.npz" --steps 1000 --no-progress
+for device in cuda cpu; do
+  step "bdmc_$device" 60 raise-eval bdmc checkpoints/vae_mnist_z10.pt --device "$device" --examples 20 --chains 10 \
+    --steps 1000 --iwae 1 100 --no-progress --json "$OUT/bdmc_$device.json"
+done
+printf '%s\n' "${SUMMARY[@]}" | tee -a "$LOG"

@@ -1,0 +1,173 @@
+"""The exact-answer and unbiasedness checks again, with the model, the states and the generator on a GPU.
+
+These run where CUDA is present (skipped elsewhere, so CI on a CPU machine skips them); setting
+RAISE_EVAL_TEST_DEVICE=cpu runs the same checks on the CPU, which is how the file itself is checked without a GPU.
+The truths (exact log Z, exact log p_ann(v), exact log f(v)) are enumerated on the CPU from the float64 models; the
+estimators run on the device in float64 and float32. Each assert_unbiased is a 4-sigma check (tests/statistics.py):
+about 6e-5 false alarms per z-score, about 150 z-scores here, so about 1e-2 per change of seeds; with the seeds
+fixed each run on one device is deterministic.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+from raise_eval import BoltzmannPath, ais, data_base_rates, exact, linear_schedule, raise_log_likelihood
+from raise_eval.estimators.ladder import ladder_pass
+from raise_eval.estimators.unnormalized import log_unnormalized_estimate
+from raise_eval.paths.mixed import MixedPath
+from raise_eval.paths.trajectory import trajectory_path
+from tests.mixed_models import exact_visible_samples, tiny_pair
+from tests.statistics import assert_unbiased
+from tests.trajectories import random_walk, start_biases
+
+DEVICE = os.environ.get("RAISE_EVAL_TEST_DEVICE", "cuda")
+pytestmark = pytest.mark.skipif(
+    DEVICE == "cuda" and not torch.cuda.is_available(),
+    reason="no CUDA device (RAISE_EVAL_TEST_DEVICE=cpu runs these checks on the CPU)",
+)
+CHAINS = 200_000
+DTYPES = pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["float64", "float32"])
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator(device=DEVICE).manual_seed(seed)
+
+
+def _on_device(model, dtype=torch.float64):
+    return model.to(device=DEVICE, dtype=dtype)
+
+
+def _test_vectors(n_visible: int) -> torch.Tensor:
+    v = exact.binary_configurations(n_visible)
+    return v[[0, 5, 2**n_visible - 3, 2**n_visible - 1]]
+
+
+def _cpu(x: torch.Tensor) -> torch.Tensor:
+    return x.detach().to("cpu")
+
+
+def test_exact_answers_match_the_cpus(tiny_rbm, tiny_dbm):
+    """Enumeration on the device gives the CPU's log Z and log f(v) in float64 (to rounding)."""
+    for model in (tiny_rbm, tiny_dbm):
+        here = _on_device(model)
+        assert exact.log_partition(here) == pytest.approx(exact.log_partition(model), abs=1e-10)
+        v = exact.binary_configurations(model.n_visible)
+        on_device = exact.log_unnormalized_visible(here, v.to(DEVICE))
+        assert torch.allclose(_cpu(on_device), exact.log_unnormalized_visible(model, v), atol=1e-10)
+
+
+@DTYPES
+@pytest.mark.parametrize("k", [1, 2, 3, 50])
+def test_rbm_ais_is_unbiased_for_z(tiny_rbm, train_vectors, k, dtype):
+    model = _on_device(tiny_rbm, dtype)
+    path = BoltzmannPath(model, data_base_rates(model, train_vectors.to(DEVICE, dtype)))
+    result = ais(path, linear_schedule(k), CHAINS, generator=_generator(k))
+    assert result.log_weights.device.type == DEVICE and result.log_weights.dtype == torch.float64
+    assert_unbiased(_cpu(result.log_weights), exact.log_partition(tiny_rbm.to(dtype=dtype)))
+
+
+@DTYPES
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_rbm_raise_is_unbiased_for_p_ann(tiny_rbm, k, dtype):
+    model = _on_device(tiny_rbm, dtype)
+    path = BoltzmannPath(model)
+    betas = linear_schedule(k)
+    v = exact.binary_configurations(8)[[0, 37, 200, 255]]
+    p_ann = exact.annealing_model_marginal(tiny_rbm.to(dtype=dtype), BoltzmannPath(tiny_rbm).base_biases, betas)
+    result = raise_log_likelihood(path, v.to(DEVICE, dtype), betas, CHAINS, generator=_generator(10 + k))
+    assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
+
+
+@DTYPES
+@pytest.mark.parametrize("k", [1, 3])
+def test_dbm_ais_and_heating_raise_are_unbiased(tiny_dbm, k, dtype):
+    model = _on_device(tiny_dbm, dtype)
+    path = BoltzmannPath(model)
+    betas = linear_schedule(k)
+    assert_unbiased(_cpu(ais(path, betas, CHAINS, generator=_generator(100 + k)).log_weights),
+                    exact.log_partition(tiny_dbm))  # fmt: skip
+    v = _test_vectors(model.n_visible)
+    p_ann = exact.annealing_model_marginal(tiny_dbm, BoltzmannPath(tiny_dbm).base_biases, betas)
+    result = raise_log_likelihood(path, v.to(DEVICE, dtype), betas, CHAINS, generator=_generator(200 + k))
+    assert result.start == "heating"
+    assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
+
+
+@DTYPES
+@pytest.mark.parametrize("start", ["heated", "unrolled"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_dbn_raise_is_unbiased_for_p_ann(tiny_dbn, k, start, dtype):
+    model = _on_device(tiny_dbn, dtype)
+    path = BoltzmannPath(model.top)
+    betas = linear_schedule(k)
+    v = _test_vectors(model.n_visible)
+    p_ann = exact.annealing_model_marginal(tiny_dbn, BoltzmannPath(tiny_dbn.top).base_biases, betas)
+    result = raise_log_likelihood(
+        path, v.to(DEVICE, dtype), betas, CHAINS, generator=_generator(600 + k), unroll=model, dbn_start=start
+    )
+    assert result.start == start
+    assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_dbn_log_f_by_per_vector_ais_is_unbiased(tiny_dbn, k):
+    v = _test_vectors(tiny_dbn.n_visible)
+    draws = 20_000
+    est = log_unnormalized_estimate(
+        _on_device(tiny_dbn), v.to(DEVICE).repeat_interleave(draws, 0), method="ais", ais_steps=k, ais_chains=1,
+        generator=_generator(7 + k),
+    )  # fmt: skip
+    assert_unbiased(_cpu(est.log_unnormalized).reshape(4, draws), exact.log_unnormalized_visible(tiny_dbn, v), max_se=0.1)
+
+
+@pytest.mark.parametrize(
+    "visible,hidden", [("gaussian", "bernoulli"), ("categorical", "bernoulli"), ("spin", "spin"), ("bernoulli", "gaussian")]
+)
+@pytest.mark.parametrize("k", [1, 3])
+def test_typed_layers_ais_and_raise_are_unbiased(visible, hidden, k):
+    cpu_model = tiny_pair(visible, hidden)
+    model = cpu_model.to(device=DEVICE)
+    path = MixedPath(model)
+    betas = linear_schedule(k)
+    result = ais(path, betas, 40_000, generator=_generator(100 + k))
+    assert_unbiased(_cpu(result.log_weights), exact.log_partition(cpu_model))
+    v = exact_visible_samples(cpu_model, 3, torch.Generator().manual_seed(3))
+    truth = exact.log_annealing_model(cpu_model, MixedPath(cpu_model).base_biases, betas, v)
+    chains = 600_000 if k == 1 else 40_000
+    result = raise_log_likelihood(path, v.to(DEVICE), betas, chains, generator=_generator(200 + k))
+    assert_unbiased(_cpu(result.log_weights), truth)
+
+
+@pytest.mark.parametrize("sizes", [(8, 6), (5, 4, 3)], ids=["rbm", "dbm"])
+@pytest.mark.parametrize("k", [1, 3])
+def test_trajectory_ais_and_raise_are_unbiased(sizes, k):
+    walk = random_walk(sizes, seed=1)
+    path = trajectory_path([m.to(device=DEVICE) for m in walk], [b.to(DEVICE) for b in start_biases(walk[0])])
+    betas = path.schedule(k)
+    knots = path.knot_indices(betas)
+    result = ladder_pass(path, betas, 100_000, rungs=knots, generator=_generator(10 + k))
+    for point, model in zip(path.checkpoint_points, walk):
+        assert_unbiased(_cpu(result.log_weights[point]), exact.log_partition(model))
+    cpu_path = trajectory_path(walk, start_biases(walk[0]))
+    p_ann = exact.annealing_model_marginal_along([cpu_path.at(b) for b in betas.tolist()])
+    v = _test_vectors(walk[0].n_visible)
+    result = raise_log_likelihood(path, v.to(DEVICE), betas, 100_000, generator=_generator(20 + k))
+    assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
+
+
+def test_same_seed_same_bits(tiny_dbm):
+    """Same seed and device: the same weights, bit for bit (AIS and heating RAISE)."""
+    path = BoltzmannPath(_on_device(tiny_dbm, torch.float32))
+    betas = linear_schedule(20)
+    v = _test_vectors(tiny_dbm.n_visible).to(DEVICE, torch.float32)
+
+    def run(seed):
+        return (ais(path, betas, 5_000, generator=_generator(seed)).log_weights,
+                raise_log_likelihood(path, v, betas, 500, generator=_generator(seed)).log_weights)  # fmt: skip
+
+    (a1, r1), (a2, r2), (a3, _) = run(1), run(1), run(2)
+    assert torch.equal(a1, a2) and torch.equal(r1, r2) and not torch.equal(a1, a3)
