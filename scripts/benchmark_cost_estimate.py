@@ -15,6 +15,8 @@ Cases (checkpoints/ and binarized MNIST from the data root: $RAISE_EVAL_DATA or 
   dbm       the 784-500-1000 DBM, 500 test vectors (--test-subset 500), K = 300: per-vector AIS for log f(v)
   dbn       the 784-500-2000 DBN, 500 test vectors, K = 300: importance-sampled log f(v)
   exact     the 784-20-500 DBM, 300 test vectors, K = 200: exact log Z and log f(v) by enumeration
+  rbm500    the 784-500 PCD RBM, K = 20,000, 5,000 AIS chains, RAISE 100 x 50 (only when named: minutes on a CPU;
+            for a GPU, where a step's fixed cost dominates: --device cuda --cases rbm500)
 """
 
 from __future__ import annotations
@@ -45,19 +47,26 @@ CASES = {
     "dbm": ("dbm_mnist_500-1000.pt", "binarized_mnist", {"test_subset": 500, "steps": 300}),
     "dbn": ("dbn_mnist_500-2000.pt", "binarized_mnist", {"test_subset": 500, "steps": 300}),
     "exact": ("dbm_mnist_20-500.pt", "binarized_mnist", {"test_subset": 300, "steps": 200}),
+    "rbm500": (
+        "rbm_mnistPCD-500.pt",
+        "binarized_mnist",
+        {"steps": 20000, "ais_chains": 5000, "raise_examples": 100, "raise_chains": 50, "exact": "never"},
+    ),
 }
+DEFAULT_CASES = ["digits", "adaptive", "dbm", "dbn", "exact"]
 
 
-def run_case(name: str, steps: int | None = None) -> dict:
+def run_case(name: str, steps: int | None = None, device: str = "cpu") -> dict:
     checkpoint, dataset, settings = CASES[name]
     settings = {**settings, **({} if steps is None else {"steps": steps})}
     ckpt = load_checkpoint(ROOT / "checkpoints" / checkpoint)
-    test = load_dataset(dataset, "test")
+    model = ckpt.model.to(device=torch.device(device))
+    test = load_dataset(dataset, "test").to(device)
     if ckpt.train_pixel_means is not None and not isinstance(ckpt.model, DBN):
         settings = {"train_pixel_means": ckpt.train_pixel_means, **settings}
     else:  # a DBN's base rates are its top RBM's (recognition means over training data): the uniform start here
         settings = {"init": "uniform", **settings}
-    plan = plan_evaluation(ckpt.model, test, **settings)
+    plan = plan_evaluation(model, test, **settings)
     estimate = estimate_cost(plan)
     start = time.perf_counter()
     report = run_evaluation(plan, cost_estimate=estimate)
@@ -67,22 +76,28 @@ def run_case(name: str, steps: int | None = None) -> dict:
         measured = report.timing.get(TIMING_KEYS[stage.name])
         rows.append({"stage": stage.name, "predicted": stage.seconds, "measured": measured})
     rows.append({"stage": "total", "predicted": estimate.seconds, "measured": total})
-    return {"case": name, "model": plan.report_settings["model"], "timing_seconds": estimate.measured_in, "stages": rows}
+    return {
+        "case": name,
+        "model": plan.report_settings["model"],
+        "timing_seconds": estimate.measured_in,
+        "stages": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    parser.add_argument("--cases", nargs="+", choices=list(CASES), default=DEFAULT_CASES)
+    parser.add_argument("--device", default="cpu", help="torch device of the model and data (default: cpu)")
     parser.add_argument("--steps", type=int, help="K for every case (default: each case's own)")
     parser.add_argument("--threads", type=int, help="torch threads (default: the idle cores)")
     parser.add_argument("--json", help="also write the rows as JSON to this file")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads or default_threads(torch.get_num_threads()))
     results = []
-    print(f"threads {torch.get_num_threads()}; ratio = measured / predicted")
+    print(f"{args.device}, threads {torch.get_num_threads()}; ratio = measured / predicted")
     print(f"{'case':10}{'stage':14}{'predicted s':>13}{'measured s':>12}{'ratio':>8}")
     for name in args.cases:
-        result = run_case(name, args.steps)
+        result = run_case(name, args.steps, args.device)
         results.append(result)
         for row in result["stages"]:
             p, m = row["predicted"], row["measured"]

@@ -280,3 +280,32 @@ def test_cli_test_subset(tmp_path, capsys):
     with pytest.raises(SystemExit) as stop:
         main([*args[:-2], "--test-subset", "1"])
     assert stop.value.code == 2 and "--test-subset must be an integer of at least 2" in capsys.readouterr().err
+
+
+def test_a_steps_fixed_cost_is_shared_by_the_runs_batch():
+    """Two timings on a step of fixed cost a plus b per chain price the run's own batch exactly; where the cost per
+    chain grows with the batch (caches), the larger batch's own cost stands."""
+    from raise_eval.evaluation.timing import _Timer
+
+    a, b = 3e-4, 1e-8
+    launch_bound = _Timer(lambda batch, steps: ((a + b * batch) / batch, 0.0), 5000.0 * 100, 5000, 5000, 500)
+    launch_bound.measure(500, 3)
+    assert launch_bound.seconds() == pytest.approx(100 * (a + b * 500) * 10)  # one timing: as measured
+    launch_bound.measure(1000, 2)
+    assert launch_bound.seconds() == pytest.approx(100 * (a + b * 5000), rel=1e-9)
+    cache_bound = _Timer(lambda batch, steps: (b * (1 + batch / 1000), 0.0), 5000.0 * 100, 5000, 5000, 500)
+    cache_bound.measure(500, 3)
+    cache_bound.measure(1000, 2)
+    assert cache_bound.seconds() == pytest.approx(5000 * 100 * b * 2)
+
+
+def test_a_noisy_pair_of_timings_never_prices_a_run_below_zero():
+    """A larger batch timed faster in all than a smaller one (noise; seen on a GPU): the step is all fixed cost,
+    shared by the run's batch, never a negative price."""
+    from raise_eval.evaluation.timing import _Timer
+
+    timings = iter([(4e-4 / 500, 0.0), (3e-4 / 1000, 0.0)])
+    timer = _Timer(lambda batch, steps: next(timings), 5000.0 * 100, 5000, 5000, 500)
+    timer.measure(500, 3)
+    timer.measure(1000, 2)
+    assert timer.seconds() == pytest.approx(100 * 3e-4)

@@ -121,11 +121,14 @@ def test_dbn_log_f_by_per_vector_ais_is_unbiased(tiny_dbn, k):
         _on_device(tiny_dbn), v.to(DEVICE).repeat_interleave(draws, 0), method="ais", ais_steps=k, ais_chains=1,
         generator=_generator(7 + k),
     )  # fmt: skip
-    assert_unbiased(_cpu(est.log_unnormalized).reshape(4, draws), exact.log_unnormalized_visible(tiny_dbn, v), max_se=0.1)
+    assert_unbiased(
+        _cpu(est.log_unnormalized).reshape(4, draws), exact.log_unnormalized_visible(tiny_dbn, v), max_se=0.1
+    )
 
 
 @pytest.mark.parametrize(
-    "visible,hidden", [("gaussian", "bernoulli"), ("categorical", "bernoulli"), ("spin", "spin"), ("bernoulli", "gaussian")]
+    "visible,hidden",
+    [("gaussian", "bernoulli"), ("categorical", "bernoulli"), ("spin", "spin"), ("bernoulli", "gaussian")],
 )
 @pytest.mark.parametrize("k", [1, 3])
 def test_typed_layers_ais_and_raise_are_unbiased(visible, hidden, k):
