@@ -44,6 +44,7 @@ the layer indices, mismatched shapes and NaN or infinite values are errors that 
 
 from __future__ import annotations
 
+import os
 import re
 import zipfile
 import zlib
@@ -107,12 +108,13 @@ def save_checkpoint(
 ) -> None:
     """Write an RBM, a DBM, a DBN or a VAE in raise-eval's format (see the module docstring). `metadata` is stored
     in a form load_checkpoint reads back (NumPy scalars and arrays, paths and dates converted); a value it could not
-    read back raises TypeError naming its key, and nothing is written."""
+    read back raises TypeError naming its key, and nothing is written. The file is written whole or not at all (a
+    temporary file renamed over it): a failed write raises OutputWriteError and leaves the file at `path` as it was."""
     from raise_eval.models.directed.vae import VAE
 
     stored = _storable(metadata, "metadata")
     if isinstance(model, VAE):
-        torch.save(
+        _save_whole(
             {
                 "format": FORMAT,
                 "version": VERSION,
@@ -126,7 +128,7 @@ def save_checkpoint(
                     else {"train_pixel_means": _vae_pixel_means(train_pixel_means, model)}
                 ),
             },
-            str(path),
+            path,
         )
         return
     model_type, state = _boltzmann_state(model, "save_checkpoint writes RBMs, DBMs, DBNs and VAEs")
@@ -141,7 +143,15 @@ def save_checkpoint(
         payload["config"] = mixed_state(model)[0]
     if train_pixel_means is not None:
         payload["train_pixel_means"] = _pixel_means_to_save(train_pixel_means, model)
-    torch.save(payload, str(path))
+    _save_whole(payload, path)
+
+
+def _save_whole(payload: dict, path) -> None:
+    """torch.save, whole or not at all: a crash or a full disk leaves the file that was at `path` as it was (and
+    the new checkpoint in the system's temporary folder, named in the error), never half of one."""
+    from raise_eval.io.writing import write_file
+
+    write_file(path, lambda p: torch.save(payload, p), what="the checkpoint", keep_on_failure=True)
 
 
 def save_npz(path: Union[str, Path], model, train_pixel_means: Optional[Tensor] = None) -> None:
@@ -157,7 +167,16 @@ def save_npz(path: Union[str, Path], model, train_pixel_means: Optional[Tensor] 
         arrays["model_type"] = np.array(model_type)
     if train_pixel_means is not None:
         arrays["train_pixel_means"] = _pixel_means_to_save(train_pixel_means, model).numpy()
-    np.savez(path, **arrays)
+    from raise_eval.io.writing import write_file
+
+    target = os.fspath(path)
+    target = target if target.endswith(".npz") else target + ".npz"  # where np.savez(path) writes
+    write_file(target, lambda p: _savez_to(p, arrays), what="the .npz file", keep_on_failure=True)
+
+
+def _savez_to(path: str, arrays: dict) -> None:
+    with open(path, "wb") as f:  # a file object: np.savez would add '.npz' to the temporary file's name
+        np.savez(f, **arrays)
 
 
 def _boltzmann_state(model, what: str) -> tuple[str, dict[str, Tensor]]:

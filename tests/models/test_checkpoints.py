@@ -468,3 +468,28 @@ def test_a_checkpoint_path_that_is_no_file_says_what_it_is(tmp_path):
         assert f"checkpoint {tmp_path / name} {words}" in str(e.value), name
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_checkpoint(tmp_path / "absent.pt")
+
+
+@pytest.mark.parametrize("writer", ["save_checkpoint", "save_npz"])
+def test_a_failed_save_leaves_the_old_file_whole(tmp_path, monkeypatch, writer):
+    """A save that breaks off (a full disk) leaves the checkpoint that was there as it was and no part of the new
+    one beside it; a save that succeeds replaces it whole."""
+    from raise_eval.models.io import checkpoints
+
+    old, new = (RBM.random(5, 3, generator=torch.Generator().manual_seed(s)) for s in (0, 1))
+    path = tmp_path / ("model.pt" if writer == "save_checkpoint" else "model.npz")
+    save = getattr(checkpoints, writer)
+    save(path, old)
+    before = path.read_bytes()
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoints.torch, "save", full_disk)
+    monkeypatch.setattr(checkpoints.np, "savez", full_disk)
+    with pytest.raises(OSError, match="unchanged"):
+        save(path, new)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+    monkeypatch.undo()
+    save(path, new)
+    assert torch.equal(load_checkpoint(path).model.W, new.W)
