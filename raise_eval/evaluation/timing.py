@@ -50,6 +50,9 @@ TIMING_FRACTION = 0.01  # half equally (at most this share of the predicted run)
 # The exact enumeration priced with a timed product and softplus ran 1.5 to 1.9 times faster than the enumeration
 # itself (the configurations' bits, the running log-sum-exp; 784-20-500 DBM and DBN, 500 vectors): this factor.
 EXACT_OVERHEAD = 1.7
+# A stage's two timings separate a step's fixed cost only when the larger batch's step cost at least this much more
+# than the smaller's; else the larger batch's cost per item is used as it is.
+FIT_MIN_GROWTH = 1.2
 
 
 class _StepClock:
@@ -135,7 +138,11 @@ class _Timer:
         (b1, c1), (b2, c2) = min(self.timings), max(self.timings)
         if b2 <= b1:
             return self.per_step
-        per_item = max(0.0, (c2 * b2 - c1 * b1) / (b2 - b1))  # the line's slope; timing noise can make it negative
+        if c2 * b2 < FIT_MIN_GROWTH * c1 * b1:
+            # the larger batch's step barely cost more: noise decides the line's slope (a CPU timing a DBN's
+            # sweep on 30 and 60 chains), so the larger batch's own cost per item stands
+            return c2
+        per_item = (c2 * b2 - c1 * b1) / (b2 - b1)  # the line's slope
         fixed = c2 * b2 - per_item * b2  # seconds per step: the line's intercept
         if fixed <= 0:
             return c2
