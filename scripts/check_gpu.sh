@@ -30,7 +30,7 @@ step() {  # step NAME LIMIT_S COMMAND...
 step environment 60 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; \
   python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name(0))'; nproc"
 step install 90 python3 -m pip install -q --no-deps --no-build-isolation -e .
-step test_cuda 150 python3 -m pytest tests/test_cuda.py -q -p no:cacheprovider
+step test_cuda 150 env RAISE_EVAL_TEST_DEVICE=cuda python3 -m pytest tests/test_cuda.py -q -rs -p no:cacheprovider
 step cli_default 45 raise-eval evaluate checkpoints/rbm_digits_64-16.pt --device cuda --no-progress
 for chains in 1000 5000; do
   step "benchmark_gibbs_$chains" 45 python3 scripts/benchmark_gibbs.py --devices cuda --chains "$chains"

@@ -307,7 +307,28 @@ def test_a_noisy_pair_of_timings_keeps_the_larger_batchs_cost():
 
     for small, large in [(4e-4, 3e-4), (2.0e-4, 2.2e-4)]:
         timings = iter([(small / 500, 0.0), (large / 1000, 0.0)])
-        timer = _Timer(lambda batch, steps: next(timings), 5000.0 * 100, 5000, 5000, 500)
+        timer = _Timer(lambda batch, steps, timings=timings: next(timings), 5000.0 * 100, 5000, 5000, 500)
         timer.measure(500, 3)
         timer.measure(1000, 2)
         assert timer.seconds() == pytest.approx(5000 * 100 * large / 1000)
+
+
+def test_a_flat_step_over_a_wide_range_of_batches_is_fixed_cost():
+    """Timings 16 times apart whose step costs the same: a fixed cost (a GPU's launches), shared by the run's batch."""
+    from raise_eval.evaluation.timing import WIDER_FACTOR, _Timer
+
+    timer = _Timer(lambda batch, steps: (3e-4 / batch, 0.0), 50_000.0 * 100, 50_000, 50_000, 200)
+    for batch in (200, 400, 400 * WIDER_FACTOR):
+        timer.measure(batch, 2)
+    assert timer.seconds() == pytest.approx(100 * 3e-4)
+
+
+def test_on_a_cpu_the_widest_timings_cost_per_item_stands():
+    """A CPU's cost per item grows with the batch (caches) as the fixed part shrinks: no line there."""
+    from raise_eval.evaluation.timing import _Timer
+
+    timer = _Timer(lambda batch, steps: ((0.18 + 7e-4 * batch) / batch, 0.0), 3000.0 * 100, 3000, 3000, 30)
+    timer.fit_fixed_cost = False
+    for batch in (30, 60, 480):
+        timer.measure(batch, 2)
+    assert timer.seconds() == pytest.approx(3000 * 100 * (0.18 + 7e-4 * 480) / 480)

@@ -109,7 +109,9 @@ def save_checkpoint(
     """Write an RBM, a DBM, a DBN or a VAE in raise-eval's format (see the module docstring). `metadata` is stored
     in a form load_checkpoint reads back (NumPy scalars and arrays, paths and dates converted); a value it could not
     read back raises TypeError naming its key, and nothing is written. The file is written whole or not at all (a
-    temporary file renamed over it): a failed write raises OutputWriteError and leaves the file at `path` as it was."""
+    temporary file renamed over it): a failed write raises OutputWriteError and leaves the file at `path` as it was,
+    the new checkpoint kept in the system's temporary folder where it can be (named in the error). `path` may also be
+    an open binary file or buffer."""
     from raise_eval.models.directed.vae import VAE
 
     stored = _storable(metadata, "metadata")
@@ -149,6 +151,9 @@ def save_checkpoint(
 def _save_whole(payload: dict, path) -> None:
     """torch.save, whole or not at all: a crash or a full disk leaves the file that was at `path` as it was (and
     the new checkpoint in the system's temporary folder, named in the error), never half of one."""
+    if hasattr(path, "write"):  # an open file or buffer: the caller owns how it is written
+        torch.save(payload, path)
+        return
     from raise_eval.io.writing import write_file
 
     write_file(path, lambda p: torch.save(payload, p), what="the checkpoint", keep_on_failure=True)
@@ -167,6 +172,9 @@ def save_npz(path: Union[str, Path], model, train_pixel_means: Optional[Tensor] 
         arrays["model_type"] = np.array(model_type)
     if train_pixel_means is not None:
         arrays["train_pixel_means"] = _pixel_means_to_save(train_pixel_means, model).numpy()
+    if hasattr(path, "write"):  # an open file or buffer: the caller owns how it is written
+        np.savez(path, **arrays)
+        return
     from raise_eval.io.writing import write_file
 
     target = os.fspath(path)

@@ -1,18 +1,19 @@
 """The cost model of an evaluation: its predicted wall time, stage by stage (`estimate_cost`).
 
-Each stage's own code (`ais`, `raise_log_likelihood`, per-vector AIS, importance sampling, the pilot) runs a few
-steps on the actual model, device and dtype, on chains of its own (the run's random streams are untouched), and the
-seconds per chain and step are multiplied by the stage's chain-steps. A first timing on a small batch
-(PROBE_ELEMENTS state entries) says where the run spends its time; a second one, on batches up to the run's own,
-spends at most TIMING_BUDGET seconds (and at most TIMING_FRACTION of the predicted run), half shared out in
-proportion to the stages' predicted shares and half equally: per-chain costs depend on the batch (per-call overhead
-in small ones; cache and page faults in large ones: per-vector AIS on the 784-500-1000 DBM cost 1.7 times more per
-chain at 559 vectors than at 70), so every stage is timed on a batch of a useful size and the one that dominates
-close to its real one. The two timings of a stage also separate a step's fixed cost (launches, Python) from its
-cost per chain, so that a GPU, whose step is mostly fixed cost at the timed batches, is not priced as if each chain
-paid it (`_Timer.step_cost_at_full`). The exact enumeration is counted (`exact.exact_cost`) and the count priced
-with a timed float64 product and softplus. The estimate is for one process on a machine as loaded as it is while it
-is measured. The memory of each stage is `raise_eval.evaluation.memory`'s.
+Each stage's own code (`ais`, `raise_log_likelihood`, per-vector AIS, importance sampling, the pilot) runs a few steps
+on the actual model, device and dtype, on chains of its own (the run's random streams are untouched), and the seconds
+per chain and step are multiplied by the stage's chain-steps. A first timing on a small batch (PROBE_ELEMENTS state
+entries) says where the run spends its time; a second one, on batches up to the run's own, aims at TIMING_BUDGET seconds
+(and at most TIMING_FRACTION of the predicted run), half shared out in proportion to the stages' predicted shares and
+half equally, but is at least twice the first batch, and a third one on a batch 8 times larger follows where it takes at
+most WIDER_TIMING_LIMIT seconds (and 2% of the predicted run): per-chain costs depend on the batch (per-call overhead in
+small ones; cache and page faults in large ones: per-vector AIS on the 784-500-1000 DBM cost 1.7 times more per chain at
+559 vectors than at 70), so every stage is timed on a batch of a useful size and the one that dominates close to its
+real one. On a GPU the timings of a stage also separate a step's fixed cost (launches, Python) from its cost per chain,
+so that a step that is mostly fixed cost at the timed batches is not priced as if each chain paid it
+(`_Timer.step_cost_at_full`). The exact enumeration is counted (`exact.exact_cost`) and the count priced with a timed
+float64 product and softplus. The estimate is for one process on a machine as loaded as it is while it is measured. The
+memory of each stage is `raise_eval.evaluation.memory`'s.
 """
 
 from __future__ import annotations
@@ -50,9 +51,15 @@ TIMING_FRACTION = 0.01  # half equally (at most this share of the predicted run)
 # The exact enumeration priced with a timed product and softplus ran 1.5 to 1.9 times faster than the enumeration
 # itself (the configurations' bits, the running log-sum-exp; 784-20-500 DBM and DBN, 500 vectors): this factor.
 EXACT_OVERHEAD = 1.7
-# A stage's two timings separate a step's fixed cost only when the larger batch's step cost at least this much more
-# than the smaller's; else the larger batch's cost per item is used as it is.
+# After the second timing a third one on WIDER_FACTOR times its batch is made where it should take at most
+# WIDER_TIMING_LIMIT seconds and WIDER_TIMING_FRACTION of the predicted run (priced at the second's cost per item, which
+# over-prices a step of mostly fixed cost). A stage's timings separate a step's fixed cost when the largest batch's step
+# cost at least FIT_MIN_GROWTH times the smallest's, or when they span 2 * WIDER_FACTOR times the batch (a flat step
+# over that range is fixed cost, not noise); else the largest batch's cost per item is used as it is.
 FIT_MIN_GROWTH = 1.2
+WIDER_FACTOR = 8
+WIDER_TIMING_LIMIT = 4.0
+WIDER_TIMING_FRACTION = 0.02
 
 
 class _StepClock:
@@ -117,6 +124,7 @@ class _Timer:
     per_start: float = 0.0
     batch: int = 0
     timings: list = field(default_factory=list)  # (batch, seconds per item and step) of each measurement
+    fit_fixed_cost: bool = True  # False on a CPU: see `step_cost_at_full`
 
     def seconds(self) -> float:
         return self.item_steps * self.step_cost_at_full() + self.items * self.per_start
@@ -130,23 +138,32 @@ class _Timer:
     def step_cost_at_full(self) -> float:
         """Seconds per item and step at the run's own batch `full`. A step costs a fixed part (kernel launches and
         Python: on a GPU most of a step of a 784-500 RBM with 5,000 chains, 0.36 ms around 0.20 ms of products) plus
-        a part per item; two timings at different batches separate them (a line through both), and the fixed part is then
-        shared by `full` items rather than by the timed batch's. Where the per-item cost grows with the batch (a
-        CPU's caches) the line's fixed part is negative: then the larger batch's own cost per item stands."""
-        if len(self.timings) < 2 or self.batch >= self.full:
+        a part per item; the smallest and the largest timed batch separate them (a line through both), and the fixed
+        part is then shared by `full` items rather than by the timed batch's. Where the per-item cost grows with the
+        batch (a CPU's caches) the line's fixed part is negative: then the larger batch's own cost per item stands.
+        On a CPU
+        (`fit_fixed_cost` False) it always stands: there the cost per item grows with the batch through the caches
+        as the fixed part shrinks, and the line under-priced a DBN's per-vector AIS (146 to 182 s predicted from
+        30 to 480 chains for 211 s on 3,000; the cost per item at 480 chains, 220 to 248 s)."""
+        if len(self.timings) < 2 or self.batch >= self.full or not self.fit_fixed_cost:
             return self.per_step
         (b1, c1), (b2, c2) = min(self.timings), max(self.timings)
         if b2 <= b1:
             return self.per_step
-        if c2 * b2 < FIT_MIN_GROWTH * c1 * b1:
-            # the larger batch's step barely cost more: noise decides the line's slope (a CPU timing a DBN's
-            # sweep on 30 and 60 chains), so the larger batch's own cost per item stands
+        if not self.grew() and b2 < 2 * WIDER_FACTOR * b1:
+            # the larger batch's step barely cost more over a narrow range: noise decides the line's slope (a CPU
+            # timing a DBN's sweep on 30 and 60 chains), so the larger batch's own cost per item stands
             return c2
-        per_item = (c2 * b2 - c1 * b1) / (b2 - b1)  # the line's slope
+        per_item = max(0.0, (c2 * b2 - c1 * b1) / (b2 - b1))  # the line's slope (noise can make it negative)
         fixed = c2 * b2 - per_item * b2  # seconds per step: the line's intercept
         if fixed <= 0:
             return c2
         return per_item + fixed / self.full
+
+    def grew(self) -> bool:
+        """Whether the largest timed batch's step cost at least FIT_MIN_GROWTH times the smallest's."""
+        (b1, c1), (b2, c2) = min(self.timings), max(self.timings)
+        return c2 * b2 >= FIT_MIN_GROWTH * c1 * b1
 
 
 def _batch(full: int, elements_per_item: int, step: int = 1) -> int:
@@ -315,6 +332,8 @@ def _estimate(plan, budget: float) -> CostEstimate:
     stages = [replace(s) for s in (plan.cost.stages if getattr(plan, "cost", None) is not None else plan_memory(plan))]
     generator = torch.Generator(device=plan.model.device).manual_seed(0)
     timers = _timers(plan, generator)
+    for t in timers.values():
+        t.fit_fixed_cost = plan.model.device.type != "cpu"
     with torch.no_grad():
         for t in timers.values():
             t.measure(t.probe, PROBE_STEPS)
@@ -329,6 +348,12 @@ def _estimate(plan, budget: float) -> CostEstimate:
             batch = int(allowed * share / (TIMED_STEPS * t.per_step + t.start_scales * t.per_start))
             # at least twice the first batch, so that the two timings separate a step's fixed cost (`_Timer`)
             t.measure(min(max(batch, 2 * t.batch), t.full), TIMED_STEPS)
+            wider = min(WIDER_FACTOR * t.batch, t.full)
+            wider_limit = min(WIDER_TIMING_LIMIT, WIDER_TIMING_FRACTION * total)
+            if wider > t.batch and TIMED_STEPS * t.per_step * wider <= wider_limit:
+                # a batch several times larger: the line through the smallest and the largest timing is then
+                # decided by the cost of the batch, not by noise in the small timing
+                t.measure(wider, TIMED_STEPS)
         exact_seconds = _exact_seconds(plan) if plan.use_exact else None
     for s in stages:
         s.seconds = exact_seconds if s.name == "exact" else timers[s.name].seconds() if s.name in timers else 0.0

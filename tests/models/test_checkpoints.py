@@ -482,7 +482,10 @@ def test_a_failed_save_leaves_the_old_file_whole(tmp_path, monkeypatch, writer):
     save(path, old)
     before = path.read_bytes()
 
-    def full_disk(*args, **kwargs):
+    def full_disk(obj_or_file, file_or_obj, *args, **kwargs):  # writes part of the file, then the disk is full
+        target = file_or_obj if writer == "save_checkpoint" else obj_or_file
+        with open(target, "wb") if isinstance(target, str) else open(target.name, "wb") as f:
+            f.write(b"PK\x03\x04 half a checkpoint")
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(checkpoints.torch, "save", full_disk)
@@ -493,3 +496,8 @@ def test_a_failed_save_leaves_the_old_file_whole(tmp_path, monkeypatch, writer):
     monkeypatch.undo()
     save(path, new)
     assert torch.equal(load_checkpoint(path).model.W, new.W)
+    import io
+
+    buffer = io.BytesIO()  # an open buffer is written as torch.save and np.savez write one
+    save(buffer, new)
+    assert buffer.tell() > 0
