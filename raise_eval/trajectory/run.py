@@ -26,7 +26,7 @@ from raise_eval.estimators.bar import bar_ladder
 from raise_eval.estimators.ladder import ladder_pass
 from raise_eval.estimators.raise_ import raise_log_likelihood
 from raise_eval.estimators.unnormalized import log_unnormalized_estimate
-from raise_eval.evaluation.plan import _start_biases
+from raise_eval.evaluation.plan import EXACT_AUTO_MIN_MACS, _start_biases
 from raise_eval.io.datasets import check_binary
 from raise_eval.paths.trajectory import check_trajectory, trajectory_path
 from raise_eval.runtime.threads import using_threads
@@ -127,14 +127,19 @@ def _evaluate(
 
     # 4. log f(v) and the exact values, checkpoint by checkpoint.
     t0 = time.perf_counter()
+    enumerate_exact, exact_note = _exact_affordable(models, test.shape[0], settings, int(betas.numel() - 1))
+    if exact_note is not None:
+        notes.append(exact_note)
     log_f, log_f_method = [], []
     log_z_exact: list[Optional[float]] = []
     for i, m in enumerate(models):
-        values, method = _log_f(m, test, settings, i)
+        values, method = _log_f(m, test, settings, i, enumerate_exact)
         log_f.append(values)
         log_f_method.append(method)
         known = None if known_log_z is None or settings.exact == "never" else known_log_z[i]
-        log_z_exact.append(float(known) if known is not None else _exact_log_z(m, settings))
+        log_z_exact.append(
+            float(known) if known is not None else _exact_log_z(m, settings) if enumerate_exact else None
+        )
     timing["log_f_and_exact_seconds"] = time.perf_counter() - t0
 
     # 5. RAISE at a few checkpoints, each along the path truncated there.
@@ -216,11 +221,40 @@ def _raise_subset(n_test: int, settings: TrajectorySettings) -> Tensor:
     return order[: settings.raise_examples].sort().values
 
 
-def _log_f(model, test: Tensor, settings: TrajectorySettings, index: int) -> tuple[Tensor, str]:
+def _exact_affordable(models, n_test: int, settings: TrajectorySettings, num_steps: int) -> tuple[bool, Optional[str]]:
+    """Whether the exact values are enumerated (log Z of every checkpoint, and a DBM's log f(v)), and the note that
+    says why not: 'always' does, 'never' does not, and 'auto' follows `evaluate`'s rule: an enumeration of the
+    checkpoints that costs more multiply-add equivalents than about 10 s on one core and than the estimators
+    themselves is skipped (a checkpoint beyond max_exact_units units is skipped whatever the cost)."""
+    if settings.exact != "auto":
+        return settings.exact == "always", None
+    work = 0.0
+    for m in models:
+        cost = exact_mod.exact_cost(m, n_test)
+        if cost.log_z_units > settings.max_exact_units:
+            continue  # not enumerated (`_exact_log_z`)
+        work += cost.log_z_macs + 10.0 * cost.log_z_exps  # a softplus or exp: about 10 multiply-adds
+        if m.num_layers > 2 and cost.log_f_units <= settings.max_exact_units:
+            work += cost.log_f_macs + 10.0 * cost.log_f_exps
+    per_pass = 2.0 * sum(w.numel() for w in models[-1].weights)  # two products per chain and step
+    raise_runs = min(settings.raise_checkpoints, len(models))
+    raise_chains = min(settings.raise_examples, n_test) * settings.raise_chains * raise_runs
+    estimator = per_pass * num_steps * (settings.ais_chains + raise_chains)
+    if work > max(EXACT_AUTO_MIN_MACS, estimator):
+        return False, (
+            f"exact values skipped: enumerating the checkpoints would cost about {work:.1e} multiply-add "
+            f"equivalents, more than the estimators themselves ({estimator:.1e}); use {{exact}} always to force"
+        )
+    return True, None
+
+
+def _log_f(
+    model, test: Tensor, settings: TrajectorySettings, index: int, enumerate_exact: bool = True
+) -> tuple[Tensor, str]:
     """log f(v) of every test vector (float64) and how it was had: 'exact', or 'importance' for a DBM whose
-    enumeration is beyond max_exact_units."""
+    enumeration is beyond max_exact_units or not affordable (`_exact_affordable`)."""
     units = exact_mod.log_f_units(model)
-    if model.num_layers == 2 or (settings.exact == "auto" and units <= settings.max_exact_units):
+    if model.num_layers == 2 or (enumerate_exact and units <= settings.max_exact_units):
         return exact_mod.log_unnormalized_visible(model, test, max_units=max(units, 1)).double(), "exact"
     estimate = log_unnormalized_estimate(
         model, test, method="importance", num_samples=settings.log_f_samples,
@@ -230,7 +264,7 @@ def _log_f(model, test: Tensor, settings: TrajectorySettings, index: int) -> tup
 
 
 def _exact_log_z(model, settings: TrajectorySettings) -> Optional[float]:
-    if settings.exact != "auto":
+    if settings.exact == "never":
         return None
     units = exact_mod.exact_cost(model, 1).log_z_units
     if units > settings.max_exact_units:

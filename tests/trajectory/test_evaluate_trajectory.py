@@ -93,6 +93,27 @@ def test_a_dbm_whose_log_f_is_not_enumerated_is_estimated_and_left_open():
         w.message for w in report.warnings])  # fmt: skip
 
 
+def test_auto_skips_an_enumeration_that_costs_more_than_the_estimators(monkeypatch):
+    """exact='auto' prices the checkpoints' enumerations as `evaluate` does (here with its floor of 2e11 multiply-adds
+    lowered so that tiny models cross it): skipped with a note that names the way to force it; 'always' enumerates."""
+    import raise_eval.trajectory.run as trajectory_run
+
+    monkeypatch.setattr(trajectory_run, "EXACT_AUTO_MIN_MACS", 0.0)
+    walk = random_walk((5, 4, 3), checkpoints=2, seed=3)
+    settings = dict(steps=2, ais_chains=2, raise_examples=2, raise_chains=1, raise_checkpoints=1, init="uniform",
+                    log_f_samples=20)  # fmt: skip
+    skipped = evaluate_trajectory(walk, _test_data(5, n=40), **settings)
+    assert all(c.log_z_exact is None and c.log_f_method == "importance" for c in skipped.checkpoints)
+    note = next(n for n in skipped.to_dict()["notes"] if n.startswith("exact values skipped"))
+    assert note.endswith("use exact always to force"), note  # the library names fields; the CLI, flags
+    forced = evaluate_trajectory(walk, _test_data(5, n=40), exact="always", **settings)
+    assert all(c.log_z_exact == pytest.approx(exact.log_partition(m)) for c, m in zip(forced.checkpoints, walk))
+    assert {c.log_f_method for c in forced.checkpoints} == {"exact"}
+    monkeypatch.undo()
+    cheap = evaluate_trajectory(walk, _test_data(5, n=40), **settings)  # the floor: tiny models are enumerated
+    assert {c.log_f_method for c in cheap.checkpoints} == {"exact"}
+
+
 def test_settings_are_checked():
     walk = random_walk((8, 6), checkpoints=2)
     with pytest.raises(SettingsError, match="train_pixel_means"):
