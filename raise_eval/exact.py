@@ -202,6 +202,10 @@ def log_f_units(model) -> int:
     return _log_f_route(model)[1]
 
 
+# A transcendental function (softplus, exp) costs about as much as this many multiply-adds in a product.
+EXP_MACS = 10.0
+
+
 @dataclasses.dataclass(frozen=True)
 class ExactCost:
     """What exact log Z and log f(v) of `num_vectors` vectors would take, estimated without doing the work.
@@ -227,6 +231,16 @@ class ExactCost:
     def multiply_adds(self) -> int:
         """log_z_macs + log_f_macs: the multiply-adds of both exact answers."""
         return self.log_z_macs + self.log_f_macs
+
+    @property
+    def log_z_work(self) -> float:
+        """Exact log Z in multiply-add equivalents (a transcendental evaluation counts EXP_MACS)."""
+        return self.log_z_macs + EXP_MACS * self.log_z_exps
+
+    @property
+    def log_f_work(self) -> float:
+        """Exact log f(v) of the vectors in multiply-add equivalents (a transcendental evaluation counts EXP_MACS)."""
+        return self.log_f_macs + EXP_MACS * self.log_f_exps
 
     def to_dict(self) -> dict:
         """The fields and `multiply_adds`, as plain ints and strings."""

@@ -149,14 +149,24 @@ def save_checkpoint(
 
 
 def _save_whole(payload: dict, path) -> None:
-    """torch.save, whole or not at all: a crash or a full disk leaves the file that was at `path` as it was (and
-    the new checkpoint in the system's temporary folder, named in the error), never half of one."""
-    if hasattr(path, "write"):  # an open file or buffer: the caller owns how it is written
-        torch.save(payload, path)
+    _write_whole(path, lambda f: torch.save(payload, f), "the checkpoint")
+
+
+def _write_whole(path, write, what: str) -> None:
+    """`write(file)` into an open binary file at `path`, whole or not at all: a crash or a full disk leaves the file
+    that was at `path` as it was (and the new content in the system's temporary folder, named in the error), never
+    half of one. An open file or buffer given as `path` is written directly: the caller owns it."""
+    if hasattr(path, "write"):
+        write(path)
         return
     from raise_eval.io.writing import write_file
 
-    write_file(path, lambda p: torch.save(payload, p), what="the checkpoint", keep_on_failure=True)
+    write_file(path, lambda p: _write_to(p, write), what=what, keep_on_failure=True)
+
+
+def _write_to(path: str, write) -> None:
+    with open(path, "wb") as f:  # a file object: np.savez would add '.npz' to the temporary file's name
+        write(f)
 
 
 def save_npz(path: Union[str, Path], model, train_pixel_means: Optional[Tensor] = None) -> None:
@@ -172,19 +182,10 @@ def save_npz(path: Union[str, Path], model, train_pixel_means: Optional[Tensor] 
         arrays["model_type"] = np.array(model_type)
     if train_pixel_means is not None:
         arrays["train_pixel_means"] = _pixel_means_to_save(train_pixel_means, model).numpy()
-    if hasattr(path, "write"):  # an open file or buffer: the caller owns how it is written
-        np.savez(path, **arrays)
-        return
-    from raise_eval.io.writing import write_file
-
-    target = os.fspath(path)
-    target = target if target.endswith(".npz") else target + ".npz"  # where np.savez(path) writes
-    write_file(target, lambda p: _savez_to(p, arrays), what="the .npz file", keep_on_failure=True)
-
-
-def _savez_to(path: str, arrays: dict) -> None:
-    with open(path, "wb") as f:  # a file object: np.savez would add '.npz' to the temporary file's name
-        np.savez(f, **arrays)
+    if not hasattr(path, "write"):
+        path = os.fspath(path)
+        path = path if path.endswith(".npz") else path + ".npz"  # where np.savez(path) writes
+    _write_whole(path, lambda f: np.savez(f, **arrays), "the .npz file")
 
 
 def _boltzmann_state(model, what: str) -> tuple[str, dict[str, Tensor]]:

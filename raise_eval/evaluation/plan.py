@@ -453,8 +453,7 @@ def _exact_decision(model, settings: EvaluateSettings, n_test: int) -> tuple[boo
     if needed > settings.max_exact_units:
         hint = " (use {exact} always to force)" if needed <= ALWAYS_EXACT_LIMIT else ""
         return False, f"exact values skipped: they would enumerate 2^{needed} states{hint}"
-    # A transcendental function (softplus, exp) costs about as much as 10 multiply-adds in a product.
-    work = cost.multiply_adds + 10.0 * (cost.log_z_exps + cost.log_f_exps)
+    work = cost.log_z_work + cost.log_f_work
     estimator = estimator_macs(model, settings, n_test)
     if work > max(EXACT_AUTO_MIN_MACS, estimator):
         return False, (

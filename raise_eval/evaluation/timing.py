@@ -141,10 +141,9 @@ class _Timer:
         a part per item; the smallest and the largest timed batch separate them (a line through both), and the fixed
         part is then shared by `full` items rather than by the timed batch's. Where the per-item cost grows with the
         batch (a CPU's caches) the line's fixed part is negative: then the larger batch's own cost per item stands.
-        On a CPU
-        (`fit_fixed_cost` False) it always stands: there the cost per item grows with the batch through the caches
-        as the fixed part shrinks, and the line under-priced a DBN's per-vector AIS (146 to 182 s predicted from
-        30 to 480 chains for 211 s on 3,000; the cost per item at 480 chains, 220 to 248 s)."""
+        On a CPU (`fit_fixed_cost` False) it always stands: there the cost per item grows with the batch through the
+        caches as the fixed part shrinks, and the line under-priced a DBN's per-vector AIS (146 to 182 s predicted
+        from 30 to 480 chains for 211 s on 3,000; the cost per item at 480 chains, 220 to 248 s)."""
         if len(self.timings) < 2 or self.batch >= self.full or not self.fit_fixed_cost:
             return self.per_step
         (b1, c1), (b2, c2) = min(self.timings), max(self.timings)

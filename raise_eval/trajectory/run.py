@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import torch
 from torch import Tensor
@@ -233,9 +233,9 @@ def _exact_affordable(models, n_test: int, settings: TrajectorySettings, num_ste
         cost = exact_mod.exact_cost(m, n_test)
         if cost.log_z_units > settings.max_exact_units:
             continue  # not enumerated (`_exact_log_z`)
-        work += cost.log_z_macs + 10.0 * cost.log_z_exps  # a softplus or exp: about 10 multiply-adds
+        work += cost.log_z_work
         if m.num_layers > 2 and cost.log_f_units <= settings.max_exact_units:
-            work += cost.log_f_macs + 10.0 * cost.log_f_exps
+            work += cost.log_f_work
     per_pass = 2.0 * sum(w.numel() for w in models[-1].weights)  # two products per chain and step
     raise_runs = min(settings.raise_checkpoints, len(models))
     raise_chains = min(settings.raise_examples, n_test) * settings.raise_chains * raise_runs
@@ -264,8 +264,7 @@ def _log_f(
 
 
 def _exact_log_z(model, settings: TrajectorySettings) -> Optional[float]:
-    if settings.exact == "never":
-        return None
+    """Exact log Z of a checkpoint (called where `_exact_affordable` says to enumerate), None beyond max_exact_units."""
     units = exact_mod.exact_cost(model, 1).log_z_units
     if units > settings.max_exact_units:
         return None
