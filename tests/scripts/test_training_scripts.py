@@ -17,6 +17,7 @@ MONITOR = ["--monitor-every", "2", "--monitor-test-size", "40", "--monitor-steps
 MONITOR += ["--monitor-raise-examples", "3", "--monitor-raise-chains", "2", "--no-progress", "--threads", "1"]
 
 
+@pytest.mark.slow  # 37 s (two exact enumerations of a 784-20 RBM); the budget-cut test below runs the script and hook
 def test_paper_rbm_script_with_the_hook(shared_data, tmp_path, capsys):
     script = load_script("train_rbm_paper")
     script.main(
