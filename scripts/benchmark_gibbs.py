@@ -20,6 +20,7 @@ over the bare torch.mm products at the first thread count.
     python scripts/benchmark_gibbs.py                              # CPU at 1 and 2 threads
     python scripts/benchmark_gibbs.py --threads 1 --all-routes --breakdown
     python scripts/benchmark_gibbs.py --devices cuda               # CUDA: the step against torch.mm
+    python scripts/benchmark_gibbs.py --threads 1 --units potts gaussian   # typed layers too, in the same run
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import os
 import platform
 import statistics
 import subprocess
+import sys
 import time
 from contextlib import nullcontext
 
@@ -248,6 +250,15 @@ def main(argv=None) -> None:
         "--all-routes", action="store_true", help="also time the step with its products forced through each route"
     )
     parser.add_argument("--breakdown", action="store_true", help="also profile the step into its parts (CPU)")
+    parser.add_argument(
+        "--units",
+        nargs="+",
+        choices=["potts", "gaussian"],
+        default=[],
+        help="also time RBMs of typed layers in the same run, at the first thread count: potts (L = 100 sites, "
+        "q = 21, 200 hidden) and gaussian (784-500 Gaussian-Bernoulli), each step against its two bare torch.mm "
+        "products (scripts/benchmark_units.py's measurement)",
+    )
     args = parser.parse_args(argv)
     dtype = getattr(torch, args.dtype)
     print(f"machine: {cpu_description()}; torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}")
@@ -289,6 +300,20 @@ def main(argv=None) -> None:
             if args.breakdown and device.type == "cpu":
                 parts = breakdown(args.chains, args.steps, dtype)
                 print("  breakdown (ms per step): " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
+    if args.units:
+        here = os.path.dirname(os.path.abspath(__file__))
+        if here not in sys.path:
+            sys.path.insert(0, here)
+        import benchmark_units  # this folder's script: the typed models and their bare products
+
+        torch.set_num_threads(args.threads[0])
+        for name in args.units:
+            r = benchmark_units.benchmark(name, args.chains, args.steps, args.repeats)
+            lo, hi = r["ratio_range"]
+            print(
+                f"{r['model']}, cpu, {args.threads[0]} thread(s): AIS step {r['ais_step_ms']:.2f} ms, bare torch.mm "
+                f"products {r['bare_matmul_ms']:.2f} ms: step / them {r['ratio']:.2f} (range {lo:.2f}-{hi:.2f})"
+            )
     print(f"load average after: {_loadavg()}")
     device, threads, ratio = headline
     print(f"ratio (AIS step / bare torch.mm products, {device}, {threads} thread(s), median): {ratio:.2f}")

@@ -14,7 +14,23 @@ def test_toy_step_benchmark_prints_routes_ratios_load_and_breakdown(capsys):
     script = load_script("benchmark_gibbs")
     threads = torch.get_num_threads()
     try:
-        script.main(["--chains", "64", "--steps", "2", "--repeats", "1", "--threads", "1", "--all-routes", "--breakdown"])
+        script.main(
+            [
+                "--chains",
+                "64",
+                "--steps",
+                "2",
+                "--repeats",
+                "1",
+                "--threads",
+                "1",
+                "--all-routes",
+                "--breakdown",
+                "--units",
+                "potts",
+                "gaussian",
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
     out = capsys.readouterr().out
@@ -25,6 +41,10 @@ def test_toy_step_benchmark_prints_routes_ratios_load_and_breakdown(capsys):
     assert re.search(r"bare torch\.mm products [\d.]+ ms: step / them [\d.]+ \(range", out)
     assert "the library's products" in out
     assert re.search(r"breakdown \(ms per step\): products [\d.]+, random [\d.]+, transcendental [\d.]+", out)
+    for model in ("categorical(100x21) - bernoulli(200)", "gaussian(784) - bernoulli(500)"):
+        assert re.search(
+            re.escape(model) + r".*: AIS step [\d.]+ ms, bare torch\.mm products [\d.]+ ms: step / them", out
+        )
     assert re.search(r"ratio \(AIS step / bare torch\.mm products, cpu, 1 thread\(s\), median\): [\d.]+\n$", out)
 
 
