@@ -41,7 +41,7 @@ KINDS = {
     ),
     "spin": dict(
         out="checkpoints/spin_binarized_mnist_784-20.pt",
-        config=MixedRBMTrainingConfig(n_hidden=20, hidden="spin", epochs=20, learning_rate=3e-3),
+        config=MixedRBMTrainingConfig(n_hidden=20, hidden="spin", epochs=60, learning_rate=3e-4),
         data="binarized_mnist",
     ),
 }

@@ -35,7 +35,9 @@ def _test_data(kind: str, shared_data: Path):
         return read_alignment(PROJECT_ROOT / "results" / "units" / "pf00014_test.fasta", "protein")
     if kind == "gaussian":
         return unit_data.continuous_mnist("test", shared_data)[:2000]
-    return load_dataset("binarized_mnist", "test", shared_data)[:2000]
+    # the whole test set, as docs/units.md's certified run (RAISE takes 50 random examples either way; AIS's log f(v)
+    # is exact for an RBM): its first 2,000 digits are easier, and RAISE there comes up to AIS only by K = 16,000
+    return load_dataset("binarized_mnist", "test", shared_data)
 
 
 CASES = {
@@ -45,19 +47,23 @@ CASES = {
 }
 
 
-# Open (issue 26): the spin model's RAISE stays above AIS (by 11.0 nats at K = 250, 7.2 at K = 4000), as for its
-# exact binary rewrite (W' = 4W): its annealing model fits the test digits better than the model does (from the
-# uniform start: 1.8 nats above at K = 4000, 0.97 at K = 100,000 on a GPU; docs/units.md). Strict: it
-# fails the suite once it passes. The Gaussian model's AIS needs a longer schedule: its ESS is 15 of 2,000 chains at
-# K = 4,000 and 354 at K = 8,000, where its certificate closes (measured: [440.9551, 441.5545], exact 441.1938, 247 s).
-OPEN = pytest.mark.xfail(strict=True, reason="certified run does not close at these settings (issue 26, open)")
+# The Gaussian model's AIS needs a longer schedule: its ESS is 15 of 2,000 chains at K = 4,000 and 354 at K = 8,000,
+# where its certificate closes (measured: [440.9551, 441.5545], exact 441.1938, 247 s). The spin model (PCD, Adam at
+# 3e-4 for 60 epochs) closes at K = 1,000 (measured: [-147.9691, -146.9051], exact -147.5044, 24 s; seeds 3 to 6
+# closed at K = 500 to 2,000, the exact value inside each time). With 50 RAISE examples its RAISE is then still
+# above AIS by less than its noise: 500 examples on a GPU resolve the excess (0.51 at K = 1,000) and close at
+# K = 8,000 (docs/units.md). An earlier model trained at 3e-3 for 20 epochs (exact -204.16) kept RAISE above AIS up
+# to K = 100,000.
+# AIS's K for the check of log Z against exact: the spin model's weights at K = 1,000 are uneven (ESS 172 of 1,000
+# with seed 1), and its delta-method standard error then understates the spread (seed 1: 0.31 nats above exact, 4.4
+# standard errors, while 12 other seeds stayed within 2.2); at K = 4,000 its ESS is 543 (seed 1) and 8 seeds gave
+# |z| <= 2.7.
+AIS_STEPS = {"potts": 1000, "gaussian": 1000, "spin": 4000}
 # Each model's certified run: (K to start from, largest K, AIS chains).
 CERTIFY = {"potts": (250, 4000, 1000), "gaussian": (4000, 16000, 2000), "spin": (250, 4000, 1000)}
 
 
-@pytest.mark.parametrize(
-    "kind", ["potts", "gaussian", pytest.param("spin", marks=OPEN)]
-)
+@pytest.mark.parametrize("kind", ["potts", "gaussian", "spin"])
 def test_ais_and_the_certified_interval_against_exact(kind, shared_data):
     torch.set_num_threads(1)
     ckpt = load_checkpoint(CHECKPOINTS / CASES[kind])
@@ -66,7 +72,14 @@ def test_ais_and_the_certified_interval_against_exact(kind, shared_data):
     assert exact.log_partition(model) == pytest.approx(log_z, abs=1e-3)  # the enumeration, again (float32 model)
     test = _test_data(kind, shared_data)
     report = evaluate(
-        model, test, steps=1000, ais_chains=1000, raise_examples=20, exact="never", train_pixel_means=means, seed=1
+        model,
+        test,
+        steps=AIS_STEPS[kind],
+        ais_chains=1000,
+        raise_examples=20,
+        exact="never",
+        train_pixel_means=means,
+        seed=1,
     )
     assert abs(report.ais.estimate - log_z) < 3 * float(report.ais.stderr) + 1e-3, (report.ais.estimate, log_z)
     truth = float(exact.log_unnormalized_visible(model, model.prepare_visible(test)).mean()) - log_z
