@@ -12,7 +12,7 @@ from raise_eval.models import DBM, RBM
 from raise_eval.models.io.checkpoints import save_checkpoint
 
 from raise_eval.cli import main
-from raise_eval.io.trajectory_files import MANIFEST, list_trajectory, write_manifest
+from raise_eval.io.trajectory_files import MANIFEST, TrajectoryFile, list_trajectory, thin_trajectory, write_manifest
 from tests.trajectories import random_walk
 
 FAST = ["--steps", "5", "--ais-chains", "200", "--raise-examples", "10", "--raise-chains", "4", "--bootstrap", "20",
@@ -44,6 +44,32 @@ def test_table_json_plot_and_order(run_folder, tmp_path, capsys):
     assert doc["settings"]["checkpoints"] == ["rbm_step20.pt", "rbm_step300.pt", "rbm_step1000.pt"]
     assert (tmp_path / "t.png").exists()
     assert code == (0 if doc["verdict"] == "closed" else 3)
+
+
+def test_thinning_keeps_checkpoints_the_gap_apart_and_the_last():
+    entries = [TrajectoryFile(path=None, step=s) for s in range(0, 15001, 50)]  # 301 checkpoints, every 50 updates
+    assert [e.step for e in thin_trajectory(entries, 7500)] == [0, 7500, 15000]
+    assert [e.step for e in thin_trajectory(entries, 7000)] == [0, 7000, 15000]  # 14,000 is too close to the last
+    assert [e.step for e in thin_trajectory(entries, 20000)] == [0, 15000]
+    assert thin_trajectory(entries, None) == entries and thin_trajectory(entries, 1) == entries
+    steps = [0, 10, 11, 30, 31]
+    assert [e.step for e in thin_trajectory([TrajectoryFile(None, s) for s in steps], 10)] == [0, 10, 31]
+
+
+def test_min_step_gap_anneals_through_the_kept_checkpoints(run_folder, tmp_path, capsys):
+    folder, data = run_folder
+    out = tmp_path / "t.json"
+    code = main(["trajectory", str(folder), "--data", str(data), *FAST, "--min-step-gap", "500", "--json", str(out)])
+    table = capsys.readouterr().out
+    assert code in (0, 3)
+    doc = json.loads(out.read_text())
+    assert [c["step"] for c in doc["checkpoints"]] == [20, 1000]  # 300 is within 500 steps of 20
+    assert doc["settings"]["checkpoints"] == ["rbm_step20.pt", "rbm_step1000.pt"]
+    assert doc["settings"]["checkpoints kept"] == "2 of 3, at least 500 steps apart"
+    assert "2 checkpoints of a 8-6 RBM" in table
+    with pytest.raises(SystemExit) as refused:
+        main(["trajectory", str(folder), "--data", str(data), *FAST, "--min-step-gap", "0"])
+    assert refused.value.code == 2 and "--min-step-gap must be an integer of at least 1" in capsys.readouterr().err
 
 
 def test_a_manifest_orders_the_files(run_folder):

@@ -85,6 +85,20 @@ def list_trajectory(folder) -> list[TrajectoryFile]:
     return [TrajectoryFile(steps[s], s) for s in sorted(steps)]
 
 
+def thin_trajectory(entries: list[TrajectoryFile], min_step_gap: Optional[int]) -> list[TrajectoryFile]:
+    """The checkpoints at least `min_step_gap` training steps apart, from the first on, and the last always (the
+    one before it is dropped when closer than the gap to it); all of them when `min_step_gap` is None."""
+    if min_step_gap is None or len(entries) <= 2:
+        return list(entries)
+    kept = [entries[0]]
+    for entry in entries[1:-1]:
+        if entry.step - kept[-1].step >= min_step_gap:
+            kept.append(entry)
+    if len(kept) > 1 and entries[-1].step - kept[-1].step < min_step_gap:
+        kept.pop()
+    return kept + [entries[-1]]
+
+
 def _manifest_advice(folder: Path) -> str:
     return (
         f"name the files by their training step (e.g. step_0000500.pt) or write {folder / MANIFEST}: "
@@ -138,6 +152,13 @@ class TrajectoryInputSettings:
         "has one, else by the step number in the file names",
         kind="path", metavar="DIR", flag="folder",
     )  # fmt: skip
+    min_step_gap: Optional[int] = setting(
+        None,
+        "anneal through the checkpoints at least STEPS training steps apart (the first and the last always), not "
+        "every one saved: a path through every checkpoint retraces the training's noise and its momentum changes, "
+        "and is longer than the straight links between checkpoints far apart (docs/trajectory.md)",
+        kind="count", least=1, none="every checkpoint", flag="--min-step-gap", metavar="STEPS", group="annealing",
+    )  # fmt: skip
     data: Optional[str] = _declared_as_in_input_settings("data")
     split: str = _declared_as_in_input_settings("split")
     pixel_order: str = _declared_as_in_input_settings("pixel_order")
@@ -155,7 +176,9 @@ class TrajectoryInputSettings:
 
     def for_checkpoint(self, checkpoint: str) -> InputSettings:
         """The `InputSettings` of one of the run's checkpoints with these data options."""
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "folder"}
+        values = {
+            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("folder", "min_step_gap")
+        }
         return InputSettings(checkpoint=checkpoint, **values)
 
 
@@ -180,7 +203,8 @@ def load_trajectory_inputs(inputs: TrajectoryInputSettings, init: str) -> Trajec
     from raise_eval.io.inputs import load_model
     from raise_eval.paths.trajectory import check_trajectory
 
-    entries = list_trajectory(inputs.folder)
+    saved = list_trajectory(inputs.folder)
+    entries = thin_trajectory(saved, inputs.min_step_gap)
     loaded = [load_model(inputs.for_checkpoint(str(e.path))) for e in entries]
     models = [c.model for c in loaded]
     try:
@@ -193,6 +217,8 @@ def load_trajectory_inputs(inputs: TrajectoryInputSettings, init: str) -> Trajec
     labels.pop("checkpoint", None)
     labels["folder"] = str(inputs.folder)
     labels["checkpoints"] = [e.path.name for e in entries]
+    if len(entries) < len(saved):
+        labels["checkpoints kept"] = f"{len(entries)} of {len(saved)}, at least {inputs.min_step_gap} steps apart"
     files = [(f"a checkpoint of {inputs.folder}", str(e.path)) for e in entries]
     files += [f for f in input_files(last, loaded[-1].metadata) if f[0] != "the checkpoint"]
     if (Path(inputs.folder) / MANIFEST).exists():
