@@ -336,12 +336,7 @@ class LayeredBoltzmannMachine:
                     neg_d = torch.add(
                         self.biases[l] - other.biases[l], cached, alpha=-ds, **({} if b is None else {"out": b})
                     )
-                    if c is not None and c.dtype != neg_d.dtype:
-                        # The float32 product written straight into the float64 buffer (rounded in float32, then
-                        # widened exactly: the bits of a product followed by a copy, one pass fewer).
-                        term = _sum_log1p(torch.mul(neg_d.expm1_(), probs, out=c)).neg_()
-                    else:
-                        term = _sum_log1p(neg_d.expm1_().mul_(probs), c).neg_()
+                    term = _sum_log1p(neg_d.expm1_().mul_(probs), c).neg_()
                 else:
                     to_ = _softplus_(other.layer_logits(layers, l, cached, out=a))
                     term = to_.sub_(_softplus_(self.layer_logits(layers, l, cached, out=b))).sum(-1)
