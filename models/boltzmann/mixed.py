@@ -31,6 +31,7 @@ from typing import Optional
 
 import numpy as np
 import torch
+from raise_eval.models.boltzmann.products import neighbour_product
 from raise_eval.models.boltzmann.units import (
     CategoricalLayer,
     GaussianLayer,
@@ -213,17 +214,26 @@ class MixedBoltzmannMachine:
         codes: Optional[dict],
         bias: Optional[Tensor] = None,
         alpha: float = 1.0,
+        sampled: bool = False,
     ) -> Tensor:
         """bias + alpha (x_{l-1} W_{l-1} + x_{l+1} W_l^T) (the bare sum when bias is None, alpha 1), shaped
         (*batch, width_l), into `out` when given. A categorical neighbour whose int64 codes (*batch, sites) are in
         `codes` (the sampler's, by layer) is summed by gathering one weight row per site (torch.embedding_bag):
-        sites x width_l additions per vector instead of sites x q x width_l multiply-adds."""
+        sites x width_l additions per vector instead of sites x q x width_l multiply-adds. With `sampled` (the
+        neighbours are samples) and only Bernoulli neighbours, which then hold 0. and 1., the product goes the way of
+        a binary machine's (`raise_eval.models.boltzmann.products`: torch.mm, oneDNN or the table route of subset
+        sums, chosen by timing once per shape)."""
         terms = [k for k in (l - 1, l + 1) if 0 <= k < self.num_layers]
         if any(layers[k] is None for k in terms):
             raise ValueError(f"layer {l} needs both of its neighbouring layers; one of them is None")
         lead = layers[terms[0]].shape[:-1]
         width = self.layer_sizes[l]
         flat_out = None if out is None else out.view(-1, width)
+        if sampled and all(self.layers[k].kind == "bernoulli" for k in terms):
+            flats = [
+                (layers[k].reshape(-1, layers[k].shape[-1]), self.weights[min(k, l)], k > l) for k in terms
+            ]  # A = W_{l-1} from below, W_l^T from above
+            return neighbour_product(flats, flat_out, bias, alpha, binary=True).view(*lead, width)
         acc = None
         for k in terms:
             x = layers[k]
@@ -252,12 +262,18 @@ class MixedBoltzmannMachine:
         return acc.view(*lead, width)
 
     def unscaled_input(
-        self, layers: Layers, l: int, out: Optional[Tensor] = None, codes: Optional[dict] = None
+        self,
+        layers: Layers,
+        l: int,
+        out: Optional[Tensor] = None,
+        codes: Optional[dict] = None,
+        sampled: bool = False,
     ) -> Tensor:
         """x_{l-1} W_{l-1} + x_{l+1} W_l^T, shaped (*batch, width_l) (into `out` when given): layer l's input from
         its neighbours before the weight scale. Both neighbours that exist must be given; `codes`, by layer, the
-        int64 codes of categorical neighbours (their rows are then gathered, not multiplied)."""
-        return self._products(layers, l, out, codes)
+        int64 codes of categorical neighbours (their rows are then gathered, not multiplied); `sampled` promises
+        that the neighbours are samples (Bernoulli ones hold only 0. and 1.), which admits the table route."""
+        return self._products(layers, l, out, codes, sampled=sampled)
 
     def natural_input(
         self,
@@ -266,13 +282,14 @@ class MixedBoltzmannMachine:
         out: Optional[Tensor] = None,
         codes: Optional[dict] = None,
         unscaled_input: Optional[Tensor] = None,
+        sampled: bool = False,
     ) -> Tensor:
         """field_l + s * (x_{l-1} W_{l-1} + x_{l+1} W_l^T): the natural parameters `Layer.sample_natural_` draws
-        layer l from (its field added in the product), into `out` when given."""
+        layer l from (its field added in the product), into `out` when given; `sampled` as in `unscaled_input`."""
         field = self.layers[l].field(self.biases[l])
         if unscaled_input is not None:
             return torch.add(field, unscaled_input, alpha=self.weight_scale, **({} if out is None else {"out": out}))
-        return self._products(layers, l, out, codes, bias=field, alpha=self.weight_scale)
+        return self._products(layers, l, out, codes, bias=field, alpha=self.weight_scale, sampled=sampled)
 
     def layer_input(self, layers: Layers, l: int, unscaled_input: Optional[Tensor] = None) -> Tensor:
         """s * (x_{l-1} W_{l-1} + x_{l+1} W_l^T): what layer l's units see from their neighbours."""

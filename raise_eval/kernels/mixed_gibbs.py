@@ -27,13 +27,18 @@ from raise_eval.models.sampling import sample_bernoulli_probs_
 
 
 def collapse_mixed(
-    model: MixedBoltzmannMachine, layers, out: Optional[BoltzmannState] = None, codes: Optional[dict] = None
+    model: MixedBoltzmannMachine,
+    layers,
+    out: Optional[BoltzmannState] = None,
+    codes: Optional[dict] = None,
+    sampled: bool = False,
 ) -> BoltzmannState:
     """The state for given even layers (odd entries ignored): odd layers summed out, their inputs cached (into
-    `out`'s input tensors when given; `codes`, by layer, the categorical even layers' codes for the gather route)."""
+    `out`'s input tensors when given; `codes`, by layer, the categorical even layers' codes for the gather route;
+    `sampled`: the even layers are the sampler's draws, see `MixedBoltzmannMachine.unscaled_input`)."""
     even = tuple(x if l % 2 == 0 else None for l, x in enumerate(layers))
     inputs = tuple(
-        model.unscaled_input(even, l, out=None if out is None else out.odd_inputs[l], codes=codes)
+        model.unscaled_input(even, l, out=None if out is None else out.odd_inputs[l], codes=codes, sampled=sampled)
         if l % 2 == 1
         else None
         for l in range(model.num_layers)
@@ -77,14 +82,14 @@ def mixed_gibbs_step(
     # Even layers depend only on the odd samples, so `out` may alias `state` from here on.
     for l in range(0, model.num_layers, 2):
         if l not in clamped:
-            z = model.natural_input(layers, l, out=None if out is None else out.layers[l], codes=codes)
+            z = model.natural_input(layers, l, out=None if out is None else out.layers[l], codes=codes, sampled=True)
             scope = None if buffers is None else buffers.scope(f"even{l}")
             layers[l], c = model.layers[l].sample_natural_(z, model.biases[l], generator, scope)
             if c is not None:
                 codes[l] = c
         elif out is not None and out.layers[l] is not state.layers[l]:
             layers[l] = out.layers[l].copy_(state.layers[l])
-    return collapse_mixed(model, layers, out=out, codes=codes)
+    return collapse_mixed(model, layers, out=out, codes=codes, sampled=True)
 
 
 def clone_state(state: BoltzmannState) -> BoltzmannState:

@@ -155,3 +155,30 @@ def test_mismatched_shapes_and_parameters_are_refused():
         MixedBoltzmannMachine(
             [SpinLayer(2), BernoulliLayer(2)], [torch.full((2, 2), float("nan"))], [torch.zeros(2), torch.zeros(2)]
         )
+
+
+@pytest.mark.parametrize("visible", ["gaussian", "categorical", "bernoulli"])
+def test_sampled_bernoulli_neighbours_take_the_binary_routes_and_probabilities_never_do(visible):
+    """The Gibbs step's products from Bernoulli samples go the binary machine's way (torch.mm, oneDNN or the table of
+    subset sums, here forced to the table): equal to torch.mm's up to rounding; without `sampled` (neighbours that
+    may hold probabilities, e.g. a mean-field pass) the table route is never taken, whatever is forced."""
+    from raise_eval.models.boltzmann.mixed import random_mixed_machine
+    from raise_eval.models.boltzmann.products import forced_route, route_choices
+    from raise_eval.models.boltzmann.units import BernoulliLayer, CategoricalLayer, GaussianLayer
+
+    g = torch.Generator().manual_seed(3)
+    first = {"gaussian": GaussianLayer(12), "categorical": CategoricalLayer(4, 3), "bernoulli": BernoulliLayer(12)}
+    model = random_mixed_machine([first[visible], BernoulliLayer(10)], weight_std=0.3, generator=g)
+    h = (torch.rand(64, 10, generator=g) < 0.5).to(model.dtype)
+    probs = torch.rand(64, 10, generator=g, dtype=model.dtype)
+    layers = [None, h]
+    with forced_route("mm"):
+        reference = model.natural_input(layers, 0, sampled=True)
+        mean_field = model.unscaled_input([None, probs], 0)
+    with forced_route("table"):
+        table = model.natural_input(layers, 0, sampled=True)
+        assert torch.equal(model.unscaled_input([None, probs], 0), mean_field)  # not sampled: torch.mm's bits
+    torch.testing.assert_close(table, reference, rtol=1e-5, atol=1e-5)
+    width = model.layer_sizes[0]
+    chosen = [c for c in route_choices() if c.cols == width and c.inner == (10,) and c.binary and c.route == "table"]
+    assert chosen, route_choices()  # the sampled product did take the forced table route
