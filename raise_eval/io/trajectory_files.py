@@ -217,8 +217,9 @@ def load_trajectory_inputs(inputs: TrajectoryInputSettings, init: str) -> Trajec
     labels.pop("checkpoint", None)
     labels["folder"] = str(inputs.folder)
     labels["checkpoints"] = [e.path.name for e in entries]
-    if len(entries) < len(saved):
-        labels["checkpoints kept"] = f"{len(entries)} of {len(saved)}, at least {inputs.min_step_gap} steps apart"
+    if inputs.min_step_gap is not None:
+        labels["min_step_gap"] = inputs.min_step_gap
+        labels["checkpoints_kept"] = f"{len(entries)} of {len(saved)}"
     files = [(f"a checkpoint of {inputs.folder}", str(e.path)) for e in entries]
     files += [f for f in input_files(last, loaded[-1].metadata) if f[0] != "the checkpoint"]
     if (Path(inputs.folder) / MANIFEST).exists():

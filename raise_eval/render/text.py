@@ -291,9 +291,11 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     data = (s["data"] + (f" {split}" if split not in (None, "file") else "")) if s.get("data") else "test vectors"
     start = s["init"] if s["start"] == "prepended" else "the first checkpoint (no weights)"
     first = f", {s['start_steps']} on the first" if s.get("start_steps") else ""
+    kept = s.get("checkpoints_kept")
+    thinned = f" ({kept.replace(' of ', ' of the ')} saved, --min-step-gap {s['min_step_gap']})" if kept else ""
     lines = [
-        f"raise-eval trajectory{where}: {s['num_checkpoints']} checkpoints of a {sizes} {s['family']}, {s['dtype']} on "
-        f"{s['device']}",
+        f"raise-eval trajectory{where}: {s['num_checkpoints']} checkpoints of a {sizes} {s['family']}{thinned}, "
+        f"{s['dtype']} on {s['device']}",
         f"data: {data} ({report.num_test:,} vectors); start: {start}; K = {s['steps']} sub-steps per link{first} "
         f"({s['num_steps']:,} steps), {s['ais_chains']:,} AIS chains; RAISE {s['raise_examples']} x "
         f"{s['raise_chains']} at {sum(c.raise_mean is not None for c in report.checkpoints)} checkpoints; seed "

@@ -203,6 +203,7 @@ def _evaluate(
         "test_subset_indices": None if subset_indices is None else subset_indices.tolist(),
         "device": str(device),
         "dtype": str(dtype).replace("torch.", ""),
+        "threads": torch.get_num_threads(),  # what ran (the settings carry None once the command line has set it)
     }
     return TrajectoryReport(
         settings=report_settings, checkpoints=estimates, links=links, verdict=verdict, interval=interval,
