@@ -66,7 +66,7 @@ def test_min_step_gap_anneals_through_the_kept_checkpoints(run_folder, tmp_path,
     assert [c["step"] for c in doc["checkpoints"]] == [20, 1000]  # 300 is within 500 steps of 20
     assert doc["settings"]["checkpoints"] == ["rbm_step20.pt", "rbm_step1000.pt"]
     assert doc["settings"]["threads"] == 1  # FAST's --threads 1, as run (it read null before)
-    assert doc["settings"]["min_step_gap"] == 500 and doc["settings"]["checkpoints_kept"] == "2 of 3"
+    assert doc["settings"]["min_step_gap"] == 500 and doc["settings"]["checkpoints_saved"] == 3
     assert "2 checkpoints of a 8-6 RBM (2 of the 3 saved, --min-step-gap 500)" in table
     with pytest.raises(SystemExit) as refused:
         main(["trajectory", str(folder), "--data", str(data), *FAST, "--min-step-gap", "0"])

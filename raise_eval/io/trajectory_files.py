@@ -176,9 +176,8 @@ class TrajectoryInputSettings:
 
     def for_checkpoint(self, checkpoint: str) -> InputSettings:
         """The `InputSettings` of one of the run's checkpoints with these data options."""
-        values = {
-            f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in ("folder", "min_step_gap")
-        }
+        shared = {f.name for f in dataclasses.fields(InputSettings)}  # the data options, not the folder's own
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in shared}
         return InputSettings(checkpoint=checkpoint, **values)
 
 
@@ -219,7 +218,7 @@ def load_trajectory_inputs(inputs: TrajectoryInputSettings, init: str) -> Trajec
     labels["checkpoints"] = [e.path.name for e in entries]
     if inputs.min_step_gap is not None:
         labels["min_step_gap"] = inputs.min_step_gap
-        labels["checkpoints_kept"] = f"{len(entries)} of {len(saved)}"
+        labels["checkpoints_saved"] = len(saved)
     files = [(f"a checkpoint of {inputs.folder}", str(e.path)) for e in entries]
     files += [f for f in input_files(last, loaded[-1].metadata) if f[0] != "the checkpoint"]
     if (Path(inputs.folder) / MANIFEST).exists():

@@ -291,8 +291,12 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     data = (s["data"] + (f" {split}" if split not in (None, "file") else "")) if s.get("data") else "test vectors"
     start = s["init"] if s["start"] == "prepended" else "the first checkpoint (no weights)"
     first = f", {s['start_steps']} on the first" if s.get("start_steps") else ""
-    kept = s.get("checkpoints_kept")
-    thinned = f" ({kept.replace(' of ', ' of the ')} saved, --min-step-gap {s['min_step_gap']})" if kept else ""
+    thinned = ""
+    if s.get("min_step_gap") is not None:
+        thinned = render_names(
+            f" ({s['num_checkpoints']} of the {s['checkpoints_saved']} saved, {{min_step_gap}} {s['min_step_gap']})",
+            names,
+        )
     lines = [
         f"raise-eval trajectory{where}: {s['num_checkpoints']} checkpoints of a {sizes} {s['family']}{thinned}, "
         f"{s['dtype']} on {s['device']}",
