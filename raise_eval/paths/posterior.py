@@ -24,6 +24,7 @@ from torch import Tensor
 
 from raise_eval.models.boltzmann.dbm import DBM, mean_field_logits
 from raise_eval.models.boltzmann.dbn import DBN
+from raise_eval.models.boltzmann.products import neighbour_product
 from raise_eval.models.sampling import sample_bernoulli_logits, sample_bernoulli_logits_
 
 # Below this |logit step| the increment softplus(z + d) - softplus(z) is taken as log1p(sigmoid(z) expm1(d))
@@ -230,7 +231,7 @@ def _fold_log_sum(pairs: list[tuple[Tensor, Tensor]], rest: Tensor) -> Tensor:
     return torch.log(rest).sum(-1)
 
 
-# Largest |weight| for which the bounded sweep's curvature bound w^2 e^|w| / 2 stays useful and finite.
+# Largest |weight| for which the bounded sweep's bound on the Taylor rest, |w|^3 e^|w| / 6, stays useful and finite.
 _BOUNDED_MAX_WEIGHT = 20.0
 _BOUND_BLOCK = 16  # units whose bounds the bounded sweep computes at once (and moves after each flip in the block)
 _SERIES_MAX_STEP = 0.1  # |x| up to which `_expm1_small_`'s series is exact to float64 rounding
@@ -364,7 +365,7 @@ class DBNPosteriorPath:
     # State entries per chunk of per-vector AIS (`raise_eval.estimators.unnormalized.ais_chunk_vectors`): four times
     # the default, because the sweep's per-unit work (a dozen small ops per unit, gathers of the chains that flip)
     # costs the same for few rows as for many: 731 us per chain-step at 760 rows against 504 at 4,000 (784-500-2000,
-    # one thread).
+    # one thread; with the second-order bounds, 653 us at 1,300 rows against 528 to 585 at 3,070 to 4,000).
     chunk_elements = 2**25
 
     def __init__(self, model: DBN, bounded: Optional[bool] = None):
@@ -378,20 +379,19 @@ class DBNPosteriorPath:
         # Per directed hidden layer l: row j of W_{l-1}^T moves a_{l-1} when unit j flips; its factors e^(+-w).
         self._rows = [None] + [model.weights[l - 1].t().contiguous() for l in range(1, L)]
         self._exp_rows = [None] + [torch.stack([w.exp(), (-w).exp()], dim=1) for w in self._rows[1:]]  # (n_l, 2, n)
-        # The bounded sweep's curvature matrices 1/2 w^2 e^|w| and the rounding scale of its bounds, per unit.
+        # The bounded sweep's Taylor coefficients per unit, stored transposed like _rows (a block of units is a block
+        # of contiguous rows): (n_l, 2, n_{l-1}) holding w^2 / 2 (the second-order term) and |w|^3 e^|w| / 6 (the
+        # bound on the rest) side by side; and per unit eps times the sum of all three coefficients' magnitudes,
+        # the unit of the bounds' rounding errors (a list of floats).
         eps = torch.finfo(model.dtype).eps
-        self._curvature, self._margins, self._products = [None] * L, [None] * L, [None] * L
+        self._taylor, self._rounding = [None] * L, [None] * L
         for l in range(1, L):
             w = model.weights[l - 1].double()
             if float(w.abs().max()) <= _BOUNDED_MAX_WEIGHT:
-                curvature = 0.5 * w.square() * w.abs().exp()
-                # stored transposed, like _rows: a block of units is a block of contiguous rows
-                self._curvature[l] = curvature.t().contiguous().to(model.dtype)
-                # S's and U's products stacked, (2, n_l, n_{l-1}): the sweep writes beta U into the second half
-                self._products[l] = torch.stack([self._rows[l], self._curvature[l]])
-                scale = 8 * w.shape[0] * eps * (w.abs().sum(0) + curvature.sum(0))
-                self._margins[l] = scale.to(model.dtype)
-        if bounded and any(c is None for c in self._curvature[1:]):
+                second, rest = 0.5 * w.square(), w.abs().pow(3) * w.abs().exp() / 6
+                self._taylor[l] = torch.stack([second.t(), rest.t()], dim=1).contiguous().to(model.dtype)
+                self._rounding[l] = (eps * (w.abs() + second + rest).sum(0)).tolist()
+        if bounded and any(c is None for c in self._taylor[1:]):
             raise ValueError(f"the bounded sweep needs weights within +-{_BOUNDED_MAX_WEIGHT:g}")
         self.bounded = bounded
         self._buffers: dict[str, Tensor] = {}  # the sweep's temporaries, reused while the shapes stay
@@ -447,7 +447,7 @@ class DBNPosteriorPath:
             below.append(a)
             on.append(torch.sigmoid(a))
             off.append(torch.sigmoid(-a))
-        top_input = torch.matmul(layers[-1], m.weights[-1]) + m.biases[-1]
+        top_input = self._binary_product(layers[-1], m.weights[-1], False, m.biases[-1])
         visible_bias_term = torch.mv(v.double(), m.biases[0].double()).unsqueeze(1)
         visible_input = torch.matmul(v, m.weights[0]).unsqueeze(1)
         return DBNPosteriorState(
@@ -455,9 +455,23 @@ class DBNPosteriorPath:
             visible_bias_term,
         )  # fmt: skip
 
-    def _below_logits(self, x: Tensor, l: int) -> Tensor:
+    def _below_logits(self, x: Tensor, l: int, out: Optional[Tensor] = None) -> Tensor:
         """a_{l-1} = x_l W_{l-1}^T + b_{l-1}, shaped (*batch, n_{l-1})."""
-        return torch.matmul(x, self._rows[l]) + self.model.biases[l - 1]
+        return self._binary_product(x, self._rows[l], False, self.model.biases[l - 1], out)
+
+    @staticmethod
+    def _binary_product(x: Tensor, weight: Tensor, transposed: bool, bias: Tensor, out: Optional[Tensor] = None):
+        """bias + x W (x W^T when `transposed`) for binary x shaped (*batch, n), through the product route the
+        models' sampling steps use (`raise_eval.models.boltzmann.products`: on the CPU, the fastest of torch.mm,
+        oneDNN and the table of subset sums, chosen by timing once per shape). The state is rebuilt from its
+        layers with the same function (`state_from_layers`), so it has the same bits as the one the kernel
+        carries."""
+        batch = x.shape[:-1]
+        x = x.reshape(-1, x.shape[-1]).contiguous()
+        cols = weight.shape[0] if transposed else weight.shape[1]
+        flat_out = None if out is None else out.view(-1, cols)
+        result = neighbour_product([(x, weight, transposed)], flat_out, bias=bias, binary=True)
+        return result.view(*batch, cols) if out is None else out
 
     # ----------------------------------------------------------------- densities
     def log_target_minus_base(self, state: DBNPosteriorState) -> Tensor:
@@ -513,8 +527,7 @@ class DBNPosteriorPath:
                 t = state.top_input
                 x_top = torch.lerp(state.base_logits[L], t, beta, out=self._buffer("top z", t))
                 sample_bernoulli_logits_(x_top, generator)
-                above = torch.matmul(x_top, m.weights[L - 1].t(), out=self._buffer(f"linear{l}", x))
-                above.add_(m.biases[L - 1])
+                above = self._binary_product(x_top, m.weights[L - 1], True, m.biases[L - 1], self._buffer(f"linear{l}", x))
             else:  # a_l, the logits of x_l given x_{l+1}
                 above = self._buffer(f"linear{l}", x).copy_(below[l + 1])
             from_below = state.visible_input if l == 1 else torch.matmul(layers[l - 1], m.weights[l - 1])
@@ -522,10 +535,10 @@ class DBNPosteriorPath:
             linear = torch.lerp(state.base_logits[l], above.add_(from_below), beta, out=above)
             self._sweep_(l, layers[l], linear, below[l], state.below_on[l], state.below_off[l], beta, generator)
             # exact again: the sweep's incremental updates carry roundings
-            a = torch.matmul(layers[l], self._rows[l], out=below[l]).add_(m.biases[l - 1])
+            a = self._below_logits(layers[l], l, out=below[l])
             torch.sigmoid(a, out=state.below_on[l])
             torch.neg(a, out=state.below_off[l]).sigmoid_()
-        torch.matmul(layers[L - 1], m.weights[L - 1], out=state.top_input).add_(m.biases[L])
+        self._binary_product(layers[L - 1], m.weights[L - 1], False, m.biases[L], out=state.top_input)
         return state
 
     def _buffer(self, name: str, like: Tensor, shape: Optional[tuple] = None) -> Tensor:
@@ -545,7 +558,7 @@ class DBNPosteriorPath:
         a, p_on, p_off = (t.view(x.shape[0], -1) for t in (a, p_on, p_off))
         bounded = self.bounded
         if bounded is None:  # the bounded sweep picks rows with indices: on a GPU each pick would wait for the host
-            bounded = x.device.type == "cpu" and self._curvature[l] is not None
+            bounded = x.device.type == "cpu" and self._taylor[l] is not None
         if bounded:
             self._bounded_sweep_(l, x, linear, a, p_on, p_off, beta, generator)
         else:
@@ -589,41 +602,52 @@ class DBNPosteriorPath:
         undecided; tensors as in `_sweep_`, flattened to (rows, n).
 
         With p = sigmoid(a) and s = 1 - 2 x_j, the softplus term of unit j's logit is s G_j, G_j = sum_i
-        g_i(s w_ij) with g_i(y) = softplus(a_i + y) - softplus(a_i): g_i(0) = 0, g_i'(0) = p_i and 0 < g_i'' <=
-        min(p_i, 1 - p_i) e^|y| on [0, y], so s G_j = S_j + s R_j with S_j = sum_i p_i w_ij (a product, p W) and
-        0 <= R_j <= U_j = sum_i min(p_i, 1 - p_i) w_ij^2 e^|w_ij| / 2 (another product). The logit lin_j - beta
-        s G_j lies in [c - beta U_j, c] (x_j = 0) or [c, c + beta U_j] (x_j = 1), c = lin_j - beta S_j. The unit
-        is drawn as 1{l < logit} with l the logit of a uniform: where l falls outside the interval (widened by a
-        margin for roundings) the draw is decided, and only the other chains compute G_j. After a flip, S and U
-        of the units still to come are moved by the rows' changes of p (small products).
+        g_i(s w_ij) with g_i(y) = softplus(a_i + y) - softplus(a_i): g_i(0) = 0, g_i'(0) = p_i, g_i''(0) = p_i (1 -
+        p_i) and |g_i'''| = sigma (1 - sigma) |1 - 2 sigma| (a_i + y) <= p_i (1 - p_i) e^|y| on [0, y], so by Taylor
+        s G_j = S_j + s Q_j + s R_j with S_j = sum_i p_i w_ij, Q_j = sum_i p_i (1 - p_i) w_ij^2 / 2 and |R_j| <=
+        T_j = sum_i p_i (1 - p_i) |w_ij|^3 e^|w_ij| / 6: three products of the chains' moments (p W, and p (1 - p)
+        times two fixed matrices). The logit lin_j - beta s G_j lies within beta T_j of c = lin_j - beta (S_j +
+        s Q_j). The unit is drawn as 1{l < logit} with l the logit of a uniform: where l falls outside that interval
+        (widened by a margin for roundings) the draw is decided, and only the other chains compute G_j. After a
+        flip, S, Q and T of the units still to come in the block are moved by the flipped rows' changes of the
+        moments (small products).
         """
-        n_units, n_rows = x.shape[-1], x.shape[0]
-        exp_rows, margins, folds = self._exp_rows[l], self._margins[l], self._folds[l]
-        # The products of S and U, stacked: (2, n_l, n_{l-1}), U's scaled by beta.
-        products = self._products[l]
-        torch.mul(self._curvature[l], beta, out=products[1])
-        # The sweep's own copy of p, 1 - p and min(p, 1 - p), interleaved per chain so that the rows of chains that
+        n_units, n_rows, n_below = x.shape[-1], x.shape[0], a.shape[-1]
+        exp_rows, rounding, folds = self._exp_rows[l], self._rounding[l], self._folds[l]
+        slopes, taylor = self._rows[l], self._taylor[l].view(-1, n_below)  # (n_l, n), (2 n_l, n): Q's and T's rows
+        # The sweep's own copy of p, 1 - p and p (1 - p), interleaved per chain so that the rows of chains that
         # flip move in one gather and one scatter; the state's tensors are recomputed after the sweep.
-        work = self._buffer("sweep rows", a, (n_rows, 3, a.shape[-1]))
+        work = self._buffer("sweep rows", a, (n_rows, 3, n_below))
         work[:, 0].copy_(p_on)
         work[:, 1].copy_(p_off)
-        torch.minimum(p_on, p_off, out=work[:, 2])
-        moments = work[:, 0::2].transpose(0, 1)  # (2, rows, n_{l-1}): p and min(p, 1 - p)
+        torch.mul(p_on, p_off, out=work[:, 2])
+        p, pq = work[:, 0], work[:, 2]
         # logits of uniforms, in float64: thresholds up to +-36 before they saturate
         thresholds = torch.logit(torch.rand(x.shape, generator=generator, dtype=torch.float64, device=x.device))
+        # Roundings, in units of eps sum_i |coefficients of unit j| (`_rounding`): a product of n terms errs by at
+        # most n of them (the block's products, then one per flip in the block for its shift), and the moments
+        # carry a few roundings from the sigmoids and from each flip's update (8 a flip, generously). The rest of
+        # the interval's computation (c from lin, S and Q) errs by a few eps |lin| plus the same units.
         flips = torch.zeros(n_rows, dtype=x.dtype, device=x.device)
+        errors = torch.empty_like(flips)
+        slack = torch.abs(linear).mul_(8 * torch.finfo(x.dtype).eps).add_(1e-4)
         for begin in range(0, n_units, _BOUND_BLOCK):
-            # S and beta U of a block of units, for every chain, shaped (2, rows, block); a flip inside the block
-            # moves the rows that flipped
+            # S, and (Q, T) side by side, of a block of units for every chain: (rows, block) and (rows, 2 block);
+            # a flip inside the block moves the rows that flipped
             end = min(begin + _BOUND_BLOCK, n_units)
-            bounds = torch.bmm(moments, products[:, begin:end].transpose(1, 2))
+            slope_sums = torch.mm(p, slopes[begin:end].t())
+            taylor_sums = torch.mm(pq, taylor[2 * begin : 2 * end].t())
+            torch.add(flips, 1.0, out=errors).mul_(8.0).add_(n_below + 8)
             for j in range(begin, end):
                 x_j, k = x[:, j], j - begin
-                center = torch.add(linear[:, j], bounds[0, :, k], alpha=-beta)
-                # roundings of S and U (and of their updates after each flip of the row), and of the sums themselves
-                margin = torch.add(flips, 1.0).mul_(beta * margins[j]).add_(1e-3)
-                low = torch.addcmul(center, bounds[1, :, k], 1.0 - x_j, value=-1.0).sub_(margin)
-                high = torch.addcmul(center, bounds[1, :, k], x_j).add_(margin)
+                second, rest = taylor_sums[:, 2 * k], taylor_sums[:, 2 * k + 1]
+                # c = lin - beta S - beta (1 - 2 x) Q
+                center = torch.add(linear[:, j], slope_sums[:, k], alpha=-beta).sub_(second, alpha=beta)
+                center.addcmul_(second, x_j, value=2.0 * beta)
+                # beta T, widened for the roundings
+                half_width = torch.add(slack[:, j], rest, alpha=beta).add_(errors, alpha=beta * rounding[j])
+                low = torch.sub(center, half_width)
+                high = center.add_(half_width)
                 level = thresholds[:, j]
                 new = (level < low).to(x.dtype)
                 undecided = torch.nonzero((level >= low) & (level < high)).squeeze(-1)
@@ -641,22 +665,25 @@ class DBNPosteriorPath:
                 idx = torch.nonzero(change).squeeze(-1)
                 if idx.numel() > 0:
                     # a moves by s w: p' = p e^(s w) / F and 1 - p' = (1 - p) / F, F = 1 - p + p e^(s w)
-                    moved = work.index_select(0, idx)  # (flipped, 3, n_{l-1})
-                    before = moved[:, 0::2].clone() if j + 1 < end else None
+                    before = work.index_select(0, idx)  # (flipped, 3, n_{l-1})
+                    moved = torch.empty_like(before)
                     turned_off = change.index_select(0, idx).lt(0).long()
-                    on, off = moved[:, 0].mul_(exp_rows[j].index_select(0, turned_off)), moved[:, 1]
-                    factor = torch.add(off, on)
+                    on = torch.mul(before[:, 0], exp_rows[j].index_select(0, turned_off), out=moved[:, 0])
+                    factor = torch.add(before[:, 1], on)
                     on.div_(factor)
-                    off.div_(factor)
-                    torch.minimum(on, off, out=moved[:, 2])
+                    off = torch.div(before[:, 1], factor, out=moved[:, 1])
+                    torch.mul(on, off, out=moved[:, 2])
                     work.index_copy_(0, idx, moved)
                     flips.index_add_(0, idx, torch.ones_like(idx, dtype=x.dtype))
+                    # the shifts' products (n each, and their sums) and the flip's update of the moments
+                    errors.index_add_(0, idx, torch.full_like(idx, n_below + 16, dtype=x.dtype))
                     if j + 1 < end:
-                        shift = torch.bmm(
-                            torch.sub(moved[:, 0::2], before, out=before).transpose(0, 1),
-                            products[:, j + 1 : end].transpose(1, 2),
+                        delta = before[:, 0::2]  # (flipped, 2, n): the changes of p and p (1 - p)
+                        torch.sub(moved[:, 0::2], delta, out=delta)
+                        slope_sums[:, k + 1 :].index_add_(0, idx, torch.mm(delta[:, 0], slopes[j + 1 : end].t()))
+                        taylor_sums[:, 2 * k + 2 :].index_add_(
+                            0, idx, torch.mm(delta[:, 1], taylor[2 * j + 2 : 2 * end].t())
                         )
-                        bounds[:, :, k + 1 :].index_add_(1, idx, shift)
 
 
 def posterior_path(model) -> DBMPosteriorPath | DBNPosteriorPath:
