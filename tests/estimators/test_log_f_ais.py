@@ -355,10 +355,11 @@ def test_softplus_increment_is_accurate():
 
 
 def _bounded_sweep_mismatches(model, v, chains: int, betas, seed: int) -> tuple[int, int]:
-    """(draws, draws that differ from 1{threshold < exact logit}) for the bounded sweep of x_1, replayed in float64:
-    each unit's logit is recomputed from the model's softplus terms with the layer as the sweep left it so far, and
-    compared with the sweep's own thresholds (regenerated from the generator's state before the sweep). Draws whose
-    threshold is within 1e-4 of the exact logit are not counted (the sweep's exact route computes in float32)."""
+    """(draws, draws that differ from 1{threshold < exact logit}) of the bounded sweeps of every directed hidden
+    layer x_l, replayed in float64: each unit's logit is recomputed from the model's softplus terms of the layer
+    below, with x_l as the sweep left it so far, and compared with the sweep's own thresholds (regenerated from the
+    generator's state before the sweep). Draws whose threshold is within 1e-4 of the exact logit are not counted
+    (the sweep's exact route computes in float32)."""
     path = DBNPosteriorPath(model, bounded=True)
     g = torch.Generator().manual_seed(seed)
     state, _ = path.start(v, chains, g)
@@ -367,42 +368,47 @@ def _bounded_sweep_mismatches(model, v, chains: int, betas, seed: int) -> tuple[
     sweep = path._sweep_
 
     def recording_sweep(l, x, linear, a, p_on, p_off, beta, generator):
-        seen.update(x=x.clone(), linear=linear.clone(), generator=generator.get_state(), beta=beta)
+        seen[l] = dict(x=x.clone(), linear=linear.clone(), generator=generator.get_state())
         sweep(l, x, linear, a, p_on, p_off, beta, generator)
-        seen["after"] = x.clone()
+        seen[l]["after"] = x.clone()
 
     path._sweep_ = recording_sweep
     draws = wrong = 0
-    w, b = model.weights[0].double(), model.biases[0].double()
     for beta in betas:
         path.transition_(state, beta, g)
-        x = seen["x"].reshape(-1, model.layer_sizes[1]).double()
-        after = seen["after"].reshape(x.shape).double()
-        linear = seen["linear"].reshape(x.shape).double()
-        replay = torch.Generator()
-        replay.set_state(seen["generator"])
-        levels = torch.logit(torch.rand(x.shape, generator=replay, dtype=torch.float64))
-        for j in range(x.shape[1]):
-            a = x @ w.t() + b
-            s = 1.0 - 2.0 * x[:, j : j + 1]
-            softplus_terms = (torch.nn.functional.softplus(a + s * w[:, j]) - torch.nn.functional.softplus(a)).sum(1)
-            logit = linear[:, j] - beta * s.squeeze(1) * softplus_terms
-            counted = (levels[:, j] - logit).abs() >= 1e-4
-            wrong += int(((levels[:, j] < logit).double() != after[:, j])[counted].sum())
-            draws += int(counted.sum())
-            x[:, j] = after[:, j]
+        for l, record in seen.items():
+            w, b = model.weights[l - 1].double(), model.biases[l - 1].double()
+            x = record["x"].reshape(-1, model.layer_sizes[l]).double()
+            after = record["after"].reshape(x.shape).double()
+            linear = record["linear"].reshape(x.shape).double()
+            replay = torch.Generator()
+            replay.set_state(record["generator"])
+            levels = torch.logit(torch.rand(x.shape, generator=replay, dtype=torch.float64))
+            for j in range(x.shape[1]):
+                a = x @ w.t() + b
+                s = 1.0 - 2.0 * x[:, j : j + 1]
+                terms = torch.nn.functional.softplus(a + s * w[:, j]) - torch.nn.functional.softplus(a)
+                logit = linear[:, j] - beta * s.squeeze(1) * terms.sum(1)
+                counted = (levels[:, j] - logit).abs() >= 1e-4
+                wrong += int(((levels[:, j] < logit).double() != after[:, j])[counted].sum())
+                draws += int(counted.sum())
+                x[:, j] = after[:, j]
+        seen.clear()
     return draws, wrong
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+@pytest.mark.parametrize("sizes", [(60, 40, 30), (60, 40, 30, 20)], ids=["2-hidden", "3-hidden"])
 @pytest.mark.parametrize("weight_std", [0.5, 1.5, 4.0])
-def test_the_bounded_sweep_draws_what_the_exact_logits_draw(weight_std):
+def test_the_bounded_sweep_draws_what_the_exact_logits_draw(weight_std, sizes, dtype):
     """The bounded sweep decides most draws from Taylor bounds on the logit (p W, p (1 - p) w^2 / 2, and a bound
-    on the rest): every draw equals the draw from the exact float64 logit with the same uniform (float32 model,
-    200 chains, 40 units, betas from 0 to 1). Deterministic (fixed seeds)."""
-    model = DBN.random((60, 40, 30), weight_std=weight_std, bias_std=1.0, generator=torch.Generator().manual_seed(1))
-    v = (torch.rand(20, 60, generator=torch.Generator().manual_seed(2)) < 0.4).float()
+    on the rest): every draw equals the draw from the exact float64 logit with the same uniform (200 chains, every
+    directed hidden layer, betas from 0 to 1). Deterministic (fixed seeds)."""
+    model = DBN.random(sizes, weight_std=weight_std, bias_std=1.0, generator=torch.Generator().manual_seed(1))
+    model = model.to(dtype=dtype)
+    v = (torch.rand(20, 60, generator=torch.Generator().manual_seed(2)) < 0.4).to(dtype)
     draws, wrong = _bounded_sweep_mismatches(model, v, 10, [0.0, 0.05, 0.3, 0.7, 1.0, 1.0], seed=0)
-    assert draws > 47_000 and wrong == 0
+    assert draws > 0.98 * 200 * 6 * sum(sizes[1:-1]) and wrong == 0
 
 
 def test_the_replay_catches_a_bound_that_is_too_narrow(monkeypatch):
