@@ -331,3 +331,21 @@ def test_monitor_checks_its_certify_settings_when_made():
     ):
         with pytest.raises(ValueError, match=says):
             LikelihoodMonitor(test, steps=100, **kwargs)
+
+
+def test_a_closed_interval_says_which_side_is_which():
+    """RAISE normally lies below AIS and the interval runs from RAISE to AIS; when RAISE came out above AIS
+    (within the noise) the table says so instead of calling the upper end RAISE's."""
+    import dataclasses
+
+    model = _easy_rbm()
+    cert = certify_fn(model, _test_vectors(model), tolerance=0.5, steps=10, max_steps=640, **SMALL)
+    assert cert.verdict == "closed"
+    last = cert.history[-1]
+    below = dataclasses.replace(last, raise_mean=last.ais_mean - 0.01)
+    above = dataclasses.replace(last, raise_mean=last.ais_mean + 0.01)
+    cert.history[-1] = below
+    assert "(RAISE to AIS, ±2 standard errors" in cert.format_table()
+    cert.history[-1] = above
+    table = cert.format_table()
+    assert "(AIS to RAISE: RAISE came out above AIS, within the noise, ±2 standard errors" in table

@@ -151,7 +151,8 @@ def certificate_table(cert, names: Optional[dict[str, str]] = None) -> str:
         lo, hi = cert.interval
         lines.append(
             f"verdict: CLOSED at K = {cert.history[-1].steps}: the average test log-likelihood lies in "
-            f"[{lo:.4f}, {hi:.4f}] (RAISE to AIS, ±2 standard errors"
+            f"[{lo:.4f}, {hi:.4f}] ({_interval_ends(cert.history[-1].raise_mean, cert.history[-1].ais_mean)}, ±2 "
+            "standard errors"
             + (
                 ", and the log f(v) check's rise above"
                 if cert.report is not None and log_f_allowance(cert.report) > 0
@@ -175,6 +176,14 @@ def certificate_table(cert, names: Optional[dict[str, str]] = None) -> str:
     lines.append(f"certified run: {cert.seconds:.1f} s")
     lines += [f"note: {render_names(n, names)}" for n in cert.notes]
     return "\n".join(lines)
+
+
+def _interval_ends(raise_mean, ais_mean) -> str:
+    """What a closed interval spans: RAISE (conservative) below AIS (optimistic), or the other way round when
+    RAISE came out above AIS within the noise."""
+    if raise_mean is not None and ais_mean is not None and raise_mean > ais_mean:
+        return "AIS to RAISE: RAISE came out above AIS, within the noise"
+    return "RAISE to AIS"
 
 
 def _f(x: Optional[float], width: int, digits: int = 4) -> str:
@@ -298,8 +307,8 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
             names,
         )
     lines = [
-        f"raise-eval trajectory{where}: {s['num_checkpoints']} checkpoints of a {sizes} {s['family']}{thinned}, "
-        f"{s['dtype']} on {s['device']}",
+        f"raise-eval trajectory{where}: {s['num_checkpoints']} checkpoint{'' if s['num_checkpoints'] == 1 else 's'} "
+        f"of a {sizes} {s['family']}{thinned}, {s['dtype']} on {s['device']}",
         f"data: {data} ({report.num_test:,} vectors); start: {start}; K = {s['steps']} sub-steps per link{first} "
         f"({s['num_steps']:,} steps), {s['ais_chains']:,} AIS chains; RAISE {s['raise_examples']} x "
         f"{s['raise_chains']} at {sum(c.raise_mean is not None for c in report.checkpoints)} checkpoints; seed "
@@ -337,7 +346,8 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
         lo, hi = report.interval
         lines.append(
             f"verdict on the last checkpoint (step {final.step}, tolerance {_nats(s['tolerance'])}): CLOSED: the "
-            f"average test log-likelihood lies in [{lo:.4f}, {hi:.4f}] (RAISE to AIS, ±2 standard errors)"
+            f"average test log-likelihood lies in [{lo:.4f}, {hi:.4f}] ({_interval_ends(final.raise_mean, final.ais_mean)}"
+            ", ±2 standard errors)"
         )
     else:
         lines.append(f"verdict on the last checkpoint (step {final.step}, tolerance {_nats(s['tolerance'])}): OPEN")
