@@ -73,6 +73,27 @@ def test_min_step_gap_anneals_through_the_kept_checkpoints(run_folder, tmp_path,
     assert refused.value.code == 2 and "--min-step-gap must be an integer of at least 1" in capsys.readouterr().err
 
 
+def test_from_step_leaves_out_the_earlier_checkpoints(run_folder, tmp_path, capsys):
+    """--from-step: the path reaches the first checkpoint at or after the step from the independent start; the
+    table and the JSON say which were left out; a step after the last checkpoint is refused by its flag."""
+    folder, data = run_folder
+    out = tmp_path / "t.json"
+    code = main(["trajectory", str(folder), "--data", str(data), *FAST, "--from-step", "100", "--json", str(out)])
+    table = capsys.readouterr().out
+    assert code in (0, 3)
+    doc = json.loads(out.read_text())
+    assert [c["step"] for c in doc["checkpoints"]] == [300, 1000]
+    assert doc["settings"]["from_step"] == 100 and doc["settings"]["checkpoints_saved"] == 3
+    assert "2 checkpoints of a 8-6 RBM (2 of the 3 saved, --from-step 100)" in table
+    main(["trajectory", str(folder), "--data", str(data), *FAST, "--from-step", "1000", "--min-step-gap", "5"])
+    assert "1 checkpoint of a 8-6 RBM (1 of the 3 saved, --from-step 1000, --min-step-gap 5)" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as refused:
+        main(["trajectory", str(folder), "--data", str(data), *FAST, "--from-step", "1001"])
+    err = capsys.readouterr().err
+    assert refused.value.code == 2
+    assert "--from-step 1001 is after the last checkpoint (step 1000, rbm_step1000.pt)" in err
+
+
 def test_a_manifest_orders_the_files(run_folder):
     folder, _ = run_folder
     write_manifest(folder, [("rbm_step300.pt", 1), ("rbm_step20.pt", 2)])

@@ -99,6 +99,20 @@ def thin_trajectory(entries: list[TrajectoryFile], min_step_gap: Optional[int]) 
     return kept + [entries[-1]]
 
 
+def checkpoints_from(entries: list[TrajectoryFile], from_step: Optional[int]) -> list[TrajectoryFile]:
+    """The checkpoints saved at training step `from_step` or later (all of them when it is None); refused, naming
+    the field, when none is."""
+    if from_step is None:
+        return list(entries)
+    kept = [e for e in entries if e.step >= from_step]
+    if not kept:
+        raise SettingsError(
+            f"{{from_step}} {from_step} is after the last checkpoint (step {entries[-1].step}, "
+            f"{entries[-1].path.name}); give a step at or before it"
+        )
+    return kept
+
+
 def _manifest_advice(folder: Path) -> str:
     return (
         f"name the files by their training step (e.g. step_0000500.pt) or write {folder / MANIFEST}: "
@@ -159,6 +173,14 @@ class TrajectoryInputSettings:
         "and is longer than the straight links between checkpoints far apart (docs/trajectory.md)",
         kind="count", least=1, none="every checkpoint", flag="--min-step-gap", metavar="STEPS", group="annealing",
     )  # fmt: skip
+    from_step: Optional[int] = setting(
+        None,
+        "leave out the checkpoints saved before training step STEP: the path then reaches the first checkpoint at "
+        "or after it from the independent start, through a temperature path of --start-steps sub-steps. For runs "
+        "whose first phase changes the model faster than the chains can follow along the training path, e.g. a "
+        "DBM's greedy pretraining before joint training (docs/trajectory.md)",
+        kind="count", least=0, none="the first checkpoint", flag="--from-step", metavar="STEP", group="annealing",
+    )  # fmt: skip
     data: Optional[str] = _declared_as_in_input_settings("data")
     split: str = _declared_as_in_input_settings("split")
     pixel_order: str = _declared_as_in_input_settings("pixel_order")
@@ -203,7 +225,7 @@ def load_trajectory_inputs(inputs: TrajectoryInputSettings, init: str) -> Trajec
     from raise_eval.paths.trajectory import check_trajectory
 
     saved = list_trajectory(inputs.folder)
-    entries = thin_trajectory(saved, inputs.min_step_gap)
+    entries = thin_trajectory(checkpoints_from(saved, inputs.from_step), inputs.min_step_gap)
     loaded = [load_model(inputs.for_checkpoint(str(e.path))) for e in entries]
     models = [c.model for c in loaded]
     try:
@@ -216,8 +238,11 @@ def load_trajectory_inputs(inputs: TrajectoryInputSettings, init: str) -> Trajec
     labels.pop("checkpoint", None)
     labels["folder"] = str(inputs.folder)
     labels["checkpoints"] = [e.path.name for e in entries]
+    if inputs.from_step is not None:
+        labels["from_step"] = inputs.from_step
     if inputs.min_step_gap is not None:
         labels["min_step_gap"] = inputs.min_step_gap
+    if len(entries) < len(saved):
         labels["checkpoints_saved"] = len(saved)
     files = [(f"a checkpoint of {inputs.folder}", str(e.path)) for e in entries]
     files += [f for f in input_files(last, loaded[-1].metadata) if f[0] != "the checkpoint"]

@@ -383,14 +383,20 @@ class DBNPosteriorPath:
         # of contiguous rows): (n_l, 2, n_{l-1}) holding w^2 / 2 (the second-order term) and |w|^3 e^|w| / 6 (the
         # bound on the rest) side by side; and per unit eps times the sum of all three coefficients' magnitudes,
         # the unit of the bounds' rounding errors (a list of floats).
+        # The bounded sweep keeps p = sigmoid(a) and 1 - p of the layer below by multiplicative updates, accurate
+        # relative to themselves only while neither underflows (once 0, p stays 0 through later flips: a reviewer's
+        # finding). `_fragile[l]`: the logits a_{l-1} can reach beyond the dtype's range (over every configuration
+        # of x_l), so the sweep recomputes the rows whose p or 1 - p fell below the smallest normal number.
         eps = torch.finfo(model.dtype).eps
-        self._taylor, self._rounding = [None] * L, [None] * L
+        self._taylor, self._rounding, self._fragile = [None] * L, [None] * L, [False] * L
         for l in range(1, L):
-            w = model.weights[l - 1].double()
+            w, b = model.weights[l - 1].double(), model.biases[l - 1].double()
             if float(w.abs().max()) <= _BOUNDED_MAX_WEIGHT:
                 second, rest = 0.5 * w.square(), w.abs().pow(3) * w.abs().exp() / 6
                 self._taylor[l] = torch.stack([second.t(), rest.t()], dim=1).contiguous().to(model.dtype)
                 self._rounding[l] = (eps * (w.abs() + second + rest).sum(0)).tolist()
+                reach = torch.maximum((b + w.clamp(max=0).sum(1)).abs(), (b + w.clamp(min=0).sum(1)).abs())
+                self._fragile[l] = float(reach.max()) > limit
         if bounded and any(c is None for c in self._taylor[1:]):
             raise ValueError(f"the bounded sweep needs weights within +-{_BOUNDED_MAX_WEIGHT:g}")
         self.bounded = bounded
@@ -527,7 +533,8 @@ class DBNPosteriorPath:
                 t = state.top_input
                 x_top = torch.lerp(state.base_logits[L], t, beta, out=self._buffer("top z", t))
                 sample_bernoulli_logits_(x_top, generator)
-                above = self._binary_product(x_top, m.weights[L - 1], True, m.biases[L - 1], self._buffer(f"linear{l}", x))
+                above = self._buffer(f"linear{l}", x)
+                self._binary_product(x_top, m.weights[L - 1], True, m.biases[L - 1], out=above)
             else:  # a_l, the logits of x_l given x_{l+1}
                 above = self._buffer(f"linear{l}", x).copy_(below[l + 1])
             from_below = state.visible_input if l == 1 else torch.matmul(layers[l - 1], m.weights[l - 1])
@@ -597,6 +604,21 @@ class DBNPosteriorPath:
         p_on.index_copy_(0, idx, torch.sigmoid(moved))
         p_off.index_copy_(0, idx, moved.neg_().sigmoid_())
 
+    def _recompute_fragile_rows_(self, l, x, idx, moved, fragile, tiny) -> None:
+        """Rows `idx` just flipped, their moments updated into `moved` (flipped, 3, n): where a row held or now
+        holds a p or 1 - p below `tiny` (a multiplicative update cannot bring an underflowed value back), its
+        moments are recomputed from its logits a = x W^T + b, and `fragile` (rows,) is updated for it."""
+        suspect = fragile.index_select(0, idx) | moved[:, :2].lt(tiny).flatten(1).any(1)
+        where = torch.nonzero(suspect).squeeze(-1)
+        if where.numel() == 0:
+            return
+        rows = idx.index_select(0, where)
+        a = torch.addmm(self.model.biases[l - 1], x.index_select(0, rows), self._rows[l])
+        fresh = torch.stack([torch.sigmoid(a), torch.sigmoid(-a)], dim=1)
+        fresh = torch.cat([fresh, (fresh[:, 0] * fresh[:, 1]).unsqueeze(1)], dim=1)
+        moved.index_copy_(0, where, fresh)
+        fragile.index_copy_(0, rows, fresh[:, :2].lt(tiny).flatten(1).any(1))
+
     def _bounded_sweep_(self, l, x, linear, a, p_on, p_off, beta, generator) -> None:
         """The sweep with the logits bounded by products, computed exactly only where the bounds leave the draw
         undecided; tensors as in `_sweep_`, flattened to (rows, n).
@@ -630,6 +652,9 @@ class DBNPosteriorPath:
         # the interval's computation (c from lin, S and Q) errs by a few eps |lin| plus the same units.
         flips = torch.zeros(n_rows, dtype=x.dtype, device=x.device)
         errors = torch.empty_like(flips)
+        tiny = torch.finfo(x.dtype).tiny
+        # rows holding a p or 1 - p below the smallest normal number (only where the logits can get there)
+        fragile = work[:, :2].lt(tiny).flatten(1).any(1) if self._fragile[l] else None
         slack = torch.abs(linear).mul_(8 * torch.finfo(x.dtype).eps).add_(1e-4)
         for begin in range(0, n_units, _BOUND_BLOCK):
             # S, and (Q, T) side by side, of a block of units for every chain: (rows, block) and (rows, 2 block);
@@ -673,6 +698,8 @@ class DBNPosteriorPath:
                     on.div_(factor)
                     off = torch.div(before[:, 1], factor, out=moved[:, 1])
                     torch.mul(on, off, out=moved[:, 2])
+                    if fragile is not None:
+                        self._recompute_fragile_rows_(l, x, idx, moved, fragile, tiny)
                     work.index_copy_(0, idx, moved)
                     flips.index_add_(0, idx, torch.ones_like(idx, dtype=x.dtype))
                     # the shifts' products (n each, and their sums) and the flip's update of the moments

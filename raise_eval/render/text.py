@@ -301,9 +301,10 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     start = s["init"] if s["start"] == "prepended" else "the first checkpoint (no weights)"
     first = f", {s['start_steps']} on the first" if s.get("start_steps") else ""
     thinned = ""
-    if s.get("min_step_gap") is not None:
+    if s.get("checkpoints_saved") is not None:
+        how = [f"{{{key}}} {s[key]}" for key in ("from_step", "min_step_gap") if s.get(key) is not None]
         thinned = render_names(
-            f" ({s['num_checkpoints']} of the {s['checkpoints_saved']} saved, {{min_step_gap}} {s['min_step_gap']})",
+            f" ({s['num_checkpoints']} of the {s['checkpoints_saved']} saved" + "".join(", " + h for h in how) + ")",
             names,
         )
     lines = [
@@ -346,8 +347,8 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
         lo, hi = report.interval
         lines.append(
             f"verdict on the last checkpoint (step {final.step}, tolerance {_nats(s['tolerance'])}): CLOSED: the "
-            f"average test log-likelihood lies in [{lo:.4f}, {hi:.4f}] ({_interval_ends(final.raise_mean, final.ais_mean)}"
-            ", ±2 standard errors)"
+            f"average test log-likelihood lies in [{lo:.4f}, {hi:.4f}] "
+            f"({_interval_ends(final.raise_mean, final.ais_mean)}, ±2 standard errors)"
         )
     else:
         lines.append(f"verdict on the last checkpoint (step {final.step}, tolerance {_nats(s['tolerance'])}): OPEN")
