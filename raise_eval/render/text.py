@@ -178,6 +178,10 @@ def certificate_table(cert, names: Optional[dict[str, str]] = None) -> str:
     return "\n".join(lines)
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _interval_ends(raise_mean, ais_mean) -> str:
     """What a closed interval spans: RAISE (conservative) below AIS (optimistic), or the other way round when
     RAISE came out above AIS within the noise."""
@@ -308,12 +312,12 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
             names,
         )
     lines = [
-        f"raise-eval trajectory{where}: {s['num_checkpoints']} checkpoint{'' if s['num_checkpoints'] == 1 else 's'} "
+        f"raise-eval trajectory{where}: {_count(s['num_checkpoints'], 'checkpoint')} "
         f"of a {sizes} {s['family']}{thinned}, {s['dtype']} on {s['device']}",
         f"data: {data} ({report.num_test:,} vectors); start: {start}; K = {s['steps']} sub-steps per link{first} "
         f"({s['num_steps']:,} steps), {s['ais_chains']:,} AIS chains; RAISE {s['raise_examples']} x "
-        f"{s['raise_chains']} at {sum(c.raise_mean is not None for c in report.checkpoints)} checkpoints; seed "
-        f"{s['seed']}",
+        f"{s['raise_chains']} at {_count(sum(c.raise_mean is not None for c in report.checkpoints), 'checkpoint')}; "
+        f"seed {s['seed']}",
         "",
         f"{'':10}{'log Z':-^38}  {'test log-likelihood':-^44}",
         f"{'step':>10}{'AIS':>11}{'± s.e.':>8}{'BAR':>11}{'± s.e.':>8}{'exact':>11}"
