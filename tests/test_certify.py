@@ -91,6 +91,30 @@ def test_says_when_the_gap_stopped_shrinking(monkeypatch):
     assert not any("dbn_start" in r for r in cert.reasons)  # an RBM: nothing about DBN starts
 
 
+def test_a_slowly_shrinking_gap_says_its_rate_when_the_trend_is_too_far(monkeypatch):
+    """The committed 784-500-2000 DBN's gaps at K = 100, 200, 400 (91.0, 73.3, 64.9 nats, tolerance 0.5): the
+    trend's K is beyond 10,000 times the last, so the table says how fast the gap shrinks instead."""
+    _fix_gaps(monkeypatch, [91.0177, 73.3343, 64.8837])
+    model = _easy_rbm()
+    cert = certify_fn(model, _test_vectors(model), tolerance=0.5, steps=5, max_steps=20, **SMALL)
+    assert cert.verdict == "open" and cert.needed_steps is None
+    slope = (math.log(64.8837) - math.log(91.0177)) / math.log(4)  # equally spaced log K: the fit's slope is the ends'
+    assert cert.gap_per_doubling == pytest.approx(2**slope, rel=1e-9)
+    table = cert.format_table()
+    assert "the gap shrinks by 16% per doubling of K: at that rate it reaches 0.5 nats only beyond K = 200,000" in table
+    from raise_eval.io.results import to_jsonable
+
+    assert json.loads(json.dumps(to_jsonable(cert)))["gap_per_doubling"] == pytest.approx(cert.gap_per_doubling)
+
+
+def test_a_shrinking_gap_gives_the_trend_k(monkeypatch):
+    _fix_gaps(monkeypatch, [2.0, 1.0, 0.5])
+    model = _easy_rbm()
+    cert = certify_fn(model, _test_vectors(model), tolerance=0.1, steps=5, max_steps=20, **SMALL)
+    assert cert.verdict == "open" and cert.needed_steps == 100 and cert.gap_per_doubling == pytest.approx(0.5)
+    assert "if the trend holds, the gap reaches 0.1 nats at about K = 100" in cert.format_table()
+
+
 def test_a_stalled_unrolled_dbn_is_pointed_to_the_heated_start(monkeypatch):
     """A DBN certificate whose gap stopped shrinking with dbn_start='unrolled' names the heated start, as fields in
     the API and as flags on the command line."""

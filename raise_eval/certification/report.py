@@ -62,6 +62,8 @@ class Certificate:
         low, when log f(v) is estimated); None when open.
     needed_steps: when open and the gap shrank, the K at which it would reach the tolerance if the trend of the
         last Ks (gap ~ K^-a) holds; None when it cannot be said.
+    gap_per_doubling: when open on the gap, the factor by which the gap changed per doubling of K over the last
+        Ks (the same fit); None when fewer than two Ks or the gap is within the tolerance.
     report: the `EvaluationReport` of the last K (the full table and warnings).
     """
 
@@ -79,6 +81,7 @@ class Certificate:
     model: str = ""  # e.g. 'DBM 784-20-500'
 
     ais_label: str = "AIS"  # 'AIS (log f-hat - log Z-hat)' when log f(v) is estimated
+    gap_per_doubling: Optional[float] = None
 
     @property
     def closed(self) -> bool:
@@ -94,6 +97,7 @@ class Certificate:
             "time_budget_seconds": self.time_budget,
             "max_steps": self.max_steps,
             "needed_steps": self.needed_steps,
+            "gap_per_doubling": self.gap_per_doubling,
             "seconds": self.seconds,
             "history": [s.to_dict() for s in self.history],
             "notes": [render_names(n, names) for n in self.notes],

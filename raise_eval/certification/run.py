@@ -20,7 +20,7 @@ from torch import Tensor
 
 from raise_eval.certification.report import Certificate, CertifyInterrupted, CertifyStep
 from raise_eval.certification.settings import CertifySettings
-from raise_eval.certification.verdict import K_INDEPENDENT, reasons_of_step, step_of, trend
+from raise_eval.certification.verdict import K_INDEPENDENT, gap_per_doubling, reasons_of_step, step_of, trend
 from raise_eval.evaluation.plan import plan_evaluation
 from raise_eval.evaluation.report import EvaluationInterrupted
 from raise_eval.evaluation.run import run_evaluation
@@ -234,6 +234,7 @@ def _certify(model, test_data, settings: CertifySettings, train_pixel_means, lab
         max_steps=max_steps,
         history=history,
         needed_steps=None if verdict == "closed" else trend(history, tolerance),
+        gap_per_doubling=None if verdict == "closed" else gap_per_doubling(history, tolerance),
         seconds=time.perf_counter() - start,
         report=report,
         notes=notes,

@@ -120,11 +120,11 @@ def verdict_reasons(*, gap, noise, codes, exact, interval, allowance, method, to
     return [Named(r) for r in reasons]
 
 
-def trend(history: list[CertifyStep], tolerance: float) -> Optional[int]:
-    """K at which the gap would reach `tolerance` if log gap is linear in log K over the last (up to 3) Ks with a
-    positive gap; None when fewer than two such Ks or the gap is not shrinking."""
+def _gap_slope(history: list[CertifyStep], tolerance: float) -> Optional[float]:
+    """The slope of log gap against log K over the last (up to 3) Ks with a positive gap; None when the gap is
+    within the tolerance (not what keeps the sandwich open) or fewer than two such Ks."""
     if not history or history[-1].gap is None or history[-1].gap <= tolerance:
-        return None  # the gap is not what keeps the sandwich open
+        return None
     pts = [(s.steps, s.gap) for s in history if s.gap is not None and s.gap > 0][-3:]
     if len(pts) < 2:
         return None
@@ -134,7 +134,24 @@ def trend(history: list[CertifyStep], tolerance: float) -> Optional[int]:
     sxx = sum((x - mx) ** 2 for x in xs)
     if sxx == 0:
         return None
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx
+
+
+def gap_per_doubling(history: list[CertifyStep], tolerance: float) -> Optional[float]:
+    """The factor by which the gap changed per doubling of K (fitted as `trend` fits it: 0.84 means it shrank
+    by 16% a doubling), or None when it cannot be said."""
+    slope = _gap_slope(history, tolerance)
+    return None if slope is None else 2.0**slope
+
+
+def trend(history: list[CertifyStep], tolerance: float) -> Optional[int]:
+    """K at which the gap would reach `tolerance` if log gap is linear in log K over the last (up to 3) Ks with a
+    positive gap; None when fewer than two such Ks, the gap is not shrinking, or that K is more than 10,000 times
+    the last (`gap_per_doubling` then says how slowly it shrinks)."""
+    slope = _gap_slope(history, tolerance)
+    if slope is None:
+        return None
+    pts = [(s.steps, s.gap) for s in history if s.gap is not None and s.gap > 0]
     if slope >= -0.1:  # shrinking by less than 7% per doubling: too flat to extrapolate
         return None
     k_last, g_last = pts[-1]

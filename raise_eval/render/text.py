@@ -173,6 +173,18 @@ def certificate_table(cert, names: Optional[dict[str, str]] = None) -> str:
             lines.append(
                 f"  if the trend holds, the gap reaches {cert.tolerance:g} nats at about K = {cert.needed_steps:,}"
             )
+        elif cert.gap_per_doubling is not None and cert.history:
+            rate, last_k = cert.gap_per_doubling, cert.history[-1].steps
+            if rate < 2.0**-0.1:
+                lines.append(
+                    f"  the gap shrinks by {1 - rate:.0%} per doubling of K: at that rate it reaches "
+                    f"{cert.tolerance:g} nats only beyond K = {10_000 * last_k:,} (10,000 times the last K), so more "
+                    "K alone will not close it in practice"
+                )
+            else:
+                lines.append(
+                    f"  the gap changes by a factor {rate:.2f} per doubling of K: too little for more K to close it"
+                )
     lines.append(f"certified run: {cert.seconds:.1f} s")
     lines += [f"note: {render_names(n, names)}" for n in cert.notes]
     return "\n".join(lines)
