@@ -139,3 +139,24 @@ def test_trajectory_is_listed_in_the_commands_help(capsys):
     with pytest.raises(SystemExit):
         main(["--help"])
     assert "trajectory" in capsys.readouterr().out
+
+
+def test_an_estimated_log_f_names_this_commands_remedies(tmp_path, capsys):
+    """A DBM trajectory without enumeration estimates log f(v) unchecked: the warning points to options this command
+    has (--exact always, --max-exact-units) and to a certified evaluation, not to the evaluation's log f(v) check."""
+    folder = tmp_path / "dbm"
+    folder.mkdir()
+    for step, model in zip([0, 10], random_walk((8, 5, 4), checkpoints=2, seed=3)):
+        save_checkpoint(folder / f"dbm_step{step}.pt", model.to(dtype=torch.float32), metadata={"step": step})
+    data = tmp_path / "test.npy"
+    np.save(data, (np.random.default_rng(0).random((30, 8)) < 0.5).astype(np.float32))
+    main(["trajectory", str(folder), "--data", str(data), *FAST, "--exact", "never", "--max-exact-units", "1"])
+    out = capsys.readouterr().out
+    assert "warning [log-f-unchecked]" in out and "Give --exact always (with --max-exact-units" in out
+    assert "log_f_check" not in out and "--log-f-check" not in out
+
+
+def test_a_missing_folder_is_named_as_the_usage_names_it(tmp_path, capsys):
+    with pytest.raises(SystemExit) as refused:
+        main(["trajectory", str(tmp_path / "nowhere")])
+    assert refused.value.code == 2 and f"DIR {tmp_path / 'nowhere'} does not exist" in capsys.readouterr().err

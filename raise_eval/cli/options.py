@@ -74,7 +74,7 @@ def flags(*classes) -> dict[str, str]:
     for cls in classes:
         for spec in declarations(cls):
             if spec.flag is not None:
-                out[spec.name] = spec.flag if spec.flag.startswith("-") else spec.name.upper()
+                out[spec.name] = spec.flag if spec.flag.startswith("-") else (spec.metavar or spec.name.upper())
     return out
 
 

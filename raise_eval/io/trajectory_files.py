@@ -168,8 +168,8 @@ class TrajectoryInputSettings:
     )  # fmt: skip
     min_step_gap: Optional[int] = setting(
         None,
-        "anneal through the checkpoints at least STEPS training steps apart (the first and the last always), not "
-        "every one saved: a path through every checkpoint retraces the training's noise and its momentum changes, "
+        "anneal through the checkpoints at least STEPS training steps apart (the first and the last always; one "
+        "closer than STEPS to the last is dropped), not every one saved: a path through every checkpoint retraces the training's noise and its momentum changes, "
         "and is longer than the straight links between checkpoints far apart (docs/trajectory.md)",
         kind="count", least=1, none="every checkpoint", flag="--min-step-gap", metavar="STEPS", group="annealing",
     )  # fmt: skip
@@ -177,8 +177,9 @@ class TrajectoryInputSettings:
         None,
         "leave out the checkpoints saved before training step STEP: the path then reaches the first checkpoint at "
         "or after it from the independent start, through a temperature path of --start-steps sub-steps. For runs "
-        "whose first phase changes the model faster than the chains can follow along the training path, e.g. a "
-        "DBM's greedy pretraining before joint training (docs/trajectory.md)",
+        "whose first phase changes the model faster than the chains can follow along the training path (where the "
+        "ESS column falls): a DBM's folder starts with the composed pretrained stack at step 0 (--from-step 1 leaves "
+        "it out), and the narrow MNIST DBM needed --from-step 1250 (docs/trajectory.md)",
         kind="count", least=0, none="the first checkpoint", flag="--from-step", metavar="STEP", group="annealing",
     )  # fmt: skip
     data: Optional[str] = _declared_as_in_input_settings("data")

@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from raise_eval import exact as exact_mod
+from raise_eval.diagnostics import Warning
 from raise_eval.estimators.bar import bar_ladder
 from raise_eval.estimators.ladder import ladder_pass
 from raise_eval.estimators.raise_ import raise_log_likelihood
@@ -287,4 +288,15 @@ def _verdict(
         log_f_method=final.log_f_method, init=settings.init, tolerance=settings.tolerance,
         earlier_best=max((c.exact_mean if c.exact_mean is not None else c.ais_mean for c in earlier), default=None),
     )  # fmt: skip
+    # the evaluation's advice (a log f(v) check) is not an option of this command: say what is
+    warnings = [w if w.code != "log-f-unchecked" else Warning(w.code, TRAJECTORY_LOG_F_UNCHECKED) for w in warnings]
     return warnings, verdict, interval, reasons
+
+
+TRAJECTORY_LOG_F_UNCHECKED = (
+    "log f(v) of the last checkpoint is estimated by importance sampling, which a trajectory run does not check "
+    "for bias: an estimate whose proposal misses posterior modes is confidently wrong, so the AIS log-likelihood "
+    "may be off by more than its standard error. Give {exact} always (with {max_exact_units} at least the DBM's "
+    "units to enumerate) where the model is narrow enough, or certify the last checkpoint on its own (raise-eval "
+    "evaluate --until-gap, or raise_eval.certify), which checks it."
+)
