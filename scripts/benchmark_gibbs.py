@@ -236,7 +236,9 @@ def main(argv=None) -> None:
     parser.add_argument("--devices", nargs="+", default=["cpu"], help="devices to time (default: cpu)")
     parser.add_argument("--chains", type=int, default=1000, help="AIS chains in the batch (default 1000)")
     parser.add_argument("--steps", type=int, default=50, help="annealing steps per timed run (default 50)")
-    parser.add_argument("--repeats", type=int, default=7, help="timed rounds per thread count; medians are reported (default 7)")
+    parser.add_argument(
+        "--repeats", type=int, default=7, help="timed rounds per thread count; medians are reported (default 7)"
+    )
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument(
         "--threads",

@@ -144,21 +144,22 @@ def gap_per_doubling(history: list[CertifyStep], tolerance: float) -> Optional[f
     return None if slope is None else 2.0**slope
 
 
+# A gap shrinking by less than 7% per doubling of K is too flat to extrapolate; a trend's K beyond TREND_MAX_FACTOR
+# times the last K is not given (the table says how slowly the gap shrinks instead).
+FLAT_SLOPE = -0.1
+TREND_MAX_FACTOR = 10_000
+
+
 def trend(history: list[CertifyStep], tolerance: float) -> Optional[int]:
     """K at which the gap would reach `tolerance` if log gap is linear in log K over the last (up to 3) Ks with a
-    positive gap; None when fewer than two such Ks, the gap is not shrinking, or that K is more than 10,000 times
-    the last (`gap_per_doubling` then says how slowly it shrinks)."""
+    positive gap; None when fewer than two such Ks, the gap is not shrinking, or that K is more than
+    TREND_MAX_FACTOR times the last (`gap_per_doubling` then says how slowly it shrinks)."""
     slope = _gap_slope(history, tolerance)
-    if slope is None:
+    if slope is None or slope >= FLAT_SLOPE:
         return None
-    pts = [(s.steps, s.gap) for s in history if s.gap is not None and s.gap > 0]
-    if slope >= -0.1:  # shrinking by less than 7% per doubling: too flat to extrapolate
-        return None
-    k_last, g_last = pts[-1]
-    if g_last <= tolerance:
-        return None
-    needed = k_last * (tolerance / g_last) ** (1.0 / slope)
-    if needed > 1e4 * k_last:
+    last = history[-1]  # its gap is above the tolerance (`_gap_slope`)
+    needed = last.steps * (tolerance / last.gap) ** (1.0 / slope)
+    if needed > TREND_MAX_FACTOR * last.steps:
         return None
     return int(math.ceil(needed * (1 - 1e-9)))
 

@@ -169,8 +169,9 @@ class TrajectoryInputSettings:
     min_step_gap: Optional[int] = setting(
         None,
         "anneal through the checkpoints at least STEPS training steps apart (the first and the last always; one "
-        "closer than STEPS to the last is dropped), not every one saved: a path through every checkpoint retraces the training's noise and its momentum changes, "
-        "and is longer than the straight links between checkpoints far apart (docs/trajectory.md)",
+        "closer than STEPS to the last is dropped), not every one saved: a path through every checkpoint retraces "
+        "the training's noise and its momentum changes, and is longer than the straight links between checkpoints "
+        "far apart (docs/trajectory.md)",
         kind="count", least=1, none="every checkpoint", flag="--min-step-gap", metavar="STEPS", group="annealing",
     )  # fmt: skip
     from_step: Optional[int] = setting(

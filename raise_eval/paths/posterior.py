@@ -613,9 +613,12 @@ class DBNPosteriorPath:
         if where.numel() == 0:
             return
         rows = idx.index_select(0, where)
+        # torch.addmm, not `_below_logits`: a few rows of varying count would each have their product route timed
         a = torch.addmm(self.model.biases[l - 1], x.index_select(0, rows), self._rows[l])
-        fresh = torch.stack([torch.sigmoid(a), torch.sigmoid(-a)], dim=1)
-        fresh = torch.cat([fresh, (fresh[:, 0] * fresh[:, 1]).unsqueeze(1)], dim=1)
+        fresh = moved.new_empty((rows.numel(),) + moved.shape[1:])
+        torch.sigmoid(a, out=fresh[:, 0])  # as the state's below_on and below_off are computed
+        torch.neg(a, out=fresh[:, 1]).sigmoid_()
+        torch.mul(fresh[:, 0], fresh[:, 1], out=fresh[:, 2])
         moved.index_copy_(0, where, fresh)
         fragile.index_copy_(0, rows, fresh[:, :2].lt(tiny).flatten(1).any(1))
 

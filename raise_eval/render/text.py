@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from raise_eval.certification.verdict import log_f_allowance
+from raise_eval.certification.verdict import FLAT_SLOPE, TREND_MAX_FACTOR, log_f_allowance
 from raise_eval.evaluation.memory import format_duration
 from raise_eval.settings import format_size, render_names
 from raise_eval.stats import mean_and_stderr
@@ -175,11 +175,11 @@ def certificate_table(cert, names: Optional[dict[str, str]] = None) -> str:
             )
         elif cert.gap_per_doubling is not None and cert.history:
             rate, last_k = cert.gap_per_doubling, cert.history[-1].steps
-            if rate < 2.0**-0.1:
+            if rate < 2.0**FLAT_SLOPE:
                 lines.append(
                     f"  the gap shrinks by {1 - rate:.0%} per doubling of K: at that rate it reaches "
-                    f"{cert.tolerance:g} nats only beyond K = {10_000 * last_k:,} (10,000 times the last K), so more "
-                    "K alone will not close it in practice"
+                    f"{cert.tolerance:g} nats only beyond K = {TREND_MAX_FACTOR * last_k:,} ({TREND_MAX_FACTOR:,} "
+                    "times the last K), so more K alone will not close it in practice"
                 )
             else:
                 lines.append(
