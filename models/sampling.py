@@ -14,8 +14,8 @@ matters (a power-of-two scaling and a Sterbenz subtraction when 0 < d < 1). One 
 gives 8 uniform bytes.
 
 The passes over the probabilities are few because each matters at this size: the bytes are converted to floats,
--d = b - 256 p is computed in one pass and clamped to [-1, 0] (-1: x = 1, 0: x = 0, in between: a tie), the ties are
-found from block minima of the clamped values read as integers, and one absolute value leaves x (and d at the ties).
+-d = b - 256 p is computed in one pass (at most -1: x = 1, at least 0: x = 0, in between: a tie), the ties are found
+from block minima of these values read as integers, their d are gathered, and one comparison -d < 0 leaves x.
 On other devices (CUDA's Philox is fast) the plain comparison with torch.rand is used.
 """
 
@@ -50,12 +50,13 @@ _MINUS_ONE_BITS = {
 
 
 def _tie_indices(neg_d: Tensor) -> Tensor:
-    """Indices, ascending, of the entries strictly between -1 and 0 of a contiguous 1-D float tensor whose values lie
-    in [-1, 0].
+    """Indices, ascending, of the entries strictly between -1 and 0 of a contiguous 1-D float tensor.
 
-    Read as signed integers those entries, and only those, are below the integer of -1. (see _MINUS_ONE_BITS;
-    -0. would count too, harmlessly: its tie is resolved to 0). Ties are rare (1/256), so first find the blocks of
-    32 entries whose minimum is below it, then search only those blocks, gathered and flattened.
+    Read as signed integers those entries, and only those, are below the integer of -1. (see _MINUS_ONE_BITS: a
+    negative float's integer grows with its magnitude from that of -0., the minimum, so -1. and everything beyond
+    it lie above; non-negative floats and NaN are non-negative integers; -0. would count too, harmlessly: its tie is
+    resolved to 0). Ties are rare (1/256), so first find the blocks of 32 entries whose minimum is below it, then
+    search only those blocks, gathered and flattened.
     """
     ints = neg_d.view(torch.int32 if neg_d.dtype == torch.float32 else torch.int64)
     threshold = _MINUS_ONE_BITS[neg_d.dtype]
@@ -81,12 +82,12 @@ def _sample_lazy_bytes(flat_probs: Tensor, generator: torch.Generator, out: Tens
     random_bytes = _scratch("bytes", n, out.dtype).copy_(words.view(torch.uint8))  # a kept buffer, no temporary
     # -d = b - 256 p in one pass (256 p is exact, so the one rounding is the subtraction's, exact where |d| < 1).
     torch.sub(random_bytes, flat_probs, alpha=256.0, out=out)
-    out.clamp_(-1.0, 0.0)
     ties = _tie_indices(out)
-    out.abs_()  # 1. where d >= 1, 0. where d <= 0, d at the ties (abs, not neg: +0., never -0.)
-    if ties.numel() > 0:
+    tie_d = out[ties].neg_() if ties.numel() > 0 else None
+    out.lt_(0.0)  # 1. where d > 0 (d >= 1 but at the ties), 0. where d <= 0 (a NaN p gives 0., as torch.rand's path)
+    if tie_d is not None:
         u = torch.rand(ties.numel(), generator=generator, dtype=out.dtype)
-        out[ties] = u.lt_(out[ties])
+        out[ties] = u.lt_(tie_d)
 
 
 def sample_bernoulli_probs_(probs: Tensor, generator: torch.Generator) -> Tensor:

@@ -21,6 +21,13 @@ over the bare torch.mm products at the first thread count.
     python scripts/benchmark_gibbs.py --threads 1 --all-routes --breakdown
     python scripts/benchmark_gibbs.py --devices cuda               # CUDA: the step against torch.mm
     python scripts/benchmark_gibbs.py --threads 1 --units potts gaussian   # typed layers too, in the same run
+    python scripts/benchmark_gibbs.py --threads 1 --model checkpoints/rbm_mnistCD25-500.pt --beta 0.9
+
+The random RBM's states hold about as many ones as zeros at every beta; a trained model's can be sparse (MNIST's
+pixels: about 12% on at beta 0.9), which the library's table route turns into fewer lookups. --model times the
+step of a trained RBM instead, and --beta B the steps of a long run near B: the chains are first annealed from the
+base to B (200 steps, untimed), then each timed run takes --steps steps of 1e-4 (the spacing of a K = 10,000 linear
+schedule) from B on; the library's own products are timed on the states reached there.
 """
 
 from __future__ import annotations
@@ -38,7 +45,7 @@ from contextlib import nullcontext
 import torch
 from raise_eval.models.boltzmann import layered, products
 
-from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule
+from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule, load_checkpoint
 
 
 def _sync(device: torch.device) -> None:
@@ -102,16 +109,47 @@ class LoadMeter:
 
 
 # ------------------------------------------------------------------------------------------- timing
+def make_rbm(model_path, g: torch.Generator, dtype: torch.dtype, device: torch.device):
+    """The random 784-500 RBM (weights N(0, 0.05^2)), or the RBM saved at `model_path`."""
+    if model_path is None:
+        return RBM.random(784, 500, weight_std=0.05, generator=g, dtype=dtype, device=device)
+    model = load_checkpoint(model_path)
+    model = getattr(model, "model", model)
+    if not isinstance(model, RBM):
+        raise SystemExit(f"--model {model_path}: expected an RBM of binary units, got {type(model).__name__}")
+    return model.to(device=device, dtype=dtype)
+
+
+def timed_path(model, chains: int, steps: int, beta, g: torch.Generator):
+    """(path, the state the timed runs start from, their betas): 0 to 1 in `steps` steps, or `steps` steps of 1e-4
+    from `beta` after an untimed annealing of 200 steps from the base to it."""
+    path = BoltzmannPath(model)
+    state = path.sample_initial(chains, g)
+    if beta is None:
+        return path, state, linear_schedule(steps)
+    state, _ = anneal(path, state, torch.linspace(0.0, beta, 201, dtype=torch.float64), generator=g)
+    end = min(1.0, beta + 1e-4 * steps)
+    return path, state, torch.linspace(end - 1e-4 * steps, end, steps + 1, dtype=torch.float64)
+
+
 def benchmark(
-    device: torch.device, chains: int, steps: int, repeats: int, dtype: torch.dtype, all_routes: bool
+    device: torch.device,
+    chains: int,
+    steps: int,
+    repeats: int,
+    dtype: torch.dtype,
+    all_routes: bool,
+    model_path=None,
+    beta=None,
 ) -> dict:
     g = torch.Generator(device=device).manual_seed(0)
-    model = RBM.random(784, 500, weight_std=0.05, generator=g, dtype=dtype, device=device)
-    path = BoltzmannPath(model)
-    betas = linear_schedule(steps)
-    state = path.sample_initial(chains, g)
-    h = (torch.rand(chains, 500, generator=g, device=device, dtype=dtype) < 0.5).to(dtype)
+    model = make_rbm(model_path, g, dtype, device)
+    path, state, betas = timed_path(model, chains, steps, beta, g)
+    n_visible, n_hidden = model.layer_sizes
+    # the states of the timed runs' start: a visible sample and a hidden sample given it (binary, as in a step)
     v = state.visible.contiguous()
+    h = torch.rand(chains, n_hidden, generator=g, device=device, dtype=dtype) < model.layer_probs([v, None], 1)
+    h = h.to(dtype)
     W = model.W
     cpu = device.type == "cpu"
     onednn = cpu and dtype == torch.float32 and products.onednn_available()
@@ -162,7 +200,7 @@ def benchmark(
         if base in times:
             ratios = sorted(a / b for a, b in zip(times["ais"], times[base]))
             result["ratios"][base] = (statistics.median(ratios), ratios[0], ratios[-1])
-    shapes = {((500,), 784), ((784,), 500)}
+    shapes = {((n_hidden,), n_visible), ((n_visible,), n_hidden)}
     threads = torch.get_num_threads()
     result["routes"] = [
         c
@@ -178,15 +216,13 @@ _TRANSCENDENTAL = ("sigmoid", "expm1", "log1p", "softplus", "aten::exp", "aten::
 _RANDOM = ("random_", "uniform_", "aten::rand", "bernoulli", "normal_")
 
 
-def breakdown(chains: int, steps: int, dtype: torch.dtype) -> dict:
+def breakdown(chains: int, steps: int, dtype: torch.dtype, model_path=None, beta=None) -> dict:
     """Milliseconds per AIS step (CPU) in: the products (everything inside the library's product routine, its
     table lookups and their index computation included), random numbers, transcendental functions, other ops,
     and the Python between ops (the step's wall time less all ops), from torch.profiler's self times."""
     g = torch.Generator().manual_seed(0)
-    model = RBM.random(784, 500, weight_std=0.05, generator=g, dtype=dtype)
-    path = BoltzmannPath(model)
-    betas = linear_schedule(steps)
-    state = path.sample_initial(chains, g)
+    model = make_rbm(model_path, g, dtype, torch.device("cpu"))
+    path, state, betas = timed_path(model, chains, steps, beta, g)
     original = layered.neighbour_product
 
     def labelled(*args, **kwargs):
@@ -261,11 +297,27 @@ def main(argv=None) -> None:
         "q = 21, 200 hidden) and gaussian (784-500 Gaussian-Bernoulli), each step against its two bare torch.mm "
         "products (scripts/benchmark_units.py's measurement)",
     )
+    parser.add_argument(
+        "--model",
+        metavar="PATH",
+        help="time this RBM checkpoint (binary units; .pt or .npz) instead of the random 784-500 RBM",
+    )
+    parser.add_argument(
+        "--beta",
+        type=float,
+        help="time steps near this inverse temperature in [0, 1] (chains annealed there first, untimed; steps of "
+        "1e-4 from it) instead of --steps steps from 0 to 1",
+    )
     args = parser.parse_args(argv)
+    if args.beta is not None and not 0.0 <= args.beta <= 1.0:
+        parser.error(f"--beta {args.beta}: give an inverse temperature between 0 and 1")
     dtype = getattr(torch, args.dtype)
     print(f"machine: {cpu_description()}; torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}")
+    sizes = "-".join(str(n) for n in make_rbm(args.model, torch.Generator(), dtype, torch.device("cpu")).layer_sizes)
+    what = f"{sizes} RBM {args.model}" if args.model else "random 784-500 RBM"
+    where = f"{args.steps} steps of 1e-4 from beta {args.beta}" if args.beta is not None else f"{args.steps} steps"
     print(
-        f"784-500 RBM, {args.chains} chains, {args.steps} steps x {args.repeats} repeats, {args.dtype}; "
+        f"{what}, {args.chains} chains, {where} x {args.repeats} repeats, {args.dtype}; "
         f"load average before: {_loadavg()}"
     )
     headline = None
@@ -275,7 +327,7 @@ def main(argv=None) -> None:
             torch.set_num_threads(threads)
             meter = LoadMeter()
             meter.start()
-            r = benchmark(device, args.chains, args.steps, args.repeats, dtype, args.all_routes)
+            r = benchmark(device, args.chains, args.steps, args.repeats, dtype, args.all_routes, args.model, args.beta)
             others = meter.stop()
             ms = r["ms"]
             load = "?" if others is None else f"{100 * others:.0f}%"
@@ -300,7 +352,7 @@ def main(argv=None) -> None:
             if headline is None:
                 headline = (r["device"], threads, r["ratios"]["mm"][0])
             if args.breakdown and device.type == "cpu":
-                parts = breakdown(args.chains, args.steps, dtype)
+                parts = breakdown(args.chains, args.steps, dtype, args.model, args.beta)
                 print("  breakdown (ms per step): " + ", ".join(f"{k} {v:.2f}" for k, v in parts.items()))
     if args.units:
         here = os.path.dirname(os.path.abspath(__file__))

@@ -58,6 +58,12 @@ TABLE_ROW_BYTES = 256
 TABLE_BLOCK_BYTES = 1 << 20
 # The table route is not offered when its tables would exceed this many bytes (per product).
 TABLE_MAX_BYTES = 256 << 20
+# A group whose units are all 0 adds the table's zero row: when at least this share of the groups are (sparse
+# states, e.g. MNIST pixels late in an annealing run), the table route leaves them out of the lookups (the sums are
+# the same bits: adding +0. changes nothing), which saves more than the compaction costs; the share is measured on
+# every TABLE_SPARSE_CHECK_EVERY-th product of a table (states change slowly along a run).
+TABLE_SPARSE_MIN_ZERO_SHARE = 0.35
+TABLE_SPARSE_CHECK_EVERY = 16
 
 
 @dataclass(frozen=True)
@@ -233,6 +239,16 @@ class SubsetSumTable:
         self._bases: dict[tuple[int, int], Tensor] = {}  # (term, rows) -> offset + g 2^k, repeated over rows
         self._bag_starts: dict[int, Tensor] = {}  # rows -> where each row's codes start (embedding_bag's offsets)
         self._weights = [torch.tensor([float(1 << i) for i in range(k)], dtype=self.dtype) for k in self.group_sizes]
+        # The code of each group's zero row (offset + g 2^k), and whether to leave such codes out (see
+        # TABLE_SPARSE_MIN_ZERO_SHARE); shared by threads that use this table, which only affects speed.
+        self._zero_codes = torch.cat(
+            [
+                off + torch.arange(a.shape[0] // k) * (1 << k)
+                for a, k, off in zip(matrices, self.group_sizes, self.offsets)
+            ]
+        ).to(torch.int32)
+        self._products = 0
+        self._compact = False
 
     @staticmethod
     def nbytes_for(inner: Sequence[int], cols: int, element_size: int) -> Optional[int]:
@@ -260,13 +276,28 @@ class SubsetSumTable:
         codes = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
         return codes.to(torch.int32)
 
-    def __call__(self, xs: Sequence[Tensor], out: Optional[Tensor], bias: Optional[Tensor], alpha: float) -> Tensor:
-        """sum_t xs[t] A_t (times alpha, plus bias, when bias is given), shaped (rows, cols), written into `out`."""
-        rows = xs[0].shape[0]
-        codes = self._codes(xs).view(-1)
+    def _lookups(self, codes: Tensor) -> tuple[Tensor, Tensor]:
+        """The table rows to add, flattened, and where each input row's start (embedding_bag's indices and offsets),
+        from codes shaped (rows, groups): all of them, or, while the inputs are sparse, all but the zero rows."""
+        rows = codes.shape[0]
+        if self._products % TABLE_SPARSE_CHECK_EVERY == 0:
+            nonzero = int(torch.count_nonzero(codes != self._zero_codes))
+            self._compact = nonzero <= (1.0 - TABLE_SPARSE_MIN_ZERO_SHARE) * codes.numel()
+        self._products += 1
+        if self._compact:
+            keep = codes != self._zero_codes
+            starts = torch.zeros(rows, dtype=torch.int32)
+            torch.cumsum(keep[:-1].sum(1, dtype=torch.int32), 0, out=starts[1:])
+            return codes[keep], starts
         starts = self._bag_starts.get(rows)
         if starts is None:
             starts = self._bag_starts[rows] = torch.arange(0, rows * self.groups, self.groups, dtype=torch.int32)
+        return codes.view(-1), starts
+
+    def __call__(self, xs: Sequence[Tensor], out: Optional[Tensor], bias: Optional[Tensor], alpha: float) -> Tensor:
+        """sum_t xs[t] A_t (times alpha, plus bias, when bias is given), shaped (rows, cols), written into `out`."""
+        rows = xs[0].shape[0]
+        codes, starts = self._lookups(self._codes(xs))
         # torch.embedding_bag (mode 0: sum) rather than F.embedding_bag: a third less call overhead, and a block
         # costs a few tens of microseconds.
         sums = [torch.embedding_bag(block, codes, starts, False, 0, False, None, False)[0] for block in self.blocks]

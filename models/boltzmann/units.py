@@ -44,6 +44,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from raise_eval.models.numerics import expm1_
 from raise_eval.models.sampling import sample_bernoulli_probs_
 from torch import Tensor
 
@@ -309,7 +310,8 @@ class BernoulliLayer(Layer):
         difference of softplus."""
         lo, hi = torch.aminmax(d)
         if float(lo) >= -_SMALL_STEP and float(hi) <= _SMALL_STEP:
-            return z.sigmoid_().mul_(d.expm1_()).log1p_().sum(-1, dtype=torch.float64)
+            d = expm1_(d, largest=max(-float(lo), float(hi)))
+            return z.sigmoid_().mul_(d).log1p_().sum(-1, dtype=torch.float64)
         z64 = z.double()
         return (F.softplus(z64 + d.double()) - F.softplus(z64)).sum(-1)
 

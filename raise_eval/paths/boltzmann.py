@@ -199,6 +199,7 @@ class BoltzmannPath:
                 probs[l],
                 self._scratch.get(f"ratio_from{l}", inp.shape, inp),
                 self._scratch.get(f"ratio_float64_{l}", inp.shape, inp, dtype=torch.float64),
+                self._scratch.get(f"ratio_series{l}", inp.shape, inp),
             ]
         ratio = self.at(beta_from).log_ratio_to(
             self.at(beta_to), state.layers, state.odd_inputs, buffers=buffers, small_steps=small

@@ -25,6 +25,7 @@ from raise_eval.kernels.block_gibbs import BoltzmannState
 from raise_eval.kernels.mixed_gibbs import clone_state, collapse_mixed, mixed_gibbs_step
 from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
 from raise_eval.models.boltzmann.units import Buffers
+from raise_eval.models.numerics import expm1_
 
 
 def is_mixed(model) -> bool:
@@ -202,7 +203,9 @@ class MixedPath:
                           out=scope.get("neg_step", u.shape, u.dtype, u.device))  # fmt: skip
         lo, hi = torch.aminmax(neg_d)
         if float(lo) >= -2.0 and float(hi) <= 2.0:
-            term = neg_d.expm1_().mul_(z_to.sigmoid_()).log1p_().sum(-1, dtype=torch.float64).neg_()
+            series = scope.get("series", u.shape, u.dtype, u.device)
+            neg_d = expm1_(neg_d, scratch=series, largest=max(-float(lo), float(hi)))
+            term = neg_d.mul_(z_to.sigmoid_()).log1p_().sum(-1, dtype=torch.float64).neg_()
             return term, (z_to if keep is not None else None)
         z64 = z_to.double()
         return (F.softplus(z64) - F.softplus(z64 + neg_d.double())).sum(-1), None

@@ -25,6 +25,7 @@ from torch import Tensor
 from raise_eval.models.boltzmann.dbm import DBM, mean_field_logits
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.products import neighbour_product
+from raise_eval.models.numerics import expm1_
 from raise_eval.models.sampling import sample_bernoulli_logits, sample_bernoulli_logits_
 
 # Below this |logit step| the increment softplus(z + d) - softplus(z) is taken as log1p(sigmoid(z) expm1(d))
@@ -234,18 +235,7 @@ def _fold_log_sum(pairs: list[tuple[Tensor, Tensor]], rest: Tensor) -> Tensor:
 # Largest |weight| for which the bounded sweep's bound on the Taylor rest, |w|^3 e^|w| / 6, stays useful and finite.
 _BOUNDED_MAX_WEIGHT = 20.0
 _BOUND_BLOCK = 16  # units whose bounds the bounded sweep computes at once (and moves after each flip in the block)
-_SERIES_MAX_STEP = 0.1  # |x| up to which `_expm1_small_`'s series is exact to float64 rounding
-_EXPM1_COEFFICIENTS = [1.0 / math.factorial(k) for k in range(6, 0, -1)]  # 1/6!, 1/5!, ..., 1/1!
-
-
-def _expm1_small_(x: Tensor, out: Tensor) -> Tensor:
-    """e^x - 1 for |x| <= _SERIES_MAX_STEP, written into `out` (x's shape): its Taylor series to x^6 (the first
-    term left out is below 2e-10 of the result) by Horner's scheme, a few roundings and several times cheaper than
-    torch.expm1 on the CPU."""
-    torch.mul(x, _EXPM1_COEFFICIENTS[0], out=out)
-    for c in _EXPM1_COEFFICIENTS[1:]:
-        out.add_(c).mul_(x)
-    return out
+_SERIES_MAX_STEP = 0.1  # |step| up to which the increment is log1p(sigmoid(z) (e^step - 1)) (argument above -0.1)
 
 
 def _softplus_increment_sum(z_from: Tensor, step: Tensor, scratch: Tensor) -> Tensor:
@@ -254,8 +244,9 @@ def _softplus_increment_sum(z_from: Tensor, step: Tensor, scratch: Tensor) -> Te
 
     Each term is accurate relative to itself (no cancellation), computed in the inputs' dtype: log1p(sigmoid(
     z_from) (e^step - 1)) when every |step| is at most _SERIES_MAX_STEP (the log1p argument is then above -0.1;
-    e^step - 1 from `_expm1_small_`), else the form of `softplus_increment`, sign(step) log1p(sigmoid(min(z_from,
-    z_from + step)) (e^|step| - 1)); steps beyond _LOG1P_FORM_MAX_STEP go to `softplus_increment` in float64.
+    e^step - 1 from `expm1_`, a short series on the CPU), else the form of `softplus_increment`, sign(step)
+    log1p(sigmoid(min(z_from, z_from + step)) (e^|step| - 1)); steps beyond _LOG1P_FORM_MAX_STEP go to
+    `softplus_increment` in float64.
     """
     if step.numel() == 0:
         return step.new_zeros(step.shape[:-1], dtype=torch.float64)
@@ -264,7 +255,7 @@ def _softplus_increment_sum(z_from: Tensor, step: Tensor, scratch: Tensor) -> Te
     if largest > _LOG1P_FORM_MAX_STEP:
         return softplus_increment(z_from.double(), z_from.double() + step.double()).sum(-1)
     if largest <= _SERIES_MAX_STEP:
-        terms = _expm1_small_(step, out=scratch).mul_(z_from.sigmoid_()).log1p_()
+        terms = expm1_(step, scratch=scratch, largest=largest).mul_(z_from.sigmoid_()).log1p_()
     else:
         torch.minimum(z_from, torch.add(z_from, step, out=scratch), out=z_from).sigmoid_()
         terms = torch.abs(step, out=scratch).expm1_().mul_(z_from).log1p_().copysign_(step)

@@ -9,6 +9,7 @@ import torch
 from raise_eval.models import RBM, LayeredBoltzmannMachine
 from raise_eval.models.boltzmann import products
 from raise_eval.models.boltzmann.products import ROUTES
+from raise_eval.models.numerics import expm1_
 
 from raise_eval import exact
 
@@ -84,7 +85,7 @@ def test_log_ratio_to_equals_difference_of_marginals(tiny_chain):
     a, b = tiny_chain.annealed(0.2, base), tiny_chain.annealed(0.7, base)
     expected = b.log_unnormalized_marginal(kept) - a.log_unnormalized_marginal(kept)
     torch.testing.assert_close(a.log_ratio_to(b, kept), expected, rtol=0, atol=1e-12)
-    buffers = [torch.empty(6, 4, dtype=torch.float64) for _ in range(3)]
+    buffers = [torch.empty(6, 4, dtype=torch.float64) for _ in range(4)]
     torch.testing.assert_close(a.log_ratio_to(b, kept, buffers=buffers), expected, rtol=0, atol=1e-12)
     full = layers  # no summed-out layer: pairwise terms change with the weight scale
     expected_full = b.log_unnormalized_joint(full) - a.log_unnormalized_joint(full)
@@ -296,11 +297,49 @@ def test_the_table_route_follows_changes_of_the_weights():
     assert products.cached_table([(frozen, False)]) is None  # no version counter: not cached, torch.mm instead
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("inner", [(784,), (60, 45)])
+def test_the_table_route_leaves_out_zero_groups_with_the_same_bits(inner, dtype, monkeypatch):
+    """Sparse inputs: the groups whose units are all 0 are left out of the lookups (fewer indices handed to
+    embedding_bag) once a check finds at least TABLE_SPARSE_MIN_ZERO_SHARE of them, with the same bits as the lookups
+    of every group, rows of zeros included; dense inputs keep every lookup."""
+    g = torch.Generator().manual_seed(21)
+    matrices = [torch.randn(n, 70, generator=g, dtype=dtype) for n in inner]
+    lookups = []
+    original = torch.embedding_bag
+    monkeypatch.setattr(torch, "embedding_bag", lambda w, idx, *a: lookups.append(idx.numel()) or original(w, idx, *a))
+    for density, compacts in [(0.0, True), (0.02, True), (0.15, True), (0.5, False)]:
+        xs = [(torch.rand(301, n, generator=g) < density).to(dtype) for n in inner]
+        xs[0][:3] = 0
+        if len(xs) > 1:
+            xs[1][:3] = 0
+        results = []
+        for compact in (False, True):
+            table = products.SubsetSumTable(matrices)
+            table._products, table._compact = 1, compact  # no check on this product: the given setting holds
+            lookups.clear()
+            results.append(table(xs, None, None, 1.0))
+            assert len(set(lookups)) == 1 and len(lookups) == len(table.blocks)
+            per_block = lookups[0]
+            if compact:
+                assert per_block == int(
+                    sum((x.view(301, -1, k).sum(-1) > 0).sum() for x, k in zip(xs, table.group_sizes))
+                )
+            else:
+                assert per_block == 301 * table.groups
+        assert torch.equal(results[0], results[1])
+        assert torch.equal(results[1][:3], torch.zeros(3, 70, dtype=dtype))
+        checked = products.SubsetSumTable(matrices)
+        torch.testing.assert_close(checked(xs, None, None, 1.0), results[0], rtol=0, atol=0)
+        assert checked._compact == compacts  # the first product is checked
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_small_step_log_ratio_sums_the_log1p_of_the_direct_formula(tiny_chain, dtype):
     """The small-step term is -sum_j log1p(expm1(-d_j) sigmoid(z'_j)) (d = z' - z), with the argument of log1p
-    computed in the model's dtype and the sum as a float64 log of products: within 1e-13 of that sum computed
-    term by term in float64 from the same arguments, and the even layers' terms added in float64."""
+    computed in the model's dtype (expm1 by `expm1_`, tested in tests/models/test_numerics.py) and the sum as a
+    float64 log of products: within 1e-13 of that sum computed term by term in float64 from the same arguments,
+    and the even layers' terms added in float64."""
     model = tiny_chain.to(dtype=dtype)
     g = torch.Generator().manual_seed(13)
     base = [torch.randn(n, generator=g, dtype=dtype) for n in model.layer_sizes]
@@ -313,7 +352,7 @@ def test_small_step_log_ratio_sums_the_log1p_of_the_direct_formula(tiny_chain, d
         assert got.dtype == torch.float64
         z1 = torch.add(b.biases[1], u, alpha=b.weight_scale)
         d = torch.add(b.biases[1] - a.biases[1], u, alpha=b.weight_scale - a.weight_scale)
-        arguments = torch.expm1(-d) * torch.sigmoid(z1)
+        arguments = expm1_(-d) * torch.sigmoid(z1)
         hidden = (-torch.log1p(arguments.double())).sum(-1)
         even = [torch.mv(layers[l], b.biases[l] - a.biases[l]).double() for l in (0, 2)]
         torch.testing.assert_close(got, even[0] + hidden + even[1], rtol=0, atol=1e-13)
