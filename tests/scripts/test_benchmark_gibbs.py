@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import torch
 
 from tests.scripts.test_reproduce_raise_tables import load_script
@@ -57,3 +58,28 @@ def test_toy_race_runs_raise_eval_and_names_the_peers_it_skips(capsys):
     assert re.search(r"raise-eval float64: [\d.]+ ms per step", out)
     for peer in ("rbms float32", "PyDeep float64"):
         assert f"skipped {peer}" in out or f"{peer}: " in out
+
+
+def test_toy_step_benchmark_times_a_saved_rbm_near_a_beta(capsys, tmp_path):
+    from raise_eval import RBM, save_checkpoint
+
+    g = torch.Generator().manual_seed(0)
+    path = tmp_path / "rbm.pt"
+    save_checkpoint(path, RBM.random(40, 15, weight_std=0.3, generator=g))
+    script = load_script("benchmark_gibbs")
+    threads = torch.get_num_threads()
+    try:
+        script.main(["--model", str(path), "--beta", "0.9", "--chains", "32", "--steps", "3", "--repeats", "1"])
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert f"40-15 RBM {path}, 32 chains, 3 steps of 1e-4 from beta 0.9 x 1 repeats" in out
+    assert re.search(r"bare torch\.mm products [\d.]+ ms: step / them [\d.]+ \(range", out)
+
+
+def test_step_benchmark_refuses_a_beta_outside_the_path(capsys):
+    script = load_script("benchmark_gibbs")
+    with pytest.raises(SystemExit) as exit_:
+        script.main(["--beta", "1.5"])
+    assert exit_.value.code == 2
+    assert "--beta 1.5: give an inverse temperature between 0 and 1" in capsys.readouterr().err
