@@ -8,9 +8,11 @@ independent, then
     u < p  <=>  u' < d,   d = 256 p - b.
 
 If d >= 1 the answer is 1 and if d <= 0 it is 0, whatever u'; only when 0 < d < 1 (probability 1/256, b equal
-to floor(256 p)) is a fresh uniform u' drawn. So P(x = 1) = p exactly, with a finer resolution than a float32
-uniform: u' has float32's 2^-24, so u = (b + u') / 256 resolves 2^-32; d is computed without rounding where it
-matters (a power-of-two scaling and a Sterbenz subtraction when 0 < d < 1). One 64-bit draw over the full range
+to floor(256 p)) is a fresh uniform u' drawn. So P(x = 1) = p up to the uniform's resolution, which is finer than
+a float32 uniform's: u' lies on float32's grid of 2^-24 (float64's 2^-53), so u = (b + u') / 256 on one of 2^-32
+(2^-61), and P(x = 1) is p rounded up to that grid (a float32 p = 1e-12 is sampled with probability 2^-32, about
+2.3e-10, where torch.rand's comparison would give 2^-24); d is computed without rounding where it matters (a
+power-of-two scaling and a Sterbenz subtraction when 0 < d < 1). One 64-bit draw over the full range
 gives 8 uniform bytes.
 
 The passes over the probabilities are few because each matters at this size: the bytes are converted to floats,
@@ -54,8 +56,8 @@ def _tie_indices(neg_d: Tensor) -> Tensor:
 
     Read as signed integers those entries, and only those, are below the integer of -1. (see _MINUS_ONE_BITS: a
     negative float's integer grows with its magnitude from that of -0., the minimum, so -1. and everything beyond
-    it lie above; non-negative floats and NaN are non-negative integers; -0. would count too, harmlessly: its tie is
-    resolved to 0). Ties are rare (1/256), so first find the blocks of 32 entries whose minimum is below it, then
+    it lie above; non-negative floats are non-negative integers, a NaN either that or, with its sign bit set, above
+    the integer of -1.; -0. would count too, harmlessly: its tie is resolved to 0). Ties are rare (1/256), so first find the blocks of 32 entries whose minimum is below it, then
     search only those blocks, gathered and flattened.
     """
     ints = neg_d.view(torch.int32 if neg_d.dtype == torch.float32 else torch.int64)

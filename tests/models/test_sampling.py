@@ -59,13 +59,29 @@ def test_same_seed_same_samples_and_global_rng_untouched():
 @pytest.mark.parametrize("n", [0, 5, 32, 100, 4096 + 13, 200_000])
 @pytest.mark.parametrize("density", [0.0, 0.004, 0.3, 1.0])
 def test_tie_search_finds_every_entry_strictly_between_minus_one_and_zero_in_order(dtype, n, density):
-    """The block search for ties returns exactly the indices of the entries in (-1, 0), ascending, among values
-    clamped to [-1, 0] (the decided ones exactly -1 or 0, as the sampler leaves them)."""
+    """The block search for ties returns exactly the indices of the entries in (-1, 0), ascending, among the
+    unclamped values the sampler computes, b - 256 p: decided ones anywhere in (-256, -1] or [0, 256) (exactly -1
+    and 0 among them), and NaN of either sign (a NaN probability), which is never a tie."""
     from raise_eval.models.sampling import _tie_indices
 
     g = torch.Generator().manual_seed(n)
-    decided = (torch.rand(n, generator=g, dtype=dtype) < 0.5).to(dtype).neg_().add_(0.0)  # -1. or +0.
+    decided = (torch.rand(n, generator=g, dtype=dtype) * 512 - 256).floor_()  # whole numbers: -256 to 255
+    special = torch.tensor([-1.0, 0.0, -256.0, 255.9, float("nan"), -float("nan"), -1.0 - 2**-20], dtype=dtype)
+    decided[: min(n, special.numel())] = special[:n]
     ties = -torch.rand(n, generator=g, dtype=dtype).clamp_(min=1e-30)  # in [-1, 0): -1 itself is decided
     x = torch.where(torch.rand(n, generator=g, dtype=dtype) < density, ties, decided)
     expected = torch.nonzero((x > -1) & (x < 0)).squeeze(-1)
     assert torch.equal(_tie_indices(x), expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nan_probabilities_sample_zero_as_the_plain_path_does(dtype):
+    from raise_eval.models.sampling import sample_bernoulli_probs
+
+    p = torch.full((5000,), 0.5, dtype=dtype)
+    p[::7] = float("nan")
+    x = sample_bernoulli_probs(p, torch.Generator().manual_seed(0))
+    assert torch.equal(x[::7], torch.zeros_like(x[::7]))
+    assert set(x.unique().tolist()) == {0.0, 1.0}
+    small = sample_bernoulli_probs(p[:100], torch.Generator().manual_seed(0))  # below the lazy path's size
+    assert torch.equal(small[::7], torch.zeros_like(small[::7]))
