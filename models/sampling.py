@@ -57,8 +57,8 @@ def _tie_indices(neg_d: Tensor) -> Tensor:
     Read as signed integers those entries, and only those, are below the integer of -1. (see _MINUS_ONE_BITS: a
     negative float's integer grows with its magnitude from that of -0., the minimum, so -1. and everything beyond
     it lie above; non-negative floats are non-negative integers, a NaN either that or, with its sign bit set, above
-    the integer of -1.; -0. would count too, harmlessly: its tie is resolved to 0). Ties are rare (1/256), so first find the blocks of 32 entries whose minimum is below it, then
-    search only those blocks, gathered and flattened.
+    the integer of -1.; -0. would count too, harmlessly: its tie is resolved to 0). Ties are rare (1/256), so first
+    find the blocks of 32 entries whose minimum is below it, then search only those blocks, gathered and flattened.
     """
     ints = neg_d.view(torch.int32 if neg_d.dtype == torch.float32 else torch.int64)
     threshold = _MINUS_ONE_BITS[neg_d.dtype]

@@ -56,13 +56,19 @@ def test_thinning_keeps_checkpoints_the_gap_apart_and_the_last():
     assert [e.step for e in thin_trajectory([TrajectoryFile(None, s) for s in steps], 10)] == [0, 10, 31]
 
 
-def test_min_step_gap_anneals_through_the_kept_checkpoints(run_folder, tmp_path, capsys):
+def _run_thinned(run_folder, tmp_path, capsys, *flags):
+    """Run `trajectory` on the fixture's folder with `flags`: (its JSON document, its table)."""
     folder, data = run_folder
     out = tmp_path / "t.json"
-    code = main(["trajectory", str(folder), "--data", str(data), *FAST, "--min-step-gap", "500", "--json", str(out)])
+    code = main(["trajectory", str(folder), "--data", str(data), *FAST, *flags, "--json", str(out)])
     table = capsys.readouterr().out
     assert code in (0, 3)
-    doc = json.loads(out.read_text())
+    return json.loads(out.read_text()), table
+
+
+def test_min_step_gap_anneals_through_the_kept_checkpoints(run_folder, tmp_path, capsys):
+    doc, table = _run_thinned(run_folder, tmp_path, capsys, "--min-step-gap", "500")
+    folder, data = run_folder
     assert [c["step"] for c in doc["checkpoints"]] == [20, 1000]  # 300 is within 500 steps of 20
     assert doc["settings"]["checkpoints"] == ["rbm_step20.pt", "rbm_step1000.pt"]
     assert doc["settings"]["threads"] == 1  # FAST's --threads 1, as run (it read null before)
@@ -76,12 +82,8 @@ def test_min_step_gap_anneals_through_the_kept_checkpoints(run_folder, tmp_path,
 def test_from_step_leaves_out_the_earlier_checkpoints(run_folder, tmp_path, capsys):
     """--from-step: the path reaches the first checkpoint at or after the step from the independent start; the
     table and the JSON say which were left out; a step after the last checkpoint is refused by its flag."""
+    doc, table = _run_thinned(run_folder, tmp_path, capsys, "--from-step", "100")
     folder, data = run_folder
-    out = tmp_path / "t.json"
-    code = main(["trajectory", str(folder), "--data", str(data), *FAST, "--from-step", "100", "--json", str(out)])
-    table = capsys.readouterr().out
-    assert code in (0, 3)
-    doc = json.loads(out.read_text())
     assert [c["step"] for c in doc["checkpoints"]] == [300, 1000]
     assert doc["settings"]["from_step"] == 100 and doc["settings"]["checkpoints_saved"] == 3
     assert "2 checkpoints of a 8-6 RBM (2 of the 3 saved, --from-step 100)" in table

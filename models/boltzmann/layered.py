@@ -309,8 +309,8 @@ class LayeredBoltzmannMachine:
         formed exactly in float64 from a float32 argument (nearly so from a float64 one), a block of 256 of
         them multiplies without overflow or rounding of note, and one logarithm per block replaces a log1p per
         unit: cheaper than log1p and float32 summation, and more accurate. expm1(-d) is `expm1_`'s: on the CPU a
-        short Taylor series where the step's largest |d| allows (within an epsilon of e^-d - 1, at half the cost of
-        torch.expm1).
+        short Taylor series where the step's largest |d| allows (within about an epsilon of e^-d - 1, a third of the
+        cost of torch.expm1).
 
         Args:
             buffers: four contiguous scratch tensors per summed-out layer (in layer order), each shaped like that

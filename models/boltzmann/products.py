@@ -280,12 +280,12 @@ class SubsetSumTable:
         """The table rows to add, flattened, and where each input row's start (embedding_bag's indices and offsets),
         from codes shaped (rows, groups): all of them, or, while the inputs are sparse, all but the zero rows."""
         rows = codes.shape[0]
-        if self._products % TABLE_SPARSE_CHECK_EVERY == 0:
-            nonzero = int(torch.count_nonzero(codes != self._zero_codes))
-            self._compact = nonzero <= (1.0 - TABLE_SPARSE_MIN_ZERO_SHARE) * codes.numel()
+        check = self._products % TABLE_SPARSE_CHECK_EVERY == 0
         self._products += 1
+        keep = codes != self._zero_codes if check or self._compact else None
+        if check:
+            self._compact = int(torch.count_nonzero(keep)) <= (1.0 - TABLE_SPARSE_MIN_ZERO_SHARE) * codes.numel()
         if self._compact:
-            keep = codes != self._zero_codes
             starts = torch.zeros(rows, dtype=torch.int32)
             torch.cumsum(keep[:-1].sum(1, dtype=torch.int32), 0, out=starts[1:])
             return codes[keep], starts

@@ -44,7 +44,6 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from raise_eval.models.numerics import expm1_
 from raise_eval.models.sampling import sample_bernoulli_probs_
 from torch import Tensor
 
@@ -302,18 +301,6 @@ class BernoulliLayer(Layer):
 
     def sample_natural_(self, z, params, generator, buffers=None):
         return sample_bernoulli_probs_(z.sigmoid_(), generator), None
-
-    @staticmethod
-    def log_normalizer_step_(z: Tensor, d: Tensor) -> Tensor:
-        """`log_normalizer_increment` from z = params + u and d = dparams + du, overwriting both (the annealing
-        loop's buffers): log1p(sigmoid(z) expm1(d)) summed in float64 while every |d| <= 2, else the float64
-        difference of softplus."""
-        lo, hi = torch.aminmax(d)
-        if float(lo) >= -_SMALL_STEP and float(hi) <= _SMALL_STEP:
-            d = expm1_(d, largest=max(-float(lo), float(hi)))
-            return z.sigmoid_().mul_(d).log1p_().sum(-1, dtype=torch.float64)
-        z64 = z.double()
-        return (F.softplus(z64 + d.double()) - F.softplus(z64)).sum(-1)
 
     def mean(self, params, u=None):
         return torch.sigmoid(self._add(params, u))
