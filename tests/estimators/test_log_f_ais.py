@@ -457,3 +457,55 @@ def test_the_bounded_sweep_recovers_underflowed_probabilities(dtype, visible_bia
     assert _bounded_sweep_mismatches(model, v, 50, [1.0, 1.0], seed=0)[1] > 500  # the check has power
     within = _saturating_dbn(torch.float32, -40.0, 0.5)  # logits within +-70: no rows are watched
     assert not DBNPosteriorPath(within)._fragile[1]
+
+
+@pytest.mark.parametrize("block", [1, 5, 40])
+def test_the_bounded_sweeps_samples_do_not_depend_on_its_block_of_bounds(block, monkeypatch):
+    """The bounds only decide which draws are computed exactly, so the samples are the same bits whatever the number
+    of units whose bounds are computed at once (and moved after each flip in the block): a wrong move of the later
+    units' bounds after a flip would show as a different sample somewhere in 6 sweeps of 2 layers x 200 chains."""
+    import raise_eval.paths.posterior as posterior
+
+    model = DBN.random((60, 40, 30, 20), weight_std=1.5, bias_std=1.0, generator=torch.Generator().manual_seed(1))
+    v = (torch.rand(20, 60, generator=torch.Generator().manual_seed(2)) < 0.4).float()
+
+    def run():
+        path = DBNPosteriorPath(model, bounded=True)
+        g = torch.Generator().manual_seed(0)
+        state, _ = path.start(v, 10, g)
+        state = path.clone_state(state)
+        for beta in [0.0, 0.05, 0.3, 0.7, 1.0, 1.0]:
+            path.transition_(state, beta, g)
+        return state.layers[1:]
+
+    reference = run()
+    monkeypatch.setattr(posterior, "_BOUND_BLOCK", block)
+    assert all(torch.equal(a, b) for a, b in zip(reference, run()))
+
+
+def test_rows_are_copied_bit_for_bit():
+    """`_copy_rows_` (index_copy_ through 16-byte elements where a row's bytes allow) writes exactly index_copy_'s
+    bits, NaN payloads, -0. and infinities included, on rows that take the fast view and rows that do not (a width
+    whose bytes are not a multiple of 16, a view that does not start on a 16-byte boundary)."""
+    from raise_eval.paths.posterior import _copy_rows_
+
+    g = torch.Generator().manual_seed(0)
+    specials = torch.tensor([float("nan"), -0.0, float("inf"), -float("inf"), 1e-45])
+    for dtype, shape in [(torch.float32, (50, 3, 28)), (torch.float32, (50, 7)), (torch.float64, (50, 6))]:
+        dest = torch.randn(shape, generator=g, dtype=dtype)
+        source = torch.randn((9,) + shape[1:], generator=g, dtype=dtype)
+        source.view(-1)[: len(specials)] = specials.to(dtype)
+        bits = torch.int32 if dtype == torch.float32 else torch.int64
+        source.view(bits).view(-1)[0] ^= 5  # a NaN with another payload
+        index = torch.randperm(shape[0], generator=g)[:9]
+        want = dest.clone().index_copy_(0, index, source)
+        _copy_rows_(dest, index, source)
+        assert torch.equal(dest.view(bits), want.view(bits))
+    offset = torch.randn(51, 4, generator=g)[1:]  # rows of 16 bytes, starting 16 bytes in: aligned
+    shifted = torch.randn(201, generator=g)[1:].view(50, 4)  # starting 4 bytes in: not aligned, the plain route
+    for dest in (offset, shifted):
+        source = torch.randn(3, 4, generator=g)
+        index = torch.tensor([7, 0, 49])
+        want = dest.clone().index_copy_(0, index, source)
+        _copy_rows_(dest, index, source)
+        assert torch.equal(dest, want)
