@@ -31,9 +31,10 @@ from raise_eval.settings import Named, SettingsError
 # 'auto' takes per-vector AIS for a DBN only while its unit-wise sweeps (chains x steps x sum over the directed
 # hidden layers of n_l (n_{l-1} + n_{l+1}) elementwise updates over the test set) would take at most
 # AUTO_DBN_AIS_MAX_SECONDS on one core at DBN_SWEEP_UPDATES_PER_SECOND (measured with scripts/benchmark_log_f.py on
-# the 784-500-2000 DBN, 400 vectors x 10 chains, one thread of the project's CPU: 517 to 793 us per chain-step of
-# 1.39e6 updates in one session, 1.75e9 to 2.7e9 a second; rounded down); beyond it, importance sampling, checked.
-DBN_SWEEP_UPDATES_PER_SECOND = 1.7e9
+# the 784-500-2000 DBN, 400 MNIST vectors x 10 chains, K = 5, one thread of the project's CPU: 486 to 605 us per
+# chain-step of 1.39e6 updates on 2026-11-26 (517 to 793 before that day's sweep changes), 2.3e9 to 2.9e9 a second;
+# rounded down); beyond it, importance sampling, checked.
+DBN_SWEEP_UPDATES_PER_SECOND = 2.2e9
 AUTO_DBN_AIS_MAX_SECONDS = 600.0
 AUTO_DBN_AIS_MAX_UPDATES = DBN_SWEEP_UPDATES_PER_SECOND * AUTO_DBN_AIS_MAX_SECONDS
 # exact='auto' skips an enumeration that costs more multiply-add equivalents than this (about 10 s on one core) and
