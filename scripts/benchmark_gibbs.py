@@ -202,11 +202,17 @@ def benchmark(
             result["ratios"][base] = (statistics.median(ratios), ratios[0], ratios[-1])
     shapes = {((n_hidden,), n_visible), ((n_visible,), n_hidden)}
     threads = torch.get_num_threads()
-    result["routes"] = [
-        c
-        for c in products.route_choices()
-        if (c.inner, c.cols) in shapes and c.binary and c.threads == threads and c.how == "measured"
-    ]
+    # The routes the plain runs took: timed at start, or forced for the whole process by RAISE_EVAL_PRODUCT_ROUTE
+    # (the --all-routes runs force each route in turn; those choices are not the plain runs')
+    ambient = os.environ.get(products.ROUTE_ENV, "auto").strip().lower() or "auto"
+    routes = {}
+    for c in products.route_choices():
+        if (c.inner, c.cols) not in shapes or not c.binary or c.threads != threads:
+            continue
+        plain = c.how == "measured" if ambient == "auto" else c.route == ambient or c.how == "forced-unavailable"
+        if plain and c.how != "adopted":
+            routes.setdefault((c.inner, c.cols), c)
+    result["routes"] = list(routes.values())
     return result
 
 
@@ -336,8 +342,13 @@ def main(argv=None) -> None:
                 f"load average now {_loadavg()}):"
             )
             for c in r["routes"]:
-                timed = ", ".join(f"{route} {t:.2f}" for route, t in c.timings_ms)
-                print(f"  route of x{c.inner} -> {c.cols}: {c.route} (timed at start, ms per product: {timed})")
+                if c.how == "measured":
+                    timed = ", ".join(f"{route} {t:.2f}" for route, t in c.timings_ms)
+                    print(f"  route of x{c.inner} -> {c.cols}: {c.route} (timed at start, ms per product: {timed})")
+                else:
+                    why = "forced by" if c.how == "forced" else "the route forced by"
+                    why += f" {products.ROUTE_ENV}" + ("" if c.how == "forced" else " cannot compute it")
+                    print(f"  route of x{c.inner} -> {c.cols}: {c.route} ({why}, not timed)")
             forced = [k for k in ms if k.startswith("ais[")]
             extra = "".join(f", {k[4:-1]} {ms[k]:.2f}" for k in forced)
             print(
