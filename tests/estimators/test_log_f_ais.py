@@ -503,9 +503,14 @@ def test_rows_are_copied_bit_for_bit():
         assert torch.equal(dest.view(bits), want.view(bits))
     offset = torch.randn(51, 4, generator=g)[1:]  # rows of 16 bytes, starting 16 bytes in: aligned
     shifted = torch.randn(201, generator=g)[1:].view(50, 4)  # starting 4 bytes in: not aligned, the plain route
-    for dest in (offset, shifted):
-        source = torch.randn(3, 4, generator=g)
-        index = torch.tensor([7, 0, 49])
-        want = dest.clone().index_copy_(0, index, source)
-        _copy_rows_(dest, index, source)
-        assert torch.equal(dest, want)
+    columns = torch.randn(50, 8, generator=g)[:, :4]  # not contiguous: the plain route
+    odd = torch.randn(50, 3, generator=g, dtype=torch.float64)  # 24-byte rows: the plain route
+    for dest in (offset, shifted, columns, odd):
+        source = torch.randn(3, dest.shape[1], generator=g, dtype=dest.dtype)
+        for index in (torch.tensor([7, 0, 49]), torch.tensor([], dtype=torch.long)):
+            source_rows = source[: index.numel()]
+            want = dest.clone().index_copy_(0, index, source_rows)
+            _copy_rows_(dest, index, source_rows)
+            assert torch.equal(dest, want)
+    with pytest.raises(RuntimeError):  # another dtype of the same row bytes is refused, as by index_copy_
+        _copy_rows_(torch.zeros(5, 4, dtype=torch.float64), torch.tensor([1]), torch.ones(1, 8))
