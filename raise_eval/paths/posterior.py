@@ -578,8 +578,8 @@ class DBNPosteriorPath:
         buffer that grows to the most rows asked for. The sweep's gathers of the chains that flip or stay
         undecided vary in count from unit to unit; fresh multi-megabyte temporaries would page-fault each time.
         They stay at their largest size (at most the rows; `state_elements` leaves them out, as it left out the
-        temporaries they replace: the memory model's bytes per state entry cover them, e.g. 3,070 entries per chain
-        at their largest against 7,820 counted, on a random 784-500-200 DBN with 400 chains)."""
+        temporaries they replace: the memory model's bytes per state entry cover them, e.g. 3,161 entries per chain
+        at their largest against 7,820 counted, after four sweeps of a random 784-500-200 DBN on 400 chains)."""
         tail = like.shape[1:]
         buf = self._buffers.get(name)
         if buf is None or buf.shape[1:] != tail or buf.shape[0] < rows or buf.dtype != like.dtype or buf.device != like.device:
