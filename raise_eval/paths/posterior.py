@@ -436,7 +436,9 @@ class DBNPosteriorPath:
 
     def base_log_partition(self, v: Tensor, base_logits=None) -> Tensor:
         """log Z_0(v) = sum_{l=1}^{L} sum_j softplus(rho_lj) in float64, shaped (N,), for v shaped (N, n_visible)."""
-        rho = self.base_logits(v.to(dtype=self.model.dtype, device=self.model.device)) if base_logits is None else base_logits
+        rho = base_logits
+        if rho is None:
+            rho = self.base_logits(v.to(dtype=self.model.dtype, device=self.model.device))
         return sum(F.softplus(x.squeeze(1).double()).sum(-1) for x in rho[1:])
 
     def start(self, v: Tensor, num_chains: int, generator: torch.Generator) -> tuple[DBNPosteriorState, Tensor]:
@@ -582,7 +584,8 @@ class DBNPosteriorPath:
         at their largest against 7,820 counted, after four sweeps of a random 784-500-200 DBN on 400 chains)."""
         tail = like.shape[1:]
         buf = self._buffers.get(name)
-        if buf is None or buf.shape[1:] != tail or buf.shape[0] < rows or buf.dtype != like.dtype or buf.device != like.device:
+        fits = buf is not None and buf.shape[1:] == tail and buf.shape[0] >= rows
+        if not fits or buf.dtype != like.dtype or buf.device != like.device:
             buf = self._buffers[name] = torch.empty((rows,) + tuple(tail), dtype=like.dtype, device=like.device)
         return buf[:rows]
 
@@ -680,17 +683,18 @@ class DBNPosteriorPath:
         exp_rows, rounding, folds = self._exp_rows[l], self._rounding[l], self._folds[l]
         slopes, taylor = self._rows[l], self._taylor[l].view(-1, n_below)  # (n_l, n), (2 n_l, n): Q's and T's rows
         # The sweep's own copy of p, 1 - p and p (1 - p), interleaved per chain so that the rows of chains that
-        # flip move in one gather and one scatter; the state's tensors are recomputed after the sweep.
-        work = self._buffer("sweep rows", a, (n_rows, 3, n_below))
+        # flip move in one gather and one scatter; the state's tensors are recomputed after the sweep. Buffers are
+        # kept per layer (a deeper DBN sweeps layers of other widths in turn).
+        work = self._buffer(f"sweep rows{l}", a, (n_rows, 3, n_below))
         work[:, 0].copy_(p_on)
         work[:, 1].copy_(p_off)
         torch.mul(p_on, p_off, out=work[:, 2])
         p, pq = work[:, 0], work[:, 2]
-        units = self._buffer("sweep units", x, (n_units, n_rows)).copy_(x.t())
-        lin = self._buffer("sweep linear", x, (n_units, n_rows)).copy_(linear.t())
+        units = self._buffer(f"sweep units{l}", x, (n_units, n_rows)).copy_(x.t())
+        lin = self._buffer(f"sweep linear{l}", x, (n_units, n_rows)).copy_(linear.t())
         # logits of uniforms, in float64: thresholds up to +-36 before they saturate (drawn chain-major, as before)
         uniforms = torch.rand(x.shape, generator=generator, dtype=torch.float64, device=x.device)
-        thresholds = self._buffer("sweep thresholds", uniforms, (n_units, n_rows)).copy_(uniforms.t()).logit_()
+        thresholds = self._buffer(f"sweep thresholds{l}", uniforms, (n_units, n_rows)).copy_(uniforms.t()).logit_()
         del uniforms
         # Roundings, in units of eps sum_i |coefficients of unit j| (`_rounding`): a product of n terms errs by at
         # most n of them (the block's products, then one per flip in the block for its shift), and the moments
@@ -726,8 +730,9 @@ class DBNPosteriorPath:
                 if undecided.numel() > 0:
                     count = undecided.numel()
                     x_u = x_j.index_select(0, undecided)
-                    picked = torch.index_select(work, 0, undecided, out=self._rows_buffer("undecided", work, count))
-                    scale = self._rows_buffer("undecided scale", a, count)
+                    picked = self._rows_buffer(f"undecided{l}", work, count)
+                    torch.index_select(work, 0, undecided, out=picked)
+                    scale = self._rows_buffer(f"undecided scale{l}", a, count)
                     torch.index_select(exp_rows[j], 0, x_u.long(), out=scale)
                     factors = torch.addcmul(picked[:, 1], picked[:, 0], scale, out=scale)
                     log_ratio = _fold_log_sum(*_fold_views(factors, folds))
@@ -739,11 +744,13 @@ class DBNPosteriorPath:
                 if idx.numel() > 0:
                     count = idx.numel()
                     # a moves by s w: p' = p e^(s w) / F and 1 - p' = (1 - p) / F, F = 1 - p + p e^(s w)
-                    before = torch.index_select(work, 0, idx, out=self._rows_buffer("flip before", work, count))
-                    moved = self._rows_buffer("flip moved", work, count)
+                    before = self._rows_buffer(f"flip before{l}", work, count)
+                    torch.index_select(work, 0, idx, out=before)
+                    moved = self._rows_buffer(f"flip moved{l}", work, count)
                     turned_off = change.index_select(0, idx).lt(0).long()
-                    scale = self._rows_buffer("flip scale", a, count)
-                    on = torch.mul(before[:, 0], torch.index_select(exp_rows[j], 0, turned_off, out=scale), out=moved[:, 0])
+                    scale = self._rows_buffer(f"flip scale{l}", a, count)
+                    torch.index_select(exp_rows[j], 0, turned_off, out=scale)
+                    on = torch.mul(before[:, 0], scale, out=moved[:, 0])
                     factor = torch.add(before[:, 1], on, out=scale)
                     on.div_(factor)
                     off = torch.div(before[:, 1], factor, out=moved[:, 1])
