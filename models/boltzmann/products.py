@@ -64,6 +64,7 @@ TABLE_MAX_BYTES = 256 << 20
 # every TABLE_SPARSE_CHECK_EVERY-th product of a table (states change slowly along a run).
 TABLE_SPARSE_MIN_ZERO_SHARE = 0.35
 TABLE_SPARSE_CHECK_EVERY = 16
+_FLOAT32_TWO_TO_23_BITS = 0x4B000000  # the bits of 2.0**23 in float32
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,11 @@ class SubsetSumTable:
         table = torch.cat(pieces) if len(pieces) > 1 else pieces[0]
         block = max(1, TABLE_ROW_BYTES // element_size)
         self.blocks = [table[:, j : j + block].contiguous() for j in range(0, self.cols, block)]
+        # float32 codes are computed as 2^23 + code, whose bits are 0x4B000000 + code (the exponent of 2^23 and the
+        # code in the mantissa): an integer subtraction on those bits gives the int32 codes, where a conversion from
+        # float takes 3 to 4 times as long (0.34 ms for 1,000 x 196 codes); exact while 2^23 + the largest code
+        # stays below 2^24.
+        self._magic = self.dtype == torch.float32 and offset < 1 << 23
         self.nbytes = table.numel() * table.element_size()
         self.groups = sum(a.shape[0] // k for a, k in zip(matrices, self.group_sizes))
         self._bases: dict[tuple[int, int], Tensor] = {}  # (term, rows) -> offset + g 2^k, repeated over rows
@@ -270,10 +276,14 @@ class SubsetSumTable:
             if base is None:
                 groups = x.shape[1] // k
                 base = (self.offsets[t] + (torch.arange(groups, dtype=torch.float64) * (1 << k))).repeat(rows)
+                if self._magic:
+                    base += float(1 << 23)
                 base = self._bases[(t, rows)] = base.to(self.dtype)
             # x's units are 0. or 1.: base + sum_i 2^i x_{g k + i} is an exact small integer.
             parts.append(torch.addmv(base, x.view(-1, k), self._weights[t]).view(rows, -1))
         codes = parts[0] if len(parts) == 1 else torch.cat(parts, 1)
+        if self._magic:
+            return codes.view(torch.int32).sub_(_FLOAT32_TWO_TO_23_BITS)
         return codes.to(torch.int32)
 
     def _lookups(self, codes: Tensor) -> tuple[Tensor, Tensor]:

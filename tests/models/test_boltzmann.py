@@ -334,6 +334,28 @@ def test_the_table_route_leaves_out_zero_groups_with_the_same_bits(inner, dtype,
         assert checked._compact == compacts  # the first product is checked
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_table_codes_are_the_groups_bit_patterns(dtype):
+    """The table route's codes, row r and group g: offset + g 2^k + sum_i 2^i x_{g k + i}, as int32 (float32 tables
+    read them off the bits of 2^23 + code, float64 tables convert), for one and two terms, every pattern of a group
+    and the largest codes of big tables: 2^23 + code up to 2^24 - 1, where the bit trick is still exact, and a table
+    of 2^23 rows, which converts instead."""
+    g = torch.Generator().manual_seed(3)
+    for inner in [(784,), (60, 45), (4 * (2**19 - 1),), (4 * 2**19,)]:
+        matrices = [torch.zeros(n, 1, dtype=dtype) for n in inner]
+        table = products.SubsetSumTable(matrices)
+        xs = [(torch.rand(17, n, generator=g) < 0.5).to(dtype) for n in inner]
+        xs[0][0] = 1  # the largest codes of the first term
+        codes = table._codes(xs)
+        want = []
+        for x, k, offset in zip(xs, table.group_sizes, table.offsets):
+            groups = x.shape[1] // k
+            bits = x.view(17, groups, k).long() << torch.arange(k)
+            want.append(offset + torch.arange(groups) * (1 << k) + bits.sum(-1))
+        assert codes.dtype == torch.int32 and torch.equal(codes.long(), torch.cat(want, 1))
+        assert table._magic == (dtype == torch.float32 and inner[0] < 2**21)
+
+
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_small_step_log_ratio_sums_the_log1p_of_the_direct_formula(tiny_chain, dtype):
     """The small-step term is -sum_j log1p(expm1(-d_j) sigmoid(z'_j)) (d = z' - z), with the argument of log1p
