@@ -673,11 +673,11 @@ class DBNPosteriorPath:
         moments (small products).
 
         Layout: what the sweep reads unit by unit (the layer, its logits without the softplus terms, the uniforms'
-        logits, the bounds) is held unit-major, (n_l, rows), so that a unit's values for all chains are contiguous
-        (column j of a chain-major (rows, n_l) tensor is strided: its ops touch a cache line and nearly a page per
-        chain); the layer is written back after the sweep. The gathers of the chains that flip or stay undecided
-        go into reused buffers (`_rows_buffer`). The numbers and the operations on them are those of the
-        chain-major form, so the samples and weights are the same bits.
+        logits) is held unit-major, (n_l, rows), so that a unit's values for all chains are contiguous (column j of
+        a chain-major (rows, n_l) tensor is strided: its ops touch a cache line and nearly a page per chain); the
+        layer is written back after the sweep. The gathers of the chains that flip or stay undecided go into reused
+        buffers (`_rows_buffer`). The bounds only decide which draws are computed exactly, so how they are rounded
+        (e.g. the order of a product's sums) does not change the samples, as long as they stay within their margins.
         """
         n_units, n_rows, n_below = x.shape[-1], x.shape[0], a.shape[-1]
         exp_rows, rounding, folds = self._exp_rows[l], self._rounding[l], self._folds[l]
