@@ -202,15 +202,18 @@ def benchmark(
             result["ratios"][base] = (statistics.median(ratios), ratios[0], ratios[-1])
     shapes = {((n_hidden,), n_visible), ((n_visible,), n_hidden)}
     threads = torch.get_num_threads()
-    # The routes the plain runs took: timed at start, or forced for the whole process by RAISE_EVAL_PRODUCT_ROUTE
-    # (the --all-routes runs force each route in turn; those choices are not the plain runs')
-    ambient = os.environ.get(products.ROUTE_ENV, "auto").strip().lower() or "auto"
+    # The routes the plain runs took: timed at start, or forced for the whole process (RAISE_EVAL_PRODUCT_ROUTE; the
+    # --all-routes runs force each route in turn, and those choices are not the plain runs')
+    forced = products.requested_route()
     routes = {}
     for c in products.route_choices():
         if (c.inner, c.cols) not in shapes or not c.binary or c.threads != threads:
             continue
-        plain = c.how == "measured" if ambient == "auto" else c.route == ambient or c.how == "forced-unavailable"
-        if plain and c.how != "adopted":
+        if forced is None:
+            plain = c.how == "measured"
+        else:
+            plain = c.how == "forced-unavailable" or (c.how == "forced" and c.route == forced)
+        if plain:
             routes.setdefault((c.inner, c.cols), c)
     result["routes"] = list(routes.values())
     return result

@@ -116,7 +116,7 @@ _choices: dict[tuple, RouteChoice] = {}
 _forced: Optional[str] = None  # set by force_route; overrides the environment variable
 
 
-def _requested_route() -> Optional[str]:
+def requested_route() -> Optional[str]:
     """The forced route (force_route, else the environment variable), or None for timing."""
     route = _forced if _forced is not None else os.environ.get(ROUTE_ENV, "auto").strip().lower() or "auto"
     if route == "auto":
@@ -437,7 +437,7 @@ def choose_route(
     that no route is forced on), else the cached or newly made choice."""
     if device.type != "cpu" or grad or dtype not in (torch.float32, torch.float64):
         return None
-    forced = _requested_route()
+    forced = requested_route()
     macs = rows * sum(inner) * cols
     if forced is None and (MIN_TIMED_MACS is None or macs < MIN_TIMED_MACS):
         return None
