@@ -38,3 +38,17 @@ def test_a_resumed_run_adopts_the_routes_its_file_recorded(tmp_path, monkeypatch
     # The same routes, taken from the file without timing, reported as the first run chose them.
     assert again.settings["product_routes"] == first.settings["product_routes"]
     assert again.ais_mean == first.ais_mean and again.raise_mean == first.raise_mean
+
+
+def test_a_resumed_forced_run_reports_the_routes_of_the_interrupted_one(tmp_path):
+    # A forced record is adopted under the route forced, as choose_route keys it: a resumed run forced the same way
+    # (here the table route, which the non-binary products cannot take) finds each record instead of adding one.
+    model, test = _model_and_data()
+    products.clear_route_choices()
+    file = tmp_path / "run.pt"
+    first = evaluate(model, test, ais_chains=2000, resume_file=str(file), product_route="table", **SMALL)
+    assert {r["how"] for r in first.settings["product_routes"]} == {"forced", "forced-unavailable"}
+    products.clear_route_choices()
+    again = evaluate(model, test, ais_chains=2000, resume_file=str(file), product_route="table", **SMALL)
+    assert again.settings["product_routes"] == first.settings["product_routes"]
+    assert again.ais_mean == first.ais_mean and again.raise_mean == first.raise_mean

@@ -166,7 +166,12 @@ def adopt_route_choices(records) -> None:
             raise ValueError(f"unknown product route {r['route']!r}")
         dtype = getattr(torch, r["dtype"])
         key = (int(r["rows"]), tuple(int(n) for n in r["inner"]), int(r["cols"]), dtype, int(r["threads"]))
-        key += (bool(r["binary"]), None)
+        how = str(r.get("how") or "adopted")
+        # Keyed as choose_route keys the product it stands for: a forced record under the route forced (for
+        # "forced-unavailable" the record does not name it: the route this process forces, if any), so that a
+        # resumed run forced as the interrupted one was finds it instead of making a second record.
+        forced = r["route"] if how == "forced" else requested_route() if how == "forced-unavailable" else None
+        key += (bool(r["binary"]), forced)
         timings = tuple((name, float(ms)) for name, ms in dict(r.get("timings_ms", {})).items())
         choice = RouteChoice(
             rows=key[0],
@@ -176,7 +181,7 @@ def adopt_route_choices(records) -> None:
             threads=key[4],
             binary=key[5],
             route=r["route"],
-            how=str(r.get("how") or "adopted"),
+            how=how,
             timings_ms=timings,
         )
         with _lock:
