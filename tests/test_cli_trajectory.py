@@ -3,6 +3,7 @@ table, JSON, plot and exit status; and the folders it refuses."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import numpy as np
@@ -79,7 +80,7 @@ def test_min_step_gap_anneals_through_the_kept_checkpoints(run_folder, tmp_path,
     assert refused.value.code == 2 and "--min-step-gap must be an integer of at least 1" in capsys.readouterr().err
 
 
-def test_from_step_leaves_out_the_earlier_checkpoints(run_folder, tmp_path, capsys):
+def test_from_step_leaves_out_the_earlier_checkpoints(run_folder, tmp_path, capsys, monkeypatch):
     """--from-step: the path reaches the first checkpoint at or after the step from the independent start; the
     table and the JSON say which were left out; a step after the last checkpoint is refused by its flag."""
     doc, table = _run_thinned(run_folder, tmp_path, capsys, "--from-step", "100")
@@ -87,6 +88,13 @@ def test_from_step_leaves_out_the_earlier_checkpoints(run_folder, tmp_path, caps
     assert [c["step"] for c in doc["checkpoints"]] == [300, 1000]
     assert doc["settings"]["from_step"] == 100 and doc["settings"]["checkpoints_saved"] == 3
     assert "2 checkpoints of a 8-6 RBM (2 of the 3 saved, --from-step 100)" in table
+    if importlib.util.find_spec("matplotlib") is not None:  # the plot's title says which checkpoints it shows
+        import raise_eval.render.plots as plots
+
+        titles = []
+        monkeypatch.setattr(plots, "save_figure", lambda fig, path, dpi: titles.append(fig.axes[0].get_title()))
+        _run_thinned(run_folder, tmp_path, capsys, "--from-step", "100", "--min-step-gap", "5")
+        assert titles and titles[0].startswith("2 of 3 checkpoints, from step 100, steps apart >= 5, K = 5")
     main(["trajectory", str(folder), "--data", str(data), *FAST, "--from-step", "1000", "--min-step-gap", "5"])
     assert "1 checkpoint of a 8-6 RBM (1 of the 3 saved, --from-step 1000, --min-step-gap 5)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as refused:

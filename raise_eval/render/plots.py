@@ -177,9 +177,13 @@ def plot_trajectory(report, path: str) -> None:
     for ax in (top, middle, bottom):
         ax.grid(alpha=0.3)
     s = report.settings
+    which = f"{s['num_checkpoints']} checkpoints"
+    if s.get("checkpoints_saved") is not None:  # thinned: say which of the saved ones the plot shows
+        how = [f"{label} {s[key]}" for key, label in (("from_step", "from step"), ("min_step_gap", "steps apart >="))
+               if s.get(key) is not None]  # fmt: skip
+        which = f"{s['num_checkpoints']} of {s['checkpoints_saved']} checkpoints" + "".join(", " + h for h in how)
     top.set_title(
-        f"{s['num_checkpoints']} checkpoints, K = {s['steps']} sub-steps per link, {s['ais_chains']} chains; last "
-        f"checkpoint: {report.verdict}",
+        f"{which}, K = {s['steps']} sub-steps per link, {s['ais_chains']} chains; last checkpoint: {report.verdict}",
         fontsize=9,
     )
     fig.tight_layout()
