@@ -88,14 +88,23 @@ def main(argv=None) -> None:
         ),
     )
     for layer in report["layers"]:
-        cut = " (stopped by the wall-clock budget)" if layer["stopped_by_budget"] else ""
+        cut = " (stopped by its share of the wall-clock budget)" if layer["stopped_by_budget"] else ""
         print(
             f"layer {layer['layer']} RBM {layer['sizes'][0]}-{layer['sizes'][1]}: {layer['epochs_completed']}/"
             f"{layer['epochs_planned']} epochs in {layer['seconds']:.0f} s{cut}; reconstruction error (MSE per unit, "
             f"first 1000 vectors of its data) {layer['reconstruction_error'][-1]:.5f}"
         )
     if report["budget_exhausted"]:
-        print(f"training stopped at the wall-clock budget of {args.max_minutes:g} minutes")
+        # The budget is split between the layers in proportion to their weight counts before any is trained, so a
+        # layer can stop at its share while the whole run ends well inside the budget.
+        cut = [str(r["layer"]) for r in report["layers"] if r["stopped_by_budget"]]
+        which = f"layer {cut[0]} before its"
+        if len(cut) > 1:
+            which = f"layers {', '.join(cut[:-1])} and {cut[-1]} before their"
+        print(
+            f"the budget of {args.max_minutes:g} minutes (split between the layers by their weight counts) stopped "
+            f"{which} planned epochs; the whole run took {report['seconds'] / 60:.1f} minutes"
+        )
     # The bottom RBM as trained (its hidden biases are the DBN's recognition biases of layer 1).
     v_error = reconstruction_error(RBM(model.weights[0], model.biases[0], model.recognition_biases[0]), train[:1000])
     metadata = {

@@ -66,6 +66,22 @@ def test_dbn_script_monitors_the_top_rbm_epochs(shared_data, tmp_path):
     assert torch.isfinite(torch.tensor([r["raise"] for r in ckpt.metadata["monitor_history"]])).all()
 
 
+def test_dbn_script_says_which_layers_the_budget_stopped(shared_data, tmp_path, capsys):
+    """A tiny --max-minutes stops each layer after its first epoch: the output names the layers it stopped and the
+    run's own time (the budget is split before training, so the run can end well inside it)."""
+    script = load_script("train_dbn")
+    out = tmp_path / "dbn.pt"
+    script.main(
+        ["--hidden", "8", "6", "--epochs", "3", "--train-size", "200", "--data-root", str(shared_data)]
+        + ["--max-minutes", "0.00001", "--out", str(out), "--no-progress"]
+    )
+    printed = capsys.readouterr().out
+    assert "1/3 epochs" in printed and "(stopped by its share of the wall-clock budget)" in printed
+    assert "(split between the layers by their weight counts) stopped layers 1 and 2 before their planned" in printed
+    layers = load_checkpoint(out).metadata["training_report"]["layers"]
+    assert [r["epochs_completed"] for r in layers] == [1, 1] and all(r["stopped_by_budget"] for r in layers)
+
+
 def test_dbm_script_certifiable_recipe(shared_data, tmp_path, capsys):
     """The recipe sets centering and the chains; an explicit option overrides it; the checkpoint records both."""
     script = load_script("train_dbm")
