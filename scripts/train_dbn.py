@@ -15,8 +15,8 @@ and learning rate 0.05 the top RBM became a poor prior: about -290 nats against 
 With --monitor-every N, the training-loop hook estimates the DBN's test log-likelihood (AIS and RAISE from the
 uniform start) every N epochs of the top RBM, on the finished lower layers and the top RBM as it stands. The
 checkpoint holds the training configuration, per-layer statistics, the wall time and the training set's
-pixel means. With --max-minutes, training stops cleanly when the budget is spent (the split between layers is in
-proportion to their weight counts) and the metadata and the output say so.
+pixel means. With --max-minutes, training stops cleanly when the budget is spent (it is split between the layers in
+proportion to their epochs' costs, timed on a few minibatches before training) and the metadata and the output say so.
 """
 
 import argparse
@@ -95,14 +95,14 @@ def main(argv=None) -> None:
             f"first 1000 vectors of its data) {layer['reconstruction_error'][-1]:.5f}"
         )
     if report["budget_exhausted"]:
-        # The budget is split between the layers in proportion to their weight counts before any is trained, so a
-        # layer can stop at its share while the whole run ends well inside the budget.
+        # The budget is split between the layers before any is trained, by their timed epochs' costs: a layer can
+        # stop at its share while the whole run ends inside the budget (a later layer ran faster than timed).
         cut = [str(r["layer"]) for r in report["layers"] if r["stopped_by_budget"]]
         which = f"layer {cut[0]} before its"
         if len(cut) > 1:
             which = f"layers {', '.join(cut[:-1])} and {cut[-1]} before their"
         print(
-            f"the budget of {args.max_minutes:g} minutes (split between the layers by their weight counts) stopped "
+            f"the budget of {args.max_minutes:g} minutes (split between the layers by their timed epochs) stopped "
             f"{which} planned epochs; the whole run took {report['seconds'] / 60:.1f} minutes"
         )
     # The bottom RBM as trained (its hidden biases are the DBN's recognition biases of layer 1).

@@ -199,6 +199,28 @@ def test_budget_stops_cleanly(data):
     assert [r["epochs_completed"] for r in report["layers"]] == [1, 1]
 
 
+def test_a_dbn_budget_is_split_by_timed_epochs_and_leaves_the_training_alone(data, monkeypatch):
+    import raise_eval.models.training.dbn as dbn_training
+
+    config = DBNTrainingConfig(hidden=[6, 4], epochs=3, batch_size=20)
+    plain = train_dbn(data, config, generator=torch.Generator().manual_seed(8))
+    report = {}
+    budgeted = train_dbn(data, config, generator=torch.Generator().manual_seed(8), max_seconds=600.0, report=report)
+    # the timing draws from a generator of its own: a budget that is not reached changes no bit of the model
+    assert all(torch.equal(a, b) for a, b in zip(plain.weights + plain.biases, budgeted.weights + budgeted.biases))
+    assert [r["epochs_completed"] for r in report["layers"]] == [3, 3] and not report["budget_exhausted"]
+    assert all(r["timed_epoch_seconds"] > 0 for r in report["layers"])
+    # the deadlines are cut in proportion to the timed epochs (not the weight counts, 6 * n_visible and 24)
+    split = []
+    widths = {data.shape[1]: 3.0, 6: 1.0}
+    monkeypatch.setattr(dbn_training, "layer_epoch_seconds", lambda rows, n_in, n_out, cfg, like: widths[n_in])
+    monkeypatch.setattr(
+        dbn_training, "layer_deadlines", lambda start, seconds, costs: split.append(costs) or [None] * 2
+    )
+    train_dbn(data, config, generator=torch.Generator().manual_seed(8), max_seconds=600.0)
+    assert split == [[3.0, 1.0]]
+
+
 @pytest.mark.parametrize("propagate", ["probs", "samples"])
 def test_dbn_is_the_greedy_rbm_stack(data, propagate):
     config = DBNTrainingConfig(hidden=[6, 5, 4], epochs=4, batch_size=20, method="cd", propagate=propagate)

@@ -77,9 +77,10 @@ def test_dbn_script_says_which_layers_the_budget_stopped(shared_data, tmp_path, 
     )
     printed = capsys.readouterr().out
     assert "1/3 epochs" in printed and "(stopped by its share of the wall-clock budget)" in printed
-    assert "(split between the layers by their weight counts) stopped layers 1 and 2 before their planned" in printed
+    assert "(split between the layers by their timed epochs) stopped layers 1 and 2 before their planned" in printed
     layers = load_checkpoint(out).metadata["training_report"]["layers"]
     assert [r["epochs_completed"] for r in layers] == [1, 1] and all(r["stopped_by_budget"] for r in layers)
+    assert all(r["timed_epoch_seconds"] > 0 for r in layers)
 
 
 def test_dbm_script_certifiable_recipe(shared_data, tmp_path, capsys):
