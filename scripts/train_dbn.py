@@ -95,8 +95,8 @@ def main(argv=None) -> None:
             f"first 1000 vectors of its data) {layer['reconstruction_error'][-1]:.5f}"
         )
     if report["budget_exhausted"]:
-        # The budget is split between the layers before any is trained, by their timed epochs' costs: a layer can
-        # stop at its share while the whole run ends inside the budget (a later layer ran faster than timed).
+        # The budget is split between the layers before any is trained, by their timed epochs' costs, and a layer
+        # stops when its next epoch would overrun its share: the whole run can end well inside the budget.
         cut = [str(r["layer"]) for r in report["layers"] if r["stopped_by_budget"]]
         which = f"layer {cut[0]} before its"
         if len(cut) > 1:

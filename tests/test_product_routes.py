@@ -52,3 +52,20 @@ def test_a_resumed_forced_run_reports_the_routes_of_the_interrupted_one(tmp_path
     again = evaluate(model, test, ais_chains=2000, resume_file=str(file), product_route="table", **SMALL)
     assert again.settings["product_routes"] == first.settings["product_routes"]
     assert again.ais_mean == first.ais_mean and again.raise_mean == first.raise_mean
+
+
+def test_a_run_resumed_under_another_forcing_makes_its_own_choices(tmp_path, monkeypatch):
+    # product_route is not a setting a resumed run must share: the records of the interrupted run's forcing are left
+    # out, and the continued run's report lists only the routes it chose itself.
+    model, test = _model_and_data()
+    products.clear_route_choices()
+    file = tmp_path / "run.pt"
+    evaluate(model, test, ais_chains=2000, resume_file=str(file), product_route="table", **SMALL)
+    products.clear_route_choices()
+    again = evaluate(model, test, ais_chains=2000, resume_file=str(file), product_route="mm", **SMALL)
+    assert again.settings["product_route"] == "mm"
+    assert {(r["route"], r["how"]) for r in again.settings["product_routes"]} <= {("mm", "forced")}
+    products.clear_route_choices()
+    monkeypatch.delenv(products.ROUTE_ENV, raising=False)  # timed: neither the setting nor the environment forces
+    timed = evaluate(model, test, ais_chains=2000, resume_file=str(file), **SMALL)
+    assert not any(r["how"].startswith("forced") for r in timed.settings["product_routes"])

@@ -159,7 +159,8 @@ def adopt_route_choices(records) -> None:
     the same shapes and thread counts, without timing: a resumed run then computes its products as the interrupted
     one did and continues to its bits. Shapes not among them are timed as usual. A choice keeps the `how` it was
     made by, so that the continued run's report equals the uninterrupted run's (records without one read
-    'adopted')."""
+    'adopted'). Records made under another forcing than this process's (`requested_route`) are left out: its own
+    setting decides those products."""
     for record in records:
         r = record.as_dict() if isinstance(record, RouteChoice) else dict(record)
         if r["route"] not in ROUTES:
@@ -167,10 +168,20 @@ def adopt_route_choices(records) -> None:
         dtype = getattr(torch, r["dtype"])
         key = (int(r["rows"]), tuple(int(n) for n in r["inner"]), int(r["cols"]), dtype, int(r["threads"]))
         how = str(r.get("how") or "adopted")
-        # Keyed as choose_route keys the product it stands for: a forced record under the route forced (for
-        # "forced-unavailable" the record does not name it: the route this process forces, if any), so that a
-        # resumed run forced as the interrupted one was finds it instead of making a second record.
-        forced = r["route"] if how == "forced" else requested_route() if how == "forced-unavailable" else None
+        # Only the records this process would have made itself, keyed as choose_route keys them: a timed one where
+        # no route is forced, a forced one where the same route is, and a "forced-unavailable" one (which does not
+        # name the route) where the route forced now cannot compute that product either. The others are left to
+        # this process's own choice (a run may be resumed under another forcing): adopted, they would compute
+        # its products through routes it did not ask for, or stand unused in its report.
+        forced = requested_route()
+        if how == "forced":
+            adopt = forced == r["route"]
+        elif how == "forced-unavailable":
+            adopt = forced is not None and forced not in _candidates(key[1], key[2], dtype, bool(r["binary"]))
+        else:
+            adopt = forced is None
+        if not adopt:
+            continue
         key += (bool(r["binary"]), forced)
         timings = tuple((name, float(ms)) for name, ms in dict(r.get("timings_ms", {})).items())
         choice = RouteChoice(

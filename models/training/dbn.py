@@ -14,7 +14,6 @@ so the hidden biases of RBMs 0 .. L-2 live on as recognition biases and the top 
 
 from __future__ import annotations
 
-import math
 import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Optional
@@ -89,7 +88,7 @@ def layer_epoch_seconds(rows: int, n_visible: int, n_hidden: int, config: DBNTra
     seconds(1)  # warm-up: first-call costs (allocations, the product routes' timing)
     few, more = seconds(2), seconds(8)
     per_batch = (more - few) / 6 if more > few else more / 8  # noise can invert a small difference
-    return per_batch * math.ceil(rows / batch)
+    return per_batch * max(1, rows // batch)  # the minibatches of an epoch, as train_rbm cuts them
 
 
 def train_dbn(
@@ -126,10 +125,13 @@ def train_dbn(
         raise ValueError(f"propagate must be 'probs' or 'samples', got {config.propagate!r}")
     sizes = [data.shape[1], *config.hidden]
     start = time.monotonic()
-    epoch_costs = None
+    epoch_costs, split_start, split_seconds = None, start, max_seconds
     if max_seconds is not None:
         epoch_costs = [layer_epoch_seconds(data.shape[0], a, b, config, data) for a, b in zip(sizes[:-1], sizes[1:])]
-    deadlines = layer_deadlines(start, max_seconds, epoch_costs or [1.0] * (len(sizes) - 1))
+        # the timing's own seconds come out of the whole budget, not out of the first layer's share
+        split_start = time.monotonic()
+        split_seconds = max(0.0, max_seconds - (split_start - start))
+    deadlines = layer_deadlines(split_start, split_seconds, epoch_costs or [1.0] * (len(sizes) - 1))
     layers_report: list[dict[str, Any]] = []
     rbms: list[RBM] = []
     x = data
