@@ -94,7 +94,7 @@ def test_from_step_leaves_out_the_earlier_checkpoints(run_folder, tmp_path, caps
         titles = []
         monkeypatch.setattr(plots, "save_figure", lambda fig, path, dpi: titles.append(fig.axes[0].get_title()))
         _run_thinned(run_folder, tmp_path, capsys, "--from-step", "100", "--min-step-gap", "5")
-        assert titles and titles[0].startswith("2 of 3 checkpoints, from step 100, steps apart >= 5, K = 5")
+        assert titles and titles[0].startswith("2 checkpoints (2 of the 3 saved, from_step 100, min_step_gap 5), K = 5")
     main(["trajectory", str(folder), "--data", str(data), *FAST, "--from-step", "1000", "--min-step-gap", "5"])
     assert "1 checkpoint of a 8-6 RBM (1 of the 3 saved, --from-step 1000, --min-step-gap 5)" in capsys.readouterr().out
     with pytest.raises(SystemExit) as refused:

@@ -161,6 +161,7 @@ def adopt_route_choices(records) -> None:
     made by, so that the continued run's report equals the uninterrupted run's (records without one read
     'adopted'). Records made under another forcing than this process's (`requested_route`) are left out: its own
     setting decides those products."""
+    forced = requested_route()
     for record in records:
         r = record.as_dict() if isinstance(record, RouteChoice) else dict(record)
         if r["route"] not in ROUTES:
@@ -173,7 +174,6 @@ def adopt_route_choices(records) -> None:
         # name the route) where the route forced now cannot compute that product either. The others are left to
         # this process's own choice (a run may be resumed under another forcing): adopted, they would compute
         # its products through routes it did not ask for, or stand unused in its report.
-        forced = requested_route()
         if how == "forced":
             adopt = forced == r["route"]
         elif how == "forced-unavailable":

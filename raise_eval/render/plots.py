@@ -8,6 +8,8 @@ import math
 
 from raise_eval.diagnostics import GAP_NATS
 from raise_eval.io.writing import save_figure
+from raise_eval.render.text import trajectory_thinning
+from raise_eval.settings import render_names
 
 
 def _figure(size):
@@ -177,11 +179,8 @@ def plot_trajectory(report, path: str) -> None:
     for ax in (top, middle, bottom):
         ax.grid(alpha=0.3)
     s = report.settings
-    which = f"{s['num_checkpoints']} checkpoints"
-    if s.get("checkpoints_saved") is not None:  # thinned: say which of the saved ones the plot shows
-        how = [f"{label} {s[key]}" for key, label in (("from_step", "from step"), ("min_step_gap", "steps apart >="))
-               if s.get(key) is not None]  # fmt: skip
-        which = f"{s['num_checkpoints']} of {s['checkpoints_saved']} checkpoints" + "".join(", " + h for h in how)
+    thinned = trajectory_thinning(s)  # which of the saved checkpoints, as the table says it
+    which = f"{s['num_checkpoints']} checkpoints" + (f" ({render_names(thinned)})" if thinned else "")
     top.set_title(
         f"{which}, K = {s['steps']} sub-steps per link, {s['ais_chains']} chains; last checkpoint: {report.verdict}",
         fontsize=9,

@@ -306,6 +306,15 @@ def _nats(x: float) -> str:
     return f"{x:g} nat" if x == 1 else f"{x:g} nats"
 
 
+def trajectory_thinning(settings: dict) -> str:
+    """Which of the saved checkpoints a trajectory run took, as a template naming its settings ("2 of the 3 saved,
+    {from_step} 100"; `render_names` writes them), or "" when it took them all."""
+    if settings.get("checkpoints_saved") is None:
+        return ""
+    how = [f", {{{key}}} {settings[key]}" for key in ("from_step", "min_step_gap") if settings.get(key) is not None]
+    return f"{settings['num_checkpoints']} of the {settings['checkpoints_saved']} saved" + "".join(how)
+
+
 def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     """The table of `raise-eval trajectory`: log Z (AIS, BAR, exact) and the test log-likelihood (AIS, RAISE, exact)
     at every checkpoint, BAR's flagged links, and the verdict on the last checkpoint."""
@@ -316,13 +325,8 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     data = (s["data"] + (f" {split}" if split not in (None, "file") else "")) if s.get("data") else "test vectors"
     start = s["init"] if s["start"] == "prepended" else "the first checkpoint (no weights)"
     first = f", {s['start_steps']} on the first" if s.get("start_steps") else ""
-    thinned = ""
-    if s.get("checkpoints_saved") is not None:
-        how = [f"{{{key}}} {s[key]}" for key in ("from_step", "min_step_gap") if s.get(key) is not None]
-        thinned = render_names(
-            f" ({s['num_checkpoints']} of the {s['checkpoints_saved']} saved" + "".join(", " + h for h in how) + ")",
-            names,
-        )
+    thinned = trajectory_thinning(s)
+    thinned = f" ({render_names(thinned, names)})" if thinned else ""
     lines = [
         f"raise-eval trajectory{where}: {_count(s['num_checkpoints'], 'checkpoint')} "
         f"of a {sizes} {s['family']}{thinned}, {s['dtype']} on {s['device']}",
