@@ -7,6 +7,7 @@ The scripts run as `python scripts/NAME.py`, which puts this folder on sys.path,
 from __future__ import annotations
 
 import argparse
+import math
 import time
 from pathlib import Path
 from typing import Callable, Optional
@@ -28,6 +29,17 @@ def add_dataset_argument(parser: argparse.ArgumentParser) -> None:
         "(raise_eval.io.datasets documents how)",
     )
     parser.add_argument("--data-root", default=None, help="folder holding binarized_mnist/ and omniglot/")
+
+
+def budget_minutes(text: str) -> float:
+    """argparse type of --max-minutes: a finite number of minutes, 0 or more (0: one epoch of each model)."""
+    try:
+        minutes = float(text)
+    except ValueError:
+        minutes = float("nan")
+    if not (minutes >= 0 and math.isfinite(minutes)):
+        raise argparse.ArgumentTypeError(f"must be a finite number of minutes, 0 or more, got {text!r}")
+    return minutes
 
 
 def add_monitor_arguments(parser: argparse.ArgumentParser, default_steps: int = 200) -> None:

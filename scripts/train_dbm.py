@@ -51,6 +51,7 @@ from _common import (
     add_dataset_argument,
     add_monitor_arguments,
     add_trajectory_arguments,
+    budget_minutes,
     load_splits,
     make_monitor,
     make_trajectory_saver,
@@ -102,7 +103,7 @@ def main(argv=None) -> None:
     parser.add_argument(
         "--offset-rate", type=float, default=0.01, help="with --centering: moving-average rate of the offsets"
     )
-    parser.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget for training")
+    parser.add_argument("--max-minutes", type=budget_minutes, default=None, help="wall-clock budget for training")
     parser.add_argument("--pretrain-budget-fraction", type=float, default=0.2)
     parser.add_argument("--train-size", type=int, default=None, help="use the first N training vectors only")
     parser.add_argument("--seed", type=int, default=0)

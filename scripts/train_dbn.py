@@ -26,7 +26,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from _common import SHORT_NAMES, add_dataset_argument, add_monitor_arguments, load_splits, make_monitor, train_monitored
+from _common import (
+    SHORT_NAMES,
+    add_dataset_argument,
+    add_monitor_arguments,
+    budget_minutes,
+    load_splits,
+    make_monitor,
+    train_monitored,
+)
 from raise_eval.models.training.dbn import DBNTrainingConfig, reconstruction_error, train_dbn
 
 from raise_eval import RBM, save_checkpoint
@@ -47,7 +55,7 @@ def main(argv=None) -> None:
     parser.add_argument("--learning-rate", type=float, default=0.01)
     parser.add_argument("--method", choices=["cd", "pcd"], default="pcd")
     parser.add_argument("--gibbs-steps", type=int, default=1)
-    parser.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget for training")
+    parser.add_argument("--max-minutes", type=budget_minutes, default=None, help="wall-clock budget for training")
     parser.add_argument("--train-size", type=int, default=None, help="use the first N training vectors only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, choices=[1, 2], help="torch CPU threads")

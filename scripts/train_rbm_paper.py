@@ -40,6 +40,7 @@ import torch
 from _common import (
     add_monitor_arguments,
     add_trajectory_arguments,
+    budget_minutes,
     load_splits,
     make_monitor,
     make_trajectory_saver,
@@ -133,7 +134,7 @@ def main(argv=None) -> None:
     parser.add_argument("--data-root", default=None, help="folder holding binarized_mnist/ and omniglot/")
     parser.add_argument("--epochs", type=int, default=None, help="override the table's epoch count")
     parser.add_argument("--train-size", type=int, default=None, help="use the first N training vectors only")
-    parser.add_argument("--max-minutes", type=float, default=None, help="wall-clock budget per model")
+    parser.add_argument("--max-minutes", type=budget_minutes, default=None, help="wall-clock budget per model")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--out-dir", default="checkpoints")

@@ -14,6 +14,7 @@ so the hidden biases of RBMs 0 .. L-2 live on as recognition biases and the top 
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable, Optional
@@ -123,6 +124,8 @@ def train_dbn(
         raise ValueError(f"a DBN has at least two hidden layers; got hidden={config.hidden}")
     if config.propagate not in ("probs", "samples"):
         raise ValueError(f"propagate must be 'probs' or 'samples', got {config.propagate!r}")
+    if max_seconds is not None and not (max_seconds >= 0 and math.isfinite(max_seconds)):
+        raise ValueError(f"max_seconds must be a finite number of seconds, 0 or more (or None), got {max_seconds!r}")
     sizes = [data.shape[1], *config.hidden]
     start = time.monotonic()
     epoch_costs, split_start, split_seconds = None, start, max_seconds

@@ -219,6 +219,9 @@ def test_a_dbn_budget_is_split_by_timed_epochs_and_leaves_the_training_alone(dat
     )
     train_dbn(data, config, generator=torch.Generator().manual_seed(8), max_seconds=600.0)
     assert split == [[3.0, 1.0]]
+    for bad in (-1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="max_seconds must be a finite number of seconds, 0 or more"):
+            train_dbn(data, config, generator=torch.Generator().manual_seed(8), max_seconds=bad)
 
 
 @pytest.mark.parametrize("propagate", ["probs", "samples"])

@@ -83,6 +83,18 @@ def test_dbn_script_says_which_layers_the_budget_stopped(shared_data, tmp_path, 
     assert all(r["timed_epoch_seconds"] > 0 for r in layers)
 
 
+@pytest.mark.parametrize("script_name", ["train_dbn", "train_dbm", "train_rbm_paper"])
+@pytest.mark.parametrize("minutes", ["-1", "nan", "inf", "ten"])
+def test_training_scripts_refuse_a_budget_that_is_not_a_duration(script_name, minutes, tmp_path, capsys):
+    """Before any data is read: a negative, NaN or infinite --max-minutes trained one epoch per layer or none."""
+    script = load_script(script_name)
+    with pytest.raises(SystemExit) as refused:
+        script.main(["--max-minutes", minutes, "--out", str(tmp_path / "x.pt")])
+    assert refused.value.code == 2
+    assert f"--max-minutes: must be a finite number of minutes, 0 or more, got {minutes!r}" in capsys.readouterr().err
+    assert not (tmp_path / "x.pt").exists()
+
+
 def test_dbm_script_certifiable_recipe(shared_data, tmp_path, capsys):
     """The recipe sets centering and the chains; an explicit option overrides it; the checkpoint records both."""
     script = load_script("train_dbm")
