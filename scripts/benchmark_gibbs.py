@@ -35,9 +35,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
-import platform
 import statistics
-import subprocess
 import sys
 import time
 from contextlib import nullcontext
@@ -47,65 +45,12 @@ from raise_eval.models.boltzmann import layered, products
 
 from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule, load_checkpoint
 
+from _machine import LoadMeter, cpu_description, loadavg
+
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-# ------------------------------------------------------------------------------------------- the machine
-def cpu_description() -> str:
-    """CPU model name, family/model/stepping and the widest x86 vector extension, from lscpu (or platform)."""
-    try:
-        text = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
-    except (OSError, subprocess.SubprocessError):
-        return platform.processor() or platform.machine()
-    fields = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
-    fields = {k.strip(): v.strip() for k, v in fields.items()}
-    flags = set(fields.get("Flags", "").split())
-    isa = "AVX-512" if "avx512f" in flags else "AVX2" if "avx2" in flags else "no AVX2"
-    return (
-        f"{fields.get('Model name', '?')} (family {fields.get('CPU family', '?')}, model {fields.get('Model', '?')}, "
-        f"stepping {fields.get('Stepping', '?')}; {isa}; {fields.get('CPU(s)', '?')} CPUs)"
-    )
-
-
-def _loadavg() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "?"
-
-
-class LoadMeter:
-    """The share of all CPUs that other processes kept busy between start() and stop(), from /proc/stat's busy
-    time less this process's own CPU time (None where /proc is missing)."""
-
-    def start(self) -> None:
-        self._t0, self._busy0, self._own0 = time.perf_counter(), self._busy(), self._own()
-
-    def stop(self) -> float | None:
-        busy, own, wall = self._busy(), self._own(), time.perf_counter() - self._t0
-        if busy is None or self._busy0 is None or wall <= 0:
-            return None
-        ticks = os.sysconf("SC_CLK_TCK")
-        others = (busy - self._busy0) / ticks - (own - self._own0)
-        return max(0.0, others / (wall * (os.cpu_count() or 1)))
-
-    @staticmethod
-    def _busy() -> int | None:
-        try:
-            with open("/proc/stat") as f:
-                values = [int(v) for v in f.readline().split()[1:]]
-        except OSError:
-            return None
-        return sum(values) - values[3] - values[4]  # all but idle and iowait
-
-    @staticmethod
-    def _own() -> float:
-        t = os.times()
-        return t.user + t.system
 
 
 # ------------------------------------------------------------------------------------------- timing
@@ -327,7 +272,7 @@ def main(argv=None) -> None:
     where = f"{args.steps} steps of 1e-4 from beta {args.beta}" if args.beta is not None else f"{args.steps} steps"
     print(
         f"{what}, {args.chains} chains, {where} x {args.repeats} repeats, {args.dtype}; "
-        f"load average before: {_loadavg()}"
+        f"load average before: {loadavg()}"
     )
     headline = None
     for name in args.devices:
@@ -342,7 +287,7 @@ def main(argv=None) -> None:
             load = "?" if others is None else f"{100 * others:.0f}%"
             print(
                 f"{r['device']}, {threads} thread(s) (other processes used {load} of the CPUs meanwhile; "
-                f"load average now {_loadavg()}):"
+                f"load average now {loadavg()}):"
             )
             for c in r["routes"]:
                 if c.how == "measured":
@@ -382,7 +327,7 @@ def main(argv=None) -> None:
                 f"{r['model']}, cpu, {args.threads[0]} thread(s): AIS step {r['ais_step_ms']:.2f} ms, bare torch.mm "
                 f"products {r['bare_matmul_ms']:.2f} ms: step / them {r['ratio']:.2f} (range {lo:.2f}-{hi:.2f})"
             )
-    print(f"load average after: {_loadavg()}")
+    print(f"load average after: {loadavg()}")
     device, threads, ratio = headline
     print(f"ratio (AIS step / bare torch.mm products, {device}, {threads} thread(s), median): {ratio:.2f}")
 

@@ -7,7 +7,9 @@ library's estimator (`raise_eval.log_unnormalized_estimate`, method 'ais') and, 
 process, the bare products one step needs per chain: every weight matrix once forward and once transposed, with
 torch.mm on `rows` chains at once (rows = min(vectors x chains, 2^23 / the widest layer), the definition of
 scripts/measure_log_f.py). Each repeat times one estimate and one run of the bare products back to back and takes
-their ratio, so both see the same machine load; the last line is the median ratio. The script uses only the
+their ratio, so both see the same machine load; the last line is the median ratio. The first line names the machine
+(the CPU's model, family and model: the ratio differs between CPU models, docs/deep-models.md), and the load average
+before and after and the share of the CPUs other processes used while it timed are printed. The script uses only the
 estimator's public interface, so it runs unchanged on older versions of the library (before/after comparisons).
 
     python scripts/benchmark_log_f.py checkpoints/dbn_mnist_20-500.pt --vectors 100 --steps 20 --chains 10
@@ -29,6 +31,7 @@ import torch
 from raise_eval import load_checkpoint, log_unnormalized_estimate
 from raise_eval.models import DBN
 
+from _machine import LoadMeter, cpu_description, loadavg
 from _products import bare_products_seconds, random_subset
 
 
@@ -68,6 +71,7 @@ def main(argv=None) -> dict:
     chain_steps = v.shape[0] * args.chains * args.steps
     rows = min(v.shape[0] * args.chains, max(1, 2**23 // max(model.layer_sizes)))
     rounds = max(1, round(chain_steps / rows))
+    print(f"machine: {cpu_description()}; torch {torch.__version__}; load average before: {loadavg()}")
     print(f"{args.checkpoint or 'random'}: {model}; {v.shape[0]} {what}; K = {args.steps}, {args.chains} chains; "
           f"{args.threads} thread(s); bare products on {rows} rows x {rounds} rounds")
     # Warm up both (allocations, oneDNN primitives) on the timed shapes: all the vectors, so that the estimator's
@@ -79,6 +83,8 @@ def main(argv=None) -> dict:
     bare_products_seconds(model, rows, 1)
     print(f"warm-up (K = 2 on the same vectors, and one round of bare products): {time.perf_counter() - start:.1f} s")
     ais_times, bare_times, ratios = [], [], []
+    meter = LoadMeter()
+    meter.start()
     for rep in range(args.repeats):
         g = torch.Generator().manual_seed(rep)
         t0 = time.perf_counter()
@@ -90,7 +96,12 @@ def main(argv=None) -> dict:
         ratios.append(ais / bare)
         print(f"repeat {rep + 1}: AIS {ais:.3f} s ({1e6 * ais / chain_steps:.2f} us per chain-step), bare products "
               f"{bare:.3f} s ({1e6 * bare / (rounds * rows):.2f} us per chain-step); ratio {ais / bare:.2f}", flush=True)
+    others = meter.stop()
+    print(f"other processes used {'?' if others is None else f'{100 * others:.0f}%'} of the CPUs meanwhile; "
+          f"load average after: {loadavg()}")
     result = {
+        "machine": cpu_description(),
+        "others_cpu_share": others,
         "model": repr(model),
         "ais_seconds": statistics.median(ais_times),
         "bare_seconds": statistics.median(bare_times),

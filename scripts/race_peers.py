@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from _machine import LoadMeter, cpu_description, loadavg
+
 HERE = Path(__file__).resolve()
 
 CONTESTANTS = {
@@ -133,6 +135,7 @@ def main(argv=None) -> None:
         print(json.dumps(run_child(args.child, args.chains, args.steps, args.seed)))
         return
 
+    print(f"machine: {cpu_description()}; load average before: {loadavg()}")
     env = dict(os.environ)
     paths = [str(Path(p).expanduser().resolve()) for p in args.peer_path]
     if paths:
@@ -146,6 +149,8 @@ def main(argv=None) -> None:
             print(f"skipped {name}: {reason}")
     print(f"784-500 RBM (seed {args.seed}), {args.chains} chains, K = {args.steps}; contestants: {', '.join(names)}")
     for threads in args.threads:
+        meter = LoadMeter()
+        meter.start()
         child_env = dict(env, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         child_env["OPENBLAS_NUM_THREADS"] = str(threads)
         results: dict[str, list[dict]] = {name: [] for name in names}
@@ -159,7 +164,11 @@ def main(argv=None) -> None:
                     print(f"  {name} failed: {tail[0]}")
                     continue
                 results[name].append(json.loads(done.stdout.strip().splitlines()[-1]))
-        print(f"{threads} thread(s):")
+        others = meter.stop()
+        share = "?" if others is None else f"{100 * others:.0f}%"
+        print(
+            f"{threads} thread(s) (other processes used {share} of the CPUs meanwhile; load average now {loadavg()}):"
+        )
         per_step = {}
         for name in names:
             runs = results[name]

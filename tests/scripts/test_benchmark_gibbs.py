@@ -1,5 +1,5 @@
-"""scripts/benchmark_gibbs.py and scripts/race_peers.py at toy scale: they print every figure they promise (no claim
-about the figures here: speed is what the scripts measure)."""
+"""scripts/benchmark_gibbs.py, scripts/benchmark_log_f.py and scripts/race_peers.py at toy scale: they print every
+figure they promise (no claim about the figures here: speed is what the scripts measure)."""
 
 from __future__ import annotations
 
@@ -54,6 +54,8 @@ def test_toy_race_runs_raise_eval_and_names_the_peers_it_skips(capsys):
     script = load_script("race_peers")
     script.main(["--chains", "16", "--steps", "2", "--threads", "1"])
     out = capsys.readouterr().out
+    assert out.startswith("machine: ") and "load average before" in out
+    assert re.search(r"1 thread\(s\) \(other processes used (\d+%|\?) of the CPUs meanwhile; load average now", out)
     assert "contestants: raise-eval float32" in out
     assert re.search(r"raise-eval float32: [\d.]+ ms per step, log Z [\d.]+ \+- [\d.]+", out)
     assert re.search(r"raise-eval float64: [\d.]+ ms per step", out)
@@ -84,3 +86,20 @@ def test_step_benchmark_refuses_a_beta_outside_the_path(capsys):
         script.main(["--beta", "1.5"])
     assert exit_.value.code == 2
     assert "--beta 1.5: give an inverse temperature between 0 and 1" in capsys.readouterr().err
+
+
+def test_toy_log_f_benchmark_prints_the_machine_its_load_and_the_ratio(capsys):
+    script = load_script("benchmark_log_f")
+    threads = torch.get_num_threads()
+    try:
+        result = script.main(
+            ["--sizes", "12", "8", "6", "--vectors", "3", "--steps", "2", "--chains", "2", "--repeats", "1"]
+        )
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert out.startswith("machine: ") and "load average before" in out
+    assert re.search(r"other processes used (\d+%|\?) of the CPUs meanwhile; load average after: ", out)
+    assert re.search(r"repeat 1: AIS [\d.]+ s \([\d.]+ us per chain-step\), bare products [\d.]+ s", out)
+    assert re.search(r"median ratio \(per-vector AIS for log f\(v\) / its bare matrix products\): [\d.]+\n$", out)
+    assert result["machine"] and result["ratio"] > 0
