@@ -56,7 +56,7 @@ from raise_eval.models.boltzmann.dbm import DBM
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 from raise_eval.models.boltzmann.rbm import RBM
 from raise_eval.models.sampling import sample_bernoulli_logits
-from raise_eval.models.training.dbn import layer_deadlines
+from raise_eval.models.training.dbn import check_budget_seconds, layer_deadlines
 from raise_eval.models.training.rbm import RBMTrainingConfig, _check_finite
 from raise_eval.models.training.rbm import train_scaled_rbm as train_doubled_rbm
 from torch import Tensor
@@ -129,6 +129,7 @@ def pretrain_dbm(
     `max_seconds` is split between the RBMs in proportion to their weight counts."""
     if len(config.hidden) < 2:
         raise ValueError(f"a DBM has at least two hidden layers; got hidden={config.hidden}")
+    check_budget_seconds(max_seconds)
     sizes = [data.shape[1], *config.hidden]
     L = len(config.hidden)
     start = time.monotonic()
@@ -342,6 +343,7 @@ def train_dbm(
     `config.pretrain_budget_fraction` of it, joint training what is left. `report`, if a dict, gets "pretraining"
     and "joint" entries (epochs, times, training statistics, whether the budget stopped each phase). `callback` runs
     after each joint epoch, `snapshot` on the joint training's trajectory (see `train_dbm_joint`)."""
+    check_budget_seconds(max_seconds)
     start = time.monotonic()
     pre_report: dict[str, Any] = {}
     pre_seconds = None if max_seconds is None else max_seconds * config.pretrain_budget_fraction

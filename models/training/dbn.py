@@ -61,6 +61,12 @@ def reconstruction_error(rbm: RBM, data: Tensor) -> float:
     return float((rbm.visible_probs(rbm.hidden_probs(data)) - data).pow(2).mean())
 
 
+def check_budget_seconds(max_seconds: Optional[float]) -> None:
+    """Refuse a wall-clock budget that is not None or a finite number of seconds, 0 or more (before any work)."""
+    if max_seconds is not None and not (max_seconds >= 0 and math.isfinite(max_seconds)):
+        raise ValueError(f"max_seconds must be a finite number of seconds, 0 or more (or None), got {max_seconds!r}")
+
+
 def layer_deadlines(start: float, seconds: Optional[float], costs: list[float]) -> list[Optional[float]]:
     """Cumulative deadlines splitting `seconds` from `start` in proportion to `costs` (None without a budget)."""
     if seconds is None:
@@ -124,8 +130,7 @@ def train_dbn(
         raise ValueError(f"a DBN has at least two hidden layers; got hidden={config.hidden}")
     if config.propagate not in ("probs", "samples"):
         raise ValueError(f"propagate must be 'probs' or 'samples', got {config.propagate!r}")
-    if max_seconds is not None and not (max_seconds >= 0 and math.isfinite(max_seconds)):
-        raise ValueError(f"max_seconds must be a finite number of seconds, 0 or more (or None), got {max_seconds!r}")
+    check_budget_seconds(max_seconds)
     sizes = [data.shape[1], *config.hidden]
     start = time.monotonic()
     epoch_costs, split_start, split_seconds = None, start, max_seconds

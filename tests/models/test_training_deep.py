@@ -199,6 +199,15 @@ def test_budget_stops_cleanly(data):
     assert [r["epochs_completed"] for r in report["layers"]] == [1, 1]
 
 
+@pytest.mark.parametrize("bad", [-1.0, float("nan"), float("inf")])
+def test_dbm_training_refuses_a_budget_that_is_not_a_finite_number_of_seconds(data, bad):
+    """As train_dbn does: a negative, NaN or infinite max_seconds is refused naming the field, before any training
+    (it used to train one epoch per layer and report the budget exhausted)."""
+    for train in (train_dbm, pretrain_dbm):
+        with pytest.raises(ValueError, match="max_seconds must be a finite number of seconds, 0 or more"):
+            train(data, small_dbm_config(), generator=torch.Generator().manual_seed(6), max_seconds=bad)
+
+
 def test_a_dbn_budget_is_split_by_timed_epochs_and_leaves_the_training_alone(data, monkeypatch):
     import raise_eval.models.training.dbn as dbn_training
 
