@@ -38,7 +38,11 @@ def loadavg() -> str:
 
 class LoadMeter:
     """The share of all CPUs that other processes kept busy between start() and stop(), from /proc/stat's busy
-    time less this process's own CPU time (None where /proc is missing)."""
+    time less this process's own CPU time, and its finished children's where it runs its work in subprocesses
+    (`children=True`: scripts/race_peers.py); None where /proc is missing."""
+
+    def __init__(self, children: bool = False):
+        self.children = children
 
     def start(self) -> None:
         self._t0, self._busy0, self._own0 = time.perf_counter(), self._busy(), self._own()
@@ -60,7 +64,7 @@ class LoadMeter:
             return None
         return sum(values) - values[3] - values[4]  # all but idle and iowait
 
-    @staticmethod
-    def _own() -> float:
+    def _own(self) -> float:
         t = os.times()
-        return t.user + t.system
+        own = t.user + t.system
+        return own + t.children_user + t.children_system if self.children else own

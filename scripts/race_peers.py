@@ -149,7 +149,7 @@ def main(argv=None) -> None:
             print(f"skipped {name}: {reason}")
     print(f"784-500 RBM (seed {args.seed}), {args.chains} chains, K = {args.steps}; contestants: {', '.join(names)}")
     for threads in args.threads:
-        meter = LoadMeter()
+        meter = LoadMeter(children=True)  # the contestants run in subprocesses
         meter.start()
         child_env = dict(env, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
         child_env["OPENBLAS_NUM_THREADS"] = str(threads)
