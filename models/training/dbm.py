@@ -344,6 +344,9 @@ def train_dbm(
     and "joint" entries (epochs, times, training statistics, whether the budget stopped each phase). `callback` runs
     after each joint epoch, `snapshot` on the joint training's trajectory (see `train_dbm_joint`)."""
     check_budget_seconds(max_seconds)
+    fraction = config.pretrain_budget_fraction
+    if not 0.0 <= fraction <= 1.0:  # NaN fails too
+        raise ValueError(f"pretrain_budget_fraction must be between 0 and 1 (a share of max_seconds), got {fraction!r}")
     start = time.monotonic()
     pre_report: dict[str, Any] = {}
     pre_seconds = None if max_seconds is None else max_seconds * config.pretrain_budget_fraction

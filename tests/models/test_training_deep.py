@@ -206,6 +206,8 @@ def test_dbm_training_refuses_a_budget_that_is_not_a_finite_number_of_seconds(da
     for train in (train_dbm, pretrain_dbm):
         with pytest.raises(ValueError, match="max_seconds must be a finite number of seconds, 0 or more"):
             train(data, small_dbm_config(), generator=torch.Generator().manual_seed(6), max_seconds=bad)
+    with pytest.raises(ValueError, match="pretrain_budget_fraction must be between 0 and 1"):
+        train_dbm(data, small_dbm_config(pretrain_budget_fraction=bad), generator=torch.Generator().manual_seed(6))
 
 
 def test_a_dbn_budget_is_split_by_timed_epochs_and_leaves_the_training_alone(data, monkeypatch):
