@@ -62,7 +62,9 @@ class LoadMeter:
                 values = [int(v) for v in f.readline().split()[1:]]
         except OSError:
             return None
-        return sum(values) - values[3] - values[4]  # all but idle and iowait
+        # all but idle and iowait, and guest time once (the kernel counts it in user time too); steal time counts
+        # as busy: the hypervisor gave the CPU to someone else
+        return sum(values[:8]) - values[3] - values[4]
 
     def _own(self) -> float:
         t = os.times()
