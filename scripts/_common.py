@@ -42,6 +42,17 @@ def budget_minutes(text: str) -> float:
     return minutes
 
 
+def budget_fraction(text: str) -> float:
+    """argparse type of a share of the wall-clock budget: a number between 0 and 1."""
+    try:
+        fraction = float(text)
+    except ValueError:
+        fraction = float("nan")
+    if not 0.0 <= fraction <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {text!r}")
+    return fraction
+
+
 def add_monitor_arguments(parser: argparse.ArgumentParser, default_steps: int = 200) -> None:
     group = parser.add_argument_group(
         "monitoring",

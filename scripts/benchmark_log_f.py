@@ -71,7 +71,8 @@ def main(argv=None) -> dict:
     chain_steps = v.shape[0] * args.chains * args.steps
     rows = min(v.shape[0] * args.chains, max(1, 2**23 // max(model.layer_sizes)))
     rounds = max(1, round(chain_steps / rows))
-    print(f"machine: {cpu_description()}; torch {torch.__version__}; load average before: {loadavg()}")
+    machine = cpu_description()
+    print(f"machine: {machine}; torch {torch.__version__}; load average before: {loadavg()}")
     print(f"{args.checkpoint or 'random'}: {model}; {v.shape[0]} {what}; K = {args.steps}, {args.chains} chains; "
           f"{args.threads} thread(s); bare products on {rows} rows x {rounds} rounds")
     # Warm up both (allocations, oneDNN primitives) on the timed shapes: all the vectors, so that the estimator's
@@ -100,7 +101,7 @@ def main(argv=None) -> dict:
     print(f"other processes used {'?' if others is None else f'{100 * others:.0f}%'} of the CPUs meanwhile; "
           f"load average after: {loadavg()}")
     result = {
-        "machine": cpu_description(),
+        "machine": machine,
         "others_cpu_share": others,
         "model": repr(model),
         "ais_seconds": statistics.median(ais_times),

@@ -51,6 +51,7 @@ from _common import (
     add_dataset_argument,
     add_monitor_arguments,
     add_trajectory_arguments,
+    budget_fraction,
     budget_minutes,
     load_splits,
     make_monitor,
@@ -104,7 +105,12 @@ def main(argv=None) -> None:
         "--offset-rate", type=float, default=0.01, help="with --centering: moving-average rate of the offsets"
     )
     parser.add_argument("--max-minutes", type=budget_minutes, default=None, help="wall-clock budget for training")
-    parser.add_argument("--pretrain-budget-fraction", type=float, default=0.2)
+    parser.add_argument(
+        "--pretrain-budget-fraction",
+        type=budget_fraction,
+        default=0.2,
+        help="share of --max-minutes that greedy pretraining may use, 0 to 1 (default 0.2)",
+    )
     parser.add_argument("--train-size", type=int, default=None, help="use the first N training vectors only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, choices=[1, 2], help="torch CPU threads")

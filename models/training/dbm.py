@@ -349,7 +349,7 @@ def train_dbm(
         raise ValueError(f"pretrain_budget_fraction must be between 0 and 1 (a share of max_seconds), got {fraction!r}")
     start = time.monotonic()
     pre_report: dict[str, Any] = {}
-    pre_seconds = None if max_seconds is None else max_seconds * config.pretrain_budget_fraction
+    pre_seconds = None if max_seconds is None else max_seconds * fraction
     model = pretrain_dbm(
         data, config, generator=generator, progress=progress, max_seconds=pre_seconds, report=pre_report
     )

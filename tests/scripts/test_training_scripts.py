@@ -95,6 +95,17 @@ def test_training_scripts_refuse_a_budget_that_is_not_a_duration(script_name, mi
     assert not (tmp_path / "x.pt").exists()
 
 
+@pytest.mark.parametrize("fraction", ["-0.1", "1.5", "nan", "half"])
+def test_dbm_script_refuses_a_pretraining_share_outside_0_to_1(fraction, tmp_path, capsys):
+    """Before any data is read, as the flag (the library names the field, pretrain_budget_fraction)."""
+    script = load_script("train_dbm")
+    with pytest.raises(SystemExit) as refused:
+        script.main(["--pretrain-budget-fraction", fraction, "--out", str(tmp_path / "x.pt")])
+    assert refused.value.code == 2
+    assert f"--pretrain-budget-fraction: must be a number between 0 and 1, got {fraction!r}" in capsys.readouterr().err
+    assert not (tmp_path / "x.pt").exists()
+
+
 def test_dbm_script_certifiable_recipe(shared_data, tmp_path, capsys):
     """The recipe sets centering and the chains; an explicit option overrides it; the checkpoint records both."""
     script = load_script("train_dbm")
