@@ -27,6 +27,7 @@ from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.products import neighbour_product
 from raise_eval.models.numerics import expm1_
 from raise_eval.models.sampling import sample_bernoulli_logits, sample_bernoulli_logits_
+from raise_eval import native
 
 # Below this |logit step| the increment softplus(z + d) - softplus(z) is taken as log1p(sigmoid(z) expm1(d))
 # (accurate for small d); above it the plain difference has no cancellation to fear and expm1 could overflow.
@@ -256,6 +257,49 @@ def _copy_rows_(dest: Tensor, index: Tensor, source: Tensor) -> None:
         dest.index_copy_(0, index, source)
 
 
+_SWEEPS = ("auto", "native", "bounded", "full")
+_NATIVE_LANES = 16  # LANES of dbn_sweep.c: the inputs a group's products advance by
+_NATIVE_CARRIED_LIMIT = 0.9 * math.log(torch.finfo(torch.float64).max)  # |log| of the double carried between logs
+_NATIVE_TILE_BYTES = 32 * 1024  # a tile of rows' moments, visited by every unit in turn: within the L1 cache
+
+
+def _native_plan(weights: Tensor, limit: float) -> Optional[tuple[Tensor, Tensor]]:
+    """The native sweep's groups of inputs for a layer (see dbn_sweep.c): (ends, take_log), int64 and uint8, or None.
+
+    weights: W_{l-1} shaped (n_below, n_l). A factor of input i for unit j lies within e^(+-|w_ij|), so a product
+    over a group stays within e^(+-b), b the largest sum of |w_ij| over the group's inputs for any unit: groups
+    grow by LANES inputs while b stays below `limit` (the dtype's range), and a group's product is carried in a
+    double, its log taken before the carried bound would pass 0.9 log(DBL_MAX). None if LANES inputs alone can
+    leave the range (the other sweeps then serve)."""
+    magnitudes = weights.abs().double()  # (n_below, n_l)
+    n_below = magnitudes.shape[0]
+    chunks = [magnitudes[i : i + _NATIVE_LANES].sum(0) for i in range(0, n_below, _NATIVE_LANES)]  # each (n_l,)
+    ends, bounds = [], []
+    current, end = None, 0
+    for chunk in chunks:
+        grown = chunk if current is None else current + chunk
+        if float(grown.max()) > limit:
+            if current is None:
+                return None
+            ends.append(end)
+            bounds.append(float(current.max()))
+            grown = chunk
+            if float(grown.max()) > limit:
+                return None
+        current, end = grown, min(end + _NATIVE_LANES, n_below)
+    ends.append(end)
+    bounds.append(float(current.max()))
+    take_log, carried = [], 0.0
+    for k, b in enumerate(bounds):
+        carried += b
+        last = k == len(bounds) - 1
+        take = last or carried + bounds[k + 1] > _NATIVE_CARRIED_LIMIT
+        take_log.append(1 if take else 0)
+        if take:
+            carried = 0.0
+    return torch.tensor(ends, dtype=torch.int64), torch.tensor(take_log, dtype=torch.uint8)
+
+
 # Largest |weight| for which the bounded sweep's bound on the Taylor rest, |w|^3 e^|w| / 6, stays useful and finite.
 _BOUNDED_MAX_WEIGHT = 20.0
 _BOUND_BLOCK = 16  # units whose bounds the bounded sweep computes at once (and moves after each flip in the block)
@@ -383,9 +427,19 @@ class DBNPosteriorPath:
     # one thread; with the second-order bounds, 653 us at 1,300 rows against 528 to 585 at 3,070 to 4,000).
     chunk_elements = 2**25
 
-    def __init__(self, model: DBN, bounded: Optional[bool] = None):
+    def __init__(self, model: DBN, bounded: Optional[bool] = None, sweep: str = "auto"):
+        """sweep: "native" (the C kernel of `raise_eval.native`, CPU only), "bounded" (PyTorch, the draws decided by
+        bounds where they can be, CPU only), "full" (PyTorch, every logit computed: what a GPU runs) or "auto" (the
+        first of these that the device, the model's weights and the machine allow). `bounded` (True or False) is
+        the older spelling of "bounded" and "full"."""
         if not hasattr(model, "sample_recognition"):
             raise ValueError("DBNPosteriorPath needs a DBN")
+        if bounded is not None:
+            if sweep != "auto":
+                raise ValueError("give either bounded or sweep, not both")
+            sweep = "bounded" if bounded else "full"
+        if sweep not in _SWEEPS:
+            raise ValueError(f"sweep must be one of {', '.join(_SWEEPS)}, got {sweep!r}")
         self.model = model
         L = len(model.weights)
         self._L = L
@@ -412,9 +466,16 @@ class DBNPosteriorPath:
                 self._rounding[l] = (eps * (w.abs() + second + rest).sum(0)).tolist()
                 reach = torch.maximum((b + w.clamp(max=0).sum(1)).abs(), (b + w.clamp(min=0).sum(1)).abs())
                 self._fragile[l] = float(reach.max()) > limit
-        if bounded and any(c is None for c in self._taylor[1:]):
+        if sweep == "bounded" and any(c is None for c in self._taylor[1:]):
             raise ValueError(f"the bounded sweep needs weights within +-{_BOUNDED_MAX_WEIGHT:g}")
-        self.bounded = bounded
+        # The native sweep's plan per layer (None where a group of LANES inputs could leave the dtype's range)
+        self._native_plans = [None] + [_native_plan(model.weights[l - 1], limit) for l in range(1, L)]
+        if sweep == "native":
+            if native.library() is None:
+                raise ValueError(f"the native sweep is unavailable here: {native.unavailable_reason()}")
+            if any(plan is None for plan in self._native_plans[1:]):
+                raise ValueError("the native sweep needs weights whose 16 consecutive inputs stay within the dtype's range")
+        self.sweep = sweep
         self._buffers: dict[str, Tensor] = {}  # the sweep's temporaries, reused while the shapes stay
 
     def state_elements(self) -> int:
@@ -596,13 +657,60 @@ class DBNPosteriorPath:
         x = x.view(-1, x.shape[-1])
         linear = linear.reshape(x.shape)
         a, p_on, p_off = (t.view(x.shape[0], -1) for t in (a, p_on, p_off))
-        bounded = self.bounded
-        if bounded is None:  # the bounded sweep picks rows with indices: on a GPU each pick would wait for the host
-            bounded = x.device.type == "cpu" and self._taylor[l] is not None
-        if bounded:
+        route = self.sweep_route(l, x.device)
+        if route == "native":
+            self._native_sweep_(l, x, linear, p_on, p_off, beta, generator)
+        elif route == "bounded":
             self._bounded_sweep_(l, x, linear, a, p_on, p_off, beta, generator)
         else:
             self._full_sweep_(l, x, linear, a, p_on, p_off, beta, generator)
+
+    def sweep_route(self, l: int, device: torch.device) -> str:
+        """The sweep that layer l takes on `device`: the requested one, or for "auto" the native kernel on the CPU
+        where it compiles and the weights allow, else the bounded sweep on the CPU (it picks rows with indices: on
+        a GPU each pick would wait for the host), else the full one."""
+        if self.sweep != "auto":
+            return self.sweep
+        if device.type != "cpu":
+            return "full"
+        if self._native_plans[l] is not None and native.library() is not None:
+            return "native"
+        return "bounded" if self._taylor[l] is not None else "full"
+
+    def _native_sweep_(self, l, x, linear, p_on, p_off, beta, generator) -> None:
+        """The sweep of `raise_eval.native` (dbn_sweep.c: every logit computed exactly, chain by chain in tiles),
+        tensors as in `_sweep_`, flattened to (rows, n); p_on and p_off are updated where a unit flips. The
+        uniforms are drawn as the bounded sweep draws them, so both see the same thresholds."""
+        rows, n_units, n_below = x.shape[0], x.shape[1], p_on.shape[1]
+        if not (x.device.type == "cpu" and all(t.is_contiguous() for t in (x, p_on, p_off))):
+            raise ValueError("the native sweep runs on contiguous CPU tensors")
+        linear = linear.contiguous()
+        thresholds = torch.rand(x.shape, generator=generator, dtype=torch.float64, device=x.device).logit_()
+        ends, take_log = self._native_plans[l]
+        fragile = None
+        if self._fragile[l]:
+            tiny = torch.finfo(x.dtype).tiny
+            fragile = (p_on.lt(tiny) | p_off.lt(tiny)).any(1).to(torch.uint8)
+        kernel = getattr(native.library(), "dbn_sweep_float64" if x.dtype == torch.float64 else "dbn_sweep_float32")
+        tile = max(1, _NATIVE_TILE_BYTES // (2 * n_below * x.element_size()))
+        bias = self.model.biases[l - 1].contiguous()  # held: the kernel reads it through a pointer
+        pointers = (x.data_ptr(), linear.data_ptr(), thresholds.data_ptr(), p_on.data_ptr(), p_off.data_ptr(),
+                    self._exp_rows[l].data_ptr())  # fmt: skip
+        tail = (
+            ends.data_ptr(), take_log.data_ptr(), ends.numel(), tile, torch.finfo(x.dtype).tiny,
+            0 if fragile is None else fragile.data_ptr(), self._rows[l].data_ptr(), bias.data_ptr(),
+        )  # fmt: skip
+
+        def run(begin: int, end: int) -> None:
+            kernel(begin, end, n_units, n_below, *pointers, float(beta), *tail)
+
+        # rows are independent: split between threads (ctypes releases the GIL), the same bits for any split
+        parts = max(1, min(torch.get_num_threads(), -(-rows // tile)))
+        bounds = [rows * k // parts for k in range(parts + 1)]
+        if parts == 1:
+            run(0, rows)
+        else:
+            list(native.thread_pool(parts).map(run, bounds[:-1], bounds[1:]))
 
     def _full_sweep_(self, l, x, linear, a, p_on, p_off, beta, generator) -> None:
         """The sweep computing every chain's logit exactly; tensors as in `_sweep_`, flattened to (rows, n)."""

@@ -21,7 +21,7 @@ import pytest
 import torch
 
 import raise_eval.estimators.unnormalized as unnormalized
-from raise_eval import anneal, exact
+from raise_eval import anneal, exact, native
 from raise_eval.estimators.unnormalized import log_unnormalized_estimate
 from raise_eval.models import DBM, DBN
 from raise_eval.models.boltzmann.dbm import mean_field_logits
@@ -224,13 +224,16 @@ def test_ais_estimates_of_f_are_unbiased_for_deeper_dbns(k, dtype):
     assert_unbiased(log_f_hat, exact.log_unnormalized_visible(model, v))
 
 
+@pytest.mark.parametrize("sweep", ["full", "bounded"])
 @pytest.mark.parametrize("k", [3, 20])
-def test_the_sweep_without_bounds_is_unbiased_too(k):
-    """The sweep that computes every chain's logit (what a GPU runs) gives unbiased estimates as well."""
+def test_the_pytorch_sweeps_are_unbiased_too(k, sweep):
+    """The tests above run the CPU's default sweep (the native kernel where it compiles); the PyTorch sweeps give
+    unbiased estimates as well: the one computing every chain's logit (what a GPU runs) and the bounded one (what
+    the CPU runs without a C compiler)."""
     model = MODELS["dbn-2-hidden"]()
     v = _test_vectors(model.n_visible)
-    path = DBNPosteriorPath(model, bounded=False)
-    g = torch.Generator().manual_seed(170 + k)
+    path = DBNPosteriorPath(model, sweep=sweep)
+    g = torch.Generator().manual_seed(170 + k + (0 if sweep == "full" else 50))
     state, log_z0 = path.start(v, CHAINS, g)
     _, log_w = anneal(path, state, torch.linspace(0, 1, k + 1, dtype=torch.float64), generator=g)
     assert_unbiased(log_w + log_z0.unsqueeze(-1), exact.log_unnormalized_visible(model, v))
@@ -280,19 +283,21 @@ def test_dbn_path_densities_match_the_models(name):
     torch.testing.assert_close(tables[1.0], joint.squeeze(0), rtol=0, atol=1e-10)
 
 
-@pytest.mark.parametrize("bounded", [True, False], ids=["bounded", "full"])
+@pytest.mark.parametrize("sweep", ["bounded", "full", "native"])
 @pytest.mark.parametrize("beta", [0.4, 1.0])
 @pytest.mark.parametrize("name", list(POSTERIOR_MODELS))
-def test_dbn_posterior_sweep_leaves_f_beta_invariant(name, beta, bounded):
+def test_dbn_posterior_sweep_leaves_f_beta_invariant(name, beta, sweep):
     """200,000 exact draws of f_beta(h) (from the table written from the model), one sweep each: the configurations'
-    counts fit f_beta (Pearson chi-square, false-alarm rate about 1e-4 per check, 8 checks), for the bounded sweep
-    and the one computing every logit. Two test vectors, one of which makes the posterior multimodal."""
+    counts fit f_beta (Pearson chi-square, false-alarm rate about 1e-4 per check, 12 checks), for each sweep: the
+    bounded one, the one computing every logit in PyTorch, and the native kernel. Two test vectors, one of which
+    makes the posterior multimodal."""
+    _needs_native(sweep)
     model = POSTERIOR_MODELS[name]()
-    path = DBNPosteriorPath(model, bounded=bounded)
+    path = DBNPosteriorPath(model, sweep=sweep)
     for i, v in enumerate(_test_vectors(model.n_visible)[[1, 2]]):
         table, layers = _dbn_posterior_table(model, v, beta)
         probs = torch.softmax(table, 0)
-        g = torch.Generator().manual_seed(1000 + i + 10 * int(bounded))
+        g = torch.Generator().manual_seed(1000 + i + 10 * ["full", "bounded", "native"].index(sweep))
         draws = torch.multinomial(probs, 200_000, replacement=True, generator=g)
         start = [None] + [x[:, draws] for x in layers[1:]]
         state = path.transition(path.state_from_layers(v.unsqueeze(0), start), beta, g)
@@ -354,13 +359,19 @@ def test_softplus_increment_is_accurate():
         assert abs(gi - float(want)) <= 1e-13 * abs(float(want)) + 1e-300, (zi, di, gi, float(want))
 
 
-def _bounded_sweep_mismatches(model, v, chains: int, betas, seed: int) -> tuple[int, int]:
-    """(draws, draws that differ from 1{threshold < exact logit}) of the bounded sweeps of every directed hidden
-    layer x_l, replayed in float64: each unit's logit is recomputed from the model's softplus terms of the layer
-    below, with x_l as the sweep left it so far, and compared with the sweep's own thresholds (regenerated from the
-    generator's state before the sweep). Draws whose threshold is within 1e-4 of the exact logit are not counted
-    (the sweep's exact route computes in float32)."""
-    path = DBNPosteriorPath(model, bounded=True)
+def _needs_native(sweep: str) -> None:
+    """Skips a test of the native sweep where no C compiler works (the CI machine and the project's have one)."""
+    if sweep == "native" and native.library() is None:
+        pytest.skip(f"the native sweep is unavailable: {native.unavailable_reason()}")
+
+
+def _sweep_mismatches(model, v, chains: int, betas, seed: int, sweep: str = "bounded") -> tuple[int, int]:
+    """(draws, draws that differ from 1{threshold < exact logit}) of the sweeps (`sweep`: bounded or native, which
+    draw their thresholds alike) of every directed hidden layer x_l, replayed in float64: each unit's logit is
+    recomputed from the model's softplus terms of the layer below, with x_l as the sweep left it so far, and
+    compared with the sweep's own thresholds (regenerated from the generator's state before the sweep). Draws whose
+    threshold is within 1e-4 of the exact logit are not counted (the sweeps compute in the model's dtype)."""
+    path = DBNPosteriorPath(model, sweep=sweep)
     g = torch.Generator().manual_seed(seed)
     state, _ = path.start(v, chains, g)
     state = path.clone_state(state)
@@ -397,17 +408,22 @@ def _bounded_sweep_mismatches(model, v, chains: int, betas, seed: int) -> tuple[
     return draws, wrong
 
 
+@pytest.mark.parametrize("sweep", ["bounded", "native"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
 @pytest.mark.parametrize("sizes", [(60, 40, 30), (60, 40, 30, 20)], ids=["2-hidden", "3-hidden"])
 @pytest.mark.parametrize("weight_std", [0.5, 1.5, 4.0])
-def test_the_bounded_sweep_draws_what_the_exact_logits_draw(weight_std, sizes, dtype):
+def test_the_sweeps_draw_what_the_exact_logits_draw(weight_std, sizes, dtype, sweep):
     """The bounded sweep decides most draws from Taylor bounds on the logit (p W, p (1 - p) w^2 / 2, and a bound
-    on the rest): every draw equals the draw from the exact float64 logit with the same uniform (200 chains, every
-    directed hidden layer, betas from 0 to 1). Deterministic (fixed seeds)."""
+    on the rest); the native kernel computes every logit from multiplicatively updated moments, by products over
+    planned groups of inputs: every draw of either equals the draw from the exact float64 logit with the same
+    uniform (200 chains, every directed hidden layer, betas from 0 to 1). Deterministic (fixed seeds)."""
+    _needs_native(sweep)
     model = DBN.random(sizes, weight_std=weight_std, bias_std=1.0, generator=torch.Generator().manual_seed(1))
     model = model.to(dtype=dtype)
     v = (torch.rand(20, 60, generator=torch.Generator().manual_seed(2)) < 0.4).to(dtype)
-    draws, wrong = _bounded_sweep_mismatches(model, v, 10, [0.0, 0.05, 0.3, 0.7, 1.0, 1.0], seed=0)
+    path = DBNPosteriorPath(model, sweep=sweep)
+    assert all(path.sweep_route(l, v.device) == sweep for l in range(1, len(sizes) - 1))
+    draws, wrong = _sweep_mismatches(model, v, 10, [0.0, 0.05, 0.3, 0.7, 1.0, 1.0], seed=0, sweep=sweep)
     assert draws > 0.98 * 200 * 6 * sum(sizes[1:-1]) and wrong == 0
 
 
@@ -422,7 +438,22 @@ def test_the_replay_catches_a_bound_that_is_too_narrow(monkeypatch):
         self._taylor[1][:, 1] = 0.0
 
     monkeypatch.setattr(DBNPosteriorPath, "__init__", without_rest)
-    _, wrong = _bounded_sweep_mismatches(model, v, 10, [0.0, 0.05, 0.3, 0.7, 1.0, 1.0], seed=0)
+    _, wrong = _sweep_mismatches(model, v, 10, [0.0, 0.05, 0.3, 0.7, 1.0, 1.0], seed=0)
+    assert wrong > 50
+
+
+def test_the_replay_catches_a_native_sweep_at_the_wrong_temperature(monkeypatch):
+    """The replay has power over the native kernel too: run at 0.9 beta, its draws go wrong and are counted."""
+    _needs_native("native")
+    model = DBN.random((60, 40, 30), weight_std=1.5, bias_std=1.0, generator=torch.Generator().manual_seed(1))
+    v = (torch.rand(20, 60, generator=torch.Generator().manual_seed(2)) < 0.4).float()
+    sweep = DBNPosteriorPath._native_sweep_
+
+    def cooler(self, l, x, linear, p_on, p_off, beta, generator):
+        sweep(self, l, x, linear, p_on, p_off, 0.9 * beta, generator)
+
+    monkeypatch.setattr(DBNPosteriorPath, "_native_sweep_", cooler)
+    _, wrong = _sweep_mismatches(model, v, 10, [0.0, 0.05, 0.3, 0.7, 1.0, 1.0], seed=0, sweep="native")
     assert wrong > 50
 
 
@@ -434,18 +465,20 @@ def _saturating_dbn(dtype, visible_bias: float, weight: float) -> DBN:
     return DBN(weights, biases + [torch.zeros(n2, dtype=dtype)], [torch.full((n1,), -30.0, dtype=dtype)])
 
 
+@pytest.mark.parametrize("sweep", ["bounded", "native"])
 @pytest.mark.parametrize(
     "dtype, visible_bias, weight", [(torch.float32, -110.0, 2.0), (torch.float64, -760.0, 20.0)], ids=["f32", "f64"]
 )
-def test_the_bounded_sweep_recovers_underflowed_probabilities(dtype, visible_bias, weight, monkeypatch):
-    """The bounded sweep updates p = sigmoid(a) of the layer below multiplicatively, and a p that underflowed to
-    0 would stay 0 when flips bring a back (a review found 1,001 of 12,000 draws wrong on the float32 model here,
-    v = 0, x_1 starting off and turning on): where the logits can leave the dtype's range the sweep recomputes
-    the rows whose p or 1 - p fell below the smallest normal number, and every draw is right again."""
+def test_the_sweeps_recover_underflowed_probabilities(dtype, visible_bias, weight, sweep, monkeypatch):
+    """The bounded and native sweeps update p = sigmoid(a) of the layer below multiplicatively, and a p that
+    underflowed to 0 would stay 0 when flips bring a back (a review found 1,001 of 12,000 draws wrong on the float32
+    model here, v = 0, x_1 starting off and turning on): where the logits can leave the dtype's range the sweeps
+    recompute the rows whose p or 1 - p fell below the smallest normal number, and every draw is right again."""
+    _needs_native(sweep)
     model = _saturating_dbn(dtype, visible_bias, weight)
     v = torch.zeros(4, 10, dtype=dtype)
     assert DBNPosteriorPath(model)._fragile[1]
-    draws, wrong = _bounded_sweep_mismatches(model, v, 50, [1.0, 1.0], seed=0)
+    draws, wrong = _sweep_mismatches(model, v, 50, [1.0, 1.0], seed=0, sweep=sweep)
     assert draws > 20_000 and wrong == 0
     init = DBNPosteriorPath.__init__
 
@@ -454,7 +487,7 @@ def test_the_bounded_sweep_recovers_underflowed_probabilities(dtype, visible_bia
         self._fragile = [False] * len(self._fragile)
 
     monkeypatch.setattr(DBNPosteriorPath, "__init__", without_the_guard)
-    assert _bounded_sweep_mismatches(model, v, 50, [1.0, 1.0], seed=0)[1] > 500  # the check has power
+    assert _sweep_mismatches(model, v, 50, [1.0, 1.0], seed=0, sweep=sweep)[1] > 500  # the check has power
     within = _saturating_dbn(torch.float32, -40.0, 0.5)  # logits within +-70: no rows are watched
     assert not DBNPosteriorPath(within)._fragile[1]
 
@@ -470,7 +503,7 @@ def test_the_bounded_sweeps_samples_do_not_depend_on_its_block_of_bounds(block, 
     v = (torch.rand(20, 60, generator=torch.Generator().manual_seed(2)) < 0.4).float()
 
     def run():
-        path = DBNPosteriorPath(model, bounded=True)
+        path = DBNPosteriorPath(model, sweep="bounded")
         g = torch.Generator().manual_seed(0)
         state, _ = path.start(v, 10, g)
         state = path.clone_state(state)
