@@ -12,8 +12,14 @@ their ratio, so both see the same machine load; the last line is the median rati
 before and after and the share of the CPUs other processes used while it timed are printed. The script uses only the
 estimator's public interface, so it runs unchanged on older versions of the library (before/after comparisons).
 
+On the CPU a DBN's sweep runs in the library's C kernel where a C compiler works (`raise_eval.native`), else in
+PyTorch; the header says which. With --pytorch-too each repeat also times the estimate with the kernel turned off
+(RAISE_EVAL_NATIVE=0: the PyTorch sweep, what ran before the kernel existed), between the other two, so the
+before/after ratio comes from one run.
+
     python scripts/benchmark_log_f.py checkpoints/dbn_mnist_20-500.pt --vectors 100 --steps 20 --chains 10
     python scripts/benchmark_log_f.py --sizes 784 500 2000 --vectors 20 --steps 5 --chains 10   # random DBN
+    python scripts/benchmark_log_f.py checkpoints/dbn_mnist_500-2000.pt --vectors 400 --steps 5 --pytorch-too
 
 The test vectors are a fixed random subset (seed 0) of binarized MNIST's test split when the data root has it
 (784 visible units), else random binary vectors.
@@ -22,6 +28,7 @@ The test vectors are a fixed random subset (seed 0) of binarized MNIST's test sp
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
@@ -58,6 +65,8 @@ def main(argv=None) -> dict:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--data-root", default=None)
+    p.add_argument("--pytorch-too", action="store_true",
+                   help="also time each repeat with the C kernel turned off (RAISE_EVAL_NATIVE=0)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.checkpoint is not None:
@@ -75,41 +84,88 @@ def main(argv=None) -> dict:
     print(f"machine: {machine}; torch {torch.__version__}; load average before: {loadavg()}")
     print(f"{args.checkpoint or 'random'}: {model}; {v.shape[0]} {what}; K = {args.steps}, {args.chains} chains; "
           f"{args.threads} thread(s); bare products on {rows} rows x {rounds} rounds")
+    print(f"sweep: {_sweep_description()}")
     # Warm up both (allocations, oneDNN primitives) on the timed shapes: all the vectors, so that the estimator's
     # chunks have their timed sizes and the library times its product routes for them here (once per process and
     # shape, about 0.3 s each for this DBN's) rather than inside the first timed repeat.
     start = time.perf_counter()
-    log_unnormalized_estimate(model, v, method="ais", ais_steps=2, ais_chains=args.chains,
-                              generator=torch.Generator().manual_seed(0))
+    kinds = ["AIS", "AIS (PyTorch sweep)"] if args.pytorch_too else ["AIS"]
+    for kind in kinds:
+        with _kernel(kind):
+            log_unnormalized_estimate(model, v, method="ais", ais_steps=2, ais_chains=args.chains,
+                                      generator=torch.Generator().manual_seed(0))
     bare_products_seconds(model, rows, 1)
     print(f"warm-up (K = 2 on the same vectors, and one round of bare products): {time.perf_counter() - start:.1f} s")
-    ais_times, bare_times, ratios = [], [], []
+    times = {kind: [] for kind in kinds + ["bare"]}
     meter = LoadMeter()
     meter.start()
     for rep in range(args.repeats):
-        g = torch.Generator().manual_seed(rep)
-        t0 = time.perf_counter()
-        log_unnormalized_estimate(model, v, method="ais", ais_steps=args.steps, ais_chains=args.chains, generator=g)
-        ais = time.perf_counter() - t0
+        # the kernel's estimate, the PyTorch sweep's, then the products: each repeat's ratios see the same load
+        for kind in kinds:
+            g = torch.Generator().manual_seed(rep)
+            with _kernel(kind):
+                t0 = time.perf_counter()
+                log_unnormalized_estimate(model, v, method="ais", ais_steps=args.steps, ais_chains=args.chains,
+                                          generator=g)
+                times[kind].append(time.perf_counter() - t0)
         bare = bare_products_seconds(model, rows, rounds)
-        ais_times.append(ais)
-        bare_times.append(bare)
-        ratios.append(ais / bare)
-        print(f"repeat {rep + 1}: AIS {ais:.3f} s ({1e6 * ais / chain_steps:.2f} us per chain-step), bare products "
-              f"{bare:.3f} s ({1e6 * bare / (rounds * rows):.2f} us per chain-step); ratio {ais / bare:.2f}", flush=True)
+        times["bare"].append(bare)
+        parts = [f"{kind} {times[kind][-1]:.3f} s ({1e6 * times[kind][-1] / chain_steps:.2f} us per chain-step)"
+                 for kind in kinds]
+        ratios = "; ".join(f"ratio {times[kind][-1] / bare:.2f}" + ("" if kind == "AIS" else " (PyTorch sweep)")
+                           for kind in kinds)
+        print(f"repeat {rep + 1}: {', '.join(parts)}, bare products {bare:.3f} s "
+              f"({1e6 * bare / (rounds * rows):.2f} us per chain-step); {ratios}", flush=True)
     others = meter.stop()
     print(f"other processes used {'?' if others is None else f'{100 * others:.0f}%'} of the CPUs meanwhile; "
           f"load average after: {loadavg()}")
+    ratio = [a / b for a, b in zip(times["AIS"], times["bare"])]
     result = {
         "machine": machine,
         "others_cpu_share": others,
         "model": repr(model),
-        "ais_seconds": statistics.median(ais_times),
-        "bare_seconds": statistics.median(bare_times),
-        "ratio": statistics.median(ratios),
+        "sweep": _sweep_description(),
+        "ais_seconds": statistics.median(times["AIS"]),
+        "bare_seconds": statistics.median(times["bare"]),
+        "ratio": statistics.median(ratio),
     }
+    if args.pytorch_too:
+        pytorch = [a / b for a, b in zip(times["AIS (PyTorch sweep)"], times["bare"])]
+        result["pytorch_sweep_ratio"] = statistics.median(pytorch)
+        result["speedup"] = statistics.median(b / a for a, b in zip(times["AIS"], times["AIS (PyTorch sweep)"]))
+        print(f"median ratio with the PyTorch sweep: {result['pytorch_sweep_ratio']:.2f}; the kernel's estimate "
+              f"took 1/{result['speedup']:.2f} of its time (median over the repeats)")
     print(f"median ratio (per-vector AIS for log f(v) / its bare matrix products): {result['ratio']:.2f}")
     return result
+
+
+def _sweep_description() -> str:
+    """Which DBN sweep the CPU takes here (older versions of the library have no native kernel)."""
+    try:
+        from raise_eval import native
+    except ImportError:
+        return "PyTorch (this version of the library has no native kernel)"
+    if native.library() is None:
+        return f"PyTorch (the C kernel is unavailable: {native.unavailable_reason()})"
+    return "the C kernel (raise_eval.native), where the weights allow"
+
+
+class _kernel:
+    """Within it, the estimates run with the C kernel on ("AIS") or off ("AIS (PyTorch sweep)")."""
+
+    def __init__(self, kind: str):
+        self.off = kind != "AIS"
+
+    def __enter__(self):
+        self.saved = os.environ.get("RAISE_EVAL_NATIVE")
+        if self.off:
+            os.environ["RAISE_EVAL_NATIVE"] = "0"
+
+    def __exit__(self, *exc):
+        if self.saved is None:
+            os.environ.pop("RAISE_EVAL_NATIVE", None)
+        else:
+            os.environ["RAISE_EVAL_NATIVE"] = self.saved
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
@@ -142,7 +143,20 @@ def test_auto_log_f_method_takes_ais_for_dbms_and_narrow_dbns(test_vectors):
     deep = DBN.random([20, 6, 5, 4], generator=torch.Generator().manual_seed(2))  # any depth
     assert plan_evaluation(deep, test_vectors, init="uniform", exact="never").log_f_options["method"] == "ais"
     wide = DBN.random([20, 500, 2000], generator=torch.Generator().manual_seed(2))
-    many = test_vectors.repeat(40, 1)  # 12,000 vectors: AIS's sweeps would make 1.2e13 updates
+    some = test_vectors.repeat(4, 1)  # 1,200 vectors: 1.2e12 updates, minutes at any of the rates
+    assert plan_evaluation(wide, some, init="uniform", exact="never").log_f_options["method"] == "ais"
+    many = test_vectors.repeat(400, 1)  # 120,000 vectors: AIS's sweeps would make 1.2e14 updates
     plan = plan_evaluation(wide, many, init="uniform", exact="never")
     assert plan.log_f_options["method"] == "importance" and "log_f_method auto chose importance" in plan.log_f_note
-    assert "1.2e+13 unit updates" in plan.log_f_note
+    assert "1.2e+14 unit updates" in plan.log_f_note
+    assert re.search(r"about \d+ min with the (C sweep on \d+ thread\(s\)|PyTorch sweep)\)", plan.log_f_note)
+
+
+def test_auto_log_f_method_prices_the_pytorch_sweep_without_the_kernel(test_vectors, monkeypatch):
+    """Without the C kernel a DBN's sweep is about four times slower, and 'auto' prices it so."""
+    from raise_eval.evaluation import plan_evaluation
+
+    monkeypatch.setenv("RAISE_EVAL_NATIVE", "0")
+    wide = DBN.random([20, 500, 2000], generator=torch.Generator().manual_seed(2))
+    plan = plan_evaluation(wide, test_vectors.repeat(40, 1), init="uniform", exact="never")  # 1.2e13 updates
+    assert plan.log_f_options["method"] == "importance" and "min with the PyTorch sweep)" in plan.log_f_note

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from raise_eval import exact as exact_mod
+from raise_eval import native
 from raise_eval.evaluation.memory import CostEstimate, check_memory, plan_memory
 from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings, evaluate_settings
 from raise_eval.io.datasets import check_binary
@@ -30,13 +31,15 @@ from raise_eval.settings import Named, SettingsError
 
 # 'auto' takes per-vector AIS for a DBN only while its unit-wise sweeps (chains x steps x sum over the directed
 # hidden layers of n_l (n_{l-1} + n_{l+1}) elementwise updates over the test set) would take at most
-# AUTO_DBN_AIS_MAX_SECONDS on one core at DBN_SWEEP_UPDATES_PER_SECOND (measured with scripts/benchmark_log_f.py on
-# the 784-500-2000 DBN, 400 MNIST vectors x 10 chains, K = 5, one thread of the project's CPU: 486 to 605 us per
-# chain-step of 1.39e6 updates on 2026-11-26 (517 to 793 before that day's sweep changes), 2.3e9 to 2.9e9 a second;
-# rounded down); beyond it, importance sampling, checked.
+# AUTO_DBN_AIS_MAX_SECONDS, at the rates measured with scripts/benchmark_log_f.py on the 784-500-2000 DBN (400 MNIST
+# vectors x 10 chains, K = 5; 1.39e6 updates per chain-step), rounded down: the C kernel (raise_eval.native) at
+# DBN_NATIVE_SWEEP_UPDATES_PER_SECOND per thread (2026-11-26, an Intel Xeon: 145 us per chain-step at one thread
+# with the other core busy, 9.6e9 a second), the PyTorch sweep (no C compiler, or a GPU) at
+# DBN_SWEEP_UPDATES_PER_SECOND whatever the threads (486 to 605 us per chain-step on an AMD EPYC, 2.3e9 to 2.9e9 a
+# second); beyond it, importance sampling, checked.
 DBN_SWEEP_UPDATES_PER_SECOND = 2.2e9
-AUTO_DBN_AIS_MAX_SECONDS = 600.0
-AUTO_DBN_AIS_MAX_UPDATES = DBN_SWEEP_UPDATES_PER_SECOND * AUTO_DBN_AIS_MAX_SECONDS
+DBN_NATIVE_SWEEP_UPDATES_PER_SECOND = 8e9
+AUTO_DBN_AIS_MAX_SECONDS = 1200.0
 # exact='auto' skips an enumeration that costs more multiply-add equivalents than this (about 10 s on one core) and
 # than the estimators themselves
 EXACT_AUTO_MIN_MACS = 2e11
@@ -386,14 +389,22 @@ def _auto_log_f_method(model, family: str, n_test: int, settings: EvaluateSettin
     steps, chains = settings.log_f_budget("log_f_ais_steps"), settings.log_f_budget("log_f_ais_chains")
     per_sweep = sum(sizes[l] * (sizes[l - 1] + sizes[l + 1]) for l in range(1, len(sizes) - 1))
     updates = float(n_test) * chains * steps * per_sweep
-    if updates <= AUTO_DBN_AIS_MAX_UPDATES:
+    rate, how = _dbn_sweep_rate(model)
+    if updates <= AUTO_DBN_AIS_MAX_SECONDS * rate:
         return "ais", None
-    minutes = updates / DBN_SWEEP_UPDATES_PER_SECOND / 60
     return "importance", (
         f"log f(v) by importance sampling: per-vector AIS ({{log_f_method}} ais) would make {updates:.1e} unit "
-        f"updates here (about {minutes:.0f} min on one core), so {{log_f_method}} auto chose importance sampling; the "
-        "log f(v) check says whether it can be trusted"
+        f"updates here (about {updates / rate / 60:.0f} min {how}), so {{log_f_method}} auto chose importance "
+        "sampling; the log f(v) check says whether it can be trusted"
     )
+
+
+def _dbn_sweep_rate(model) -> tuple[float, str]:
+    """(unit updates a second that a DBN's per-vector AIS is expected to make here, how), for 'auto'."""
+    if model.device.type == "cpu" and native.library() is not None:
+        threads = torch.get_num_threads()
+        return DBN_NATIVE_SWEEP_UPDATES_PER_SECOND * threads, f"with the C sweep on {threads} thread(s)"
+    return DBN_SWEEP_UPDATES_PER_SECOND, "with the PyTorch sweep"
 
 
 def _start_biases(annealed, family: str, init: str, train_pixel_means) -> list[Tensor]:

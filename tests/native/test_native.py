@@ -21,8 +21,8 @@ def _needs_native() -> None:
 
 
 def _model(dtype=torch.float32, weight_std=1.5):
-    model = DBN.random((60, 40, 30, 20), weight_std=weight_std, bias_std=1.0, generator=torch.Generator().manual_seed(1))
-    return model.to(dtype=dtype)
+    g = torch.Generator().manual_seed(1)
+    return DBN.random((60, 40, 30, 20), weight_std=weight_std, bias_std=1.0, generator=g).to(dtype=dtype)
 
 
 def _sweeps(path: DBNPosteriorPath, v: torch.Tensor, seed: int = 0) -> tuple:

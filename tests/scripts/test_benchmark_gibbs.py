@@ -3,6 +3,7 @@ figure they promise (no claim about the figures here: speed is what the scripts 
 
 from __future__ import annotations
 
+import os
 import re
 
 import pytest
@@ -103,3 +104,24 @@ def test_toy_log_f_benchmark_prints_the_machine_its_load_and_the_ratio(capsys):
     assert re.search(r"repeat 1: AIS [\d.]+ s \([\d.]+ us per chain-step\), bare products [\d.]+ s", out)
     assert re.search(r"median ratio \(per-vector AIS for log f\(v\) / its bare matrix products\): [\d.]+\n$", out)
     assert result["machine"] and result["ratio"] > 0
+
+
+def test_toy_log_f_benchmark_times_the_pytorch_sweep_beside_the_kernel(capsys, monkeypatch):
+    """--pytorch-too: each repeat also times the estimate with the C kernel off, and the environment is restored."""
+    monkeypatch.delenv("RAISE_EVAL_NATIVE", raising=False)
+    script = load_script("benchmark_log_f")
+    threads = torch.get_num_threads()
+    try:
+        result = script.main(
+            ["--sizes", "12", "8", "6", "--vectors", "3", "--steps", "2", "--chains", "2", "--repeats", "2",
+             "--pytorch-too"]
+        )  # fmt: skip
+    finally:
+        torch.set_num_threads(threads)
+    out = capsys.readouterr().out
+    assert re.search(r"\nsweep: (the C kernel|PyTorch)", out)
+    assert re.search(r"repeat 2: AIS [\d.]+ s .*, AIS \(PyTorch sweep\) [\d.]+ s .*; ratio [\d.]+; ratio [\d.]+ "
+                     r"\(PyTorch sweep\)\n", out)  # fmt: skip
+    assert re.search(r"median ratio with the PyTorch sweep: [\d.]+; the kernel's estimate took 1/[\d.]+ of its", out)
+    assert result["pytorch_sweep_ratio"] > 0 and result["speedup"] > 0
+    assert "RAISE_EVAL_NATIVE" not in os.environ
