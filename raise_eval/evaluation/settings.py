@@ -115,12 +115,12 @@ class EvaluateSettings:
     log_f_method: str = setting(
         "auto",
         "estimator of log f(v) for DBMs and DBNs when it is not exact: auto (ais for DBMs; for DBNs ais unless its "
-        "unit-wise sweeps would take more than about 10 minutes on one core, then importance), importance sampling "
-        "(DBM: mean-field proposal over the even hidden layers, odd layers summed out; DBN: recognition proposal), ais "
-        "(per test vector, AIS from that proposal to the posterior with v clamped: --log-f-steps x --log-f-chains; "
-        "unbiased for f(v) and not fooled by modes the proposal misses, as importance sampling can be) or the DBM "
-        "mean-field bound (auto is chosen by measured error against exact values at equal time; RBMs always use the "
-        "exact value, and DBMs and DBNs the exact one whenever --exact computes it)",
+        "unit-wise sweeps would take more than about 20 minutes at the run's threads, then importance), importance "
+        "sampling (DBM: mean-field proposal over the even hidden layers, odd layers summed out; DBN: recognition "
+        "proposal), ais (per test vector, AIS from that proposal to the posterior with v clamped: --log-f-steps x "
+        "--log-f-chains; unbiased for f(v) and not fooled by modes the proposal misses, as importance sampling can "
+        "be) or the DBM mean-field bound (auto is chosen by measured error against exact values at equal time; "
+        "RBMs always use the exact value, and DBMs and DBNs the exact one whenever --exact computes it)",
         kind="choice", choices=LOG_F_METHODS, flag="--log-f", group="DBMs and DBNs",
     )  # fmt: skip
     log_f_samples: Optional[int] = setting(
