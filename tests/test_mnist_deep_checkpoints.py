@@ -13,7 +13,7 @@ from tests.conftest import PROJECT_ROOT
 pytestmark = [pytest.mark.slow, pytest.mark.data]
 
 
-@pytest.mark.parametrize("name, start", [("dbm_mnist_500-1000.pt", "heating"), ("dbn_mnist_500-2000.pt", "unrolled")])
+@pytest.mark.parametrize("name, start", [("dbm_mnist_500-1000.pt", "heating"), ("dbn_mnist_500-2000.pt", "heated")])
 def test_mnist_checkpoint_evaluates(shared_data, tmp_path, name, start, capsys):
     out = tmp_path / "r.json"
     args = ["evaluate", str(PROJECT_ROOT / "checkpoints" / name), "--data", "binarized_mnist", "--split", "valid"]

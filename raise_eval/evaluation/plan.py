@@ -17,13 +17,13 @@ import torch
 from torch import Tensor
 
 from raise_eval import exact as exact_mod
-from raise_eval import native
 from raise_eval.evaluation.memory import CostEstimate, check_memory, plan_memory
 from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings, evaluate_settings
 from raise_eval.io.datasets import check_binary
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
 from raise_eval.paths.mixed import is_mixed, make_path, mixed_data_base, mixed_uniform_base
+from raise_eval.paths.posterior import DBNPosteriorPath
 from raise_eval.runtime import distributed
 from raise_eval.runtime.sharding import default_max_memory, default_shard_size
 from raise_eval.schedules import make_schedule
@@ -401,7 +401,7 @@ def _auto_log_f_method(model, family: str, n_test: int, settings: EvaluateSettin
 
 def _dbn_sweep_rate(model) -> tuple[float, str]:
     """(unit updates a second that a DBN's per-vector AIS is expected to make here, how), for 'auto'."""
-    if model.device.type == "cpu" and native.library() is not None:
+    if DBNPosteriorPath(model).takes_native_sweep(model.device):
         threads = torch.get_num_threads()
         return DBN_NATIVE_SWEEP_UPDATES_PER_SECOND * threads, f"with the C sweep on {threads} thread(s)"
     return DBN_SWEEP_UPDATES_PER_SECOND, "with the PyTorch sweep"

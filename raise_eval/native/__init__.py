@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import ctypes
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -38,24 +39,31 @@ def requested() -> bool:
 
 def _compile(directory: str) -> tuple[Optional[ctypes.CDLL], Optional[str]]:
     compiler = os.environ.get("CC") or "cc"
+    try:
+        program = shlex.split(compiler)  # CC may carry a wrapper or flags ("ccache gcc")
+    except ValueError as e:
+        return None, f"CC={compiler!r} cannot be parsed: {e}"
+    if not program:
+        return None, f"CC={compiler!r} names no compiler"
     out = os.path.join(directory, "dbn_sweep.so")
-    base = [compiler, "-O3", "-ffp-contract=off", "-fPIC", "-shared", str(_SOURCE), "-o", out, "-lm"]
-    errors = []
-    # -march=native first (vector units of this CPU); some compilers or CPUs refuse it
-    for command in (base[:1] + ["-march=native"] + base[1:], base):
+    flags = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", str(_SOURCE), "-o", out, "-lm"]
+    why = "no output"
+    # -march=native first (the vector units of this CPU); some compilers or CPUs refuse it
+    for command in (program + ["-march=native"] + flags, program + flags):
         try:
             done = subprocess.run(command, capture_output=True, text=True, timeout=120)
         except (OSError, subprocess.SubprocessError) as e:
-            errors.append(f"{' '.join(command[:1])}: {e}")
+            why = str(e)
             continue
         if done.returncode == 0:
             try:
                 return ctypes.CDLL(out), None
             except OSError as e:
-                errors.append(f"loading the compiled kernel failed: {e}")
+                why = f"loading the compiled kernel failed: {e}"
                 continue
-        errors.append((done.stderr or done.stdout).strip().splitlines()[-1] if (done.stderr or done.stdout) else "")
-    return None, f"the C compiler ({compiler}) failed: {errors[-1] if errors else 'no output'}"
+        lines = (done.stderr + done.stdout).strip().splitlines()
+        why = lines[-1] if lines else f"exit status {done.returncode}, no output"
+    return None, f"the C compiler ({compiler}) failed: {why}"
 
 
 def library() -> Optional[ctypes.CDLL]:

@@ -467,17 +467,26 @@ class DBNPosteriorPath:
         self._taylor, self._rounding, self._fragile = [None] * L, [None] * L, [False] * L
         for l in range(1, L):
             w, b = model.weights[l - 1].double(), model.biases[l - 1].double()
+            # for every layer: the native sweep updates the moments multiplicatively too, whatever the weights
+            reach = torch.maximum((b + w.clamp(max=0).sum(1)).abs(), (b + w.clamp(min=0).sum(1)).abs())
+            self._fragile[l] = float(reach.max()) > limit
             if float(w.abs().max()) <= _BOUNDED_MAX_WEIGHT:
                 second, rest = 0.5 * w.square(), w.abs().pow(3) * w.abs().exp() / 6
                 self._taylor[l] = torch.stack([second.t(), rest.t()], dim=1).contiguous().to(model.dtype)
                 self._rounding[l] = (eps * (w.abs() + second + rest).sum(0)).tolist()
-                reach = torch.maximum((b + w.clamp(max=0).sum(1)).abs(), (b + w.clamp(min=0).sum(1)).abs())
-                self._fragile[l] = float(reach.max()) > limit
         if sweep == "bounded" and any(c is None for c in self._taylor[1:]):
             raise ValueError(f"the bounded sweep needs weights within +-{_BOUNDED_MAX_WEIGHT:g}")
-        # The native sweep's plan per layer (None where a group of LANES inputs could leave the dtype's range)
-        self._native_plans = [None] + [_native_plan(model.weights[l - 1], limit) for l in range(1, L)]
+        # The native sweep's plan per layer: None where a group of LANES inputs could leave the dtype's range, or
+        # for dtypes the kernel has no version for
+        native_dtype = model.dtype in (torch.float32, torch.float64)
+        self._native_plans = [None] + [
+            _native_plan(model.weights[l - 1], limit) if native_dtype else None for l in range(1, L)
+        ]
         if sweep == "native":
+            if not native_dtype:
+                raise ValueError(f"the native sweep runs float32 and float64 models, not {model.dtype}")
+            if model.device.type != "cpu":
+                raise ValueError(f"the native sweep runs on the CPU; this model is on {model.device}")
             if native.library() is None:
                 raise ValueError(f"the native sweep is unavailable here: {native.unavailable_reason()}")
             if any(plan is None for plan in self._native_plans[1:]):
@@ -685,6 +694,10 @@ class DBNPosteriorPath:
         if self._native_plans[l] is not None and native.library() is not None:
             return "native"
         return "bounded" if self._taylor[l] is not None else "full"
+
+    def takes_native_sweep(self, device: torch.device) -> bool:
+        """Whether every directed hidden layer's sweep runs in the native kernel on `device`."""
+        return all(self.sweep_route(l, device) == "native" for l in range(1, self._L))
 
     def _native_sweep_(self, l, x, linear, p_on, p_off, beta, generator) -> None:
         """The sweep of `raise_eval.native` (dbn_sweep.c: every logit computed exactly, chain by chain in tiles),

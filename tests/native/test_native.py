@@ -8,10 +8,10 @@ import math
 
 import pytest
 import torch
+from raise_eval.models import DBN
 
 import raise_eval.paths.posterior as posterior
 from raise_eval import native
-from raise_eval.models import DBN
 from raise_eval.paths.posterior import DBNPosteriorPath
 
 
@@ -111,3 +111,49 @@ def test_the_plan_keeps_every_product_in_range(weight_std):
             carried = 0.0
         begin = end
     assert posterior._native_plan(torch.full((40, 5), 6.0), limit) is None  # 16 x 6 > 79.8
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_models_take_the_pytorch_sweep(dtype):
+    """The kernel has float32 and float64 versions only: a half-precision DBN takes a PyTorch sweep (a review found
+    the float32 kernel run on 2-byte elements, past the ends of the buffers), and asking for the native one is
+    refused."""
+    model = _model(torch.float32, weight_std=0.1).to(dtype=dtype)
+    path = DBNPosteriorPath(model)
+    assert path.sweep_route(1, torch.device("cpu")) != "native" and not path.takes_native_sweep(torch.device("cpu"))
+    v = (torch.rand(5, 60, generator=torch.Generator().manual_seed(2)) < 0.4).to(dtype)
+    g = torch.Generator().manual_seed(0)
+    state, _ = path.start(v, 3, g)
+    state = path.transition(state, 0.5, g)
+    assert all(bool(((x == 0) | (x == 1)).all()) for x in state.layers[1:])
+    with pytest.raises(ValueError, match=f"runs float32 and float64 models, not {dtype}"):
+        DBNPosteriorPath(model, sweep="native")
+
+
+def test_auto_prices_a_model_the_kernel_cannot_run_at_the_pytorch_rate():
+    """Weights too large for the kernel's plan: the PyTorch sweep runs, and 'auto' prices it so."""
+    from raise_eval.evaluation.plan import _dbn_sweep_rate
+
+    big = _model(weight_std=8.0)  # 16 inputs sum past 79.8; no single weight does
+    assert not DBNPosteriorPath(big).takes_native_sweep(torch.device("cpu"))
+    assert _dbn_sweep_rate(big)[1] == "with the PyTorch sweep"
+
+
+def test_a_compiler_that_fails_silently_is_reported(monkeypatch, tmp_path):
+    """A compiler that exits non-zero without a word: the reason says so (a review found an IndexError here)."""
+    cc = tmp_path / "silent-cc"
+    cc.write_text("#!/bin/sh\necho\nexit 1\n")
+    cc.chmod(0o755)
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setenv("CC", str(cc))
+    assert native.library() is None
+    assert native.unavailable_reason() == f"the C compiler ({cc}) failed: exit status 1, no output"
+
+
+def test_cc_may_name_a_wrapper(monkeypatch):
+    """CC="env cc": a command with arguments, as build tools take it."""
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setenv("CC", "env cc")
+    if native.library() is None:
+        pytest.skip(f"no C compiler here: {native.unavailable_reason()}")
+    assert native.unavailable_reason() is None
