@@ -53,6 +53,90 @@ def budget_fraction(text: str) -> float:
     return fraction
 
 
+def positive_int(text: str) -> int:
+    """argparse type of a count that must be at least 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """argparse type of a rate or size that must be a finite number above 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
+    return value
+
+
+def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace existing output files (the checkpoint, and the monitor's CSV and PNG beside it); without it "
+        "the script refuses them before any work",
+    )
+
+
+def check_outputs_first(parser: argparse.ArgumentParser, outputs, inputs=(), overwrite: bool = False) -> None:
+    """Before any data is read or anything trained: each output (option, path) must be writable (its folder is
+    created), must not be an input of the run ((what, path) pairs, e.g. the data files) and must not exist unless
+    `overwrite`; else the parser's one-line error (exit status 2)."""
+    from raise_eval.io.outputs import OutputError, check_output_path, same_file
+
+    seen = []
+    for option, path in outputs:
+        folder = Path(path).parent
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            why = e.strerror or e
+            parser.error(f"{option} {path}: cannot create the folder {folder} ({why}) (nothing was trained)")
+        try:
+            check_output_path(path, option)
+        except OutputError as e:
+            parser.error(str(e).replace("nothing was computed", "nothing was trained"))
+        for what, source in inputs:
+            if source is not None and same_file(path, source):
+                parser.error(
+                    f"{option} {path} is {what} ({source}), an input of this run: writing it would destroy it; name "
+                    "another file (nothing was trained)"
+                )
+        for other_option, other in seen:
+            if same_file(path, other):
+                parser.error(f"{other_option} and {option} both name {path}: give them different files")
+        seen.append((option, path))
+        if Path(path).exists() and not overwrite:
+            parser.error(
+                f"{option} {path} exists; name another file, or pass --overwrite to replace it (nothing was trained)"
+            )
+
+
+def data_inputs(dataset: str, data_root) -> list[tuple[str, Path]]:
+    """The files a training script reads (both splits), as `check_outputs_first`'s inputs."""
+    from raise_eval.io.datasets import dataset_files
+
+    try:
+        files = dataset_files(dataset, "train", data_root) + dataset_files(dataset, "test", data_root)
+    except ValueError:
+        return []
+    return [(f"a {dataset} data file", path) for path in files]
+
+
+def monitor_outputs(args, stem: Path) -> list[tuple[str, Path]]:
+    """The monitor's CSV history and PNG beside the checkpoint (none when monitoring is off)."""
+    if args.monitor_every <= 0:
+        return []
+    return [("--monitor-every (its CSV history)", Path(f"{stem}_sandwich.csv")),
+            ("--monitor-every (its plot)", Path(f"{stem}_sandwich.png"))]  # fmt: skip
+
+
 def add_monitor_arguments(parser: argparse.ArgumentParser, default_steps: int = 200) -> None:
     group = parser.add_argument_group(
         "monitoring",
@@ -61,17 +145,19 @@ def add_monitor_arguments(parser: argparse.ArgumentParser, default_steps: int = 
         "and drawn as a PNG beside the checkpoint (0 turns it off)",
     )
     group.add_argument("--monitor-every", type=int, default=0, help="epochs between sandwich estimates (0: off)")
-    group.add_argument("--monitor-steps", type=int, default=default_steps, help="K of each monitoring run")
-    group.add_argument("--monitor-ais-chains", type=int, default=100)
-    group.add_argument("--monitor-raise-examples", type=int, default=20)
-    group.add_argument("--monitor-raise-chains", type=int, default=5)
+    group.add_argument("--monitor-steps", type=positive_int, default=default_steps, help="K of each monitoring run")
+    group.add_argument("--monitor-ais-chains", type=positive_int, default=100)
+    group.add_argument("--monitor-raise-examples", type=positive_int, default=20)
+    group.add_argument("--monitor-raise-chains", type=positive_int, default=5)
     group.add_argument(
         "--monitor-exact",
         choices=["auto", "never"],
         default="auto",
         help="exact values by enumeration when tractable (auto: up to 2^25 states, seconds per check) or never",
     )
-    group.add_argument("--monitor-test-size", type=int, default=1000, help="test vectors the estimates average over")
+    group.add_argument(
+        "--monitor-test-size", type=positive_int, default=1000, help="test vectors the estimates average over"
+    )
 
 
 def add_trajectory_arguments(parser: argparse.ArgumentParser, what: str = "training") -> None:
@@ -180,10 +266,13 @@ class MonitorCallback:
 def load_splits(dataset: str, data_root, train_size: Optional[int]) -> tuple[torch.Tensor, torch.Tensor]:
     """(train, test) of a named dataset, the training set cut to its first `train_size` vectors; prints the sizes."""
     start = time.perf_counter()
-    train = load_dataset(dataset, "train", data_root)
+    try:
+        train = load_dataset(dataset, "train", data_root)
+        test = load_dataset(dataset, "test", data_root)
+    except (FileNotFoundError, ValueError, OSError) as e:
+        raise SystemExit(f"error: cannot load {dataset}: {e}") from None
     if train_size is not None:
         train = train[:train_size]
-    test = load_dataset(dataset, "test", data_root)
     seconds = time.perf_counter() - start
     print(f"{dataset}: train {tuple(train.shape)}, test {tuple(test.shape)} ({seconds:.1f} s to load)", flush=True)
     return train, test
@@ -200,3 +289,14 @@ def train_monitored(monitor, train: Callable[[Optional[MonitorCallback]], object
     if callback is not None:
         callback.finish(model)
     return model, seconds
+
+
+def offset_rate(text: str) -> float:
+    """argparse type of --offset-rate: a moving-average rate in (0, 1]."""
+    try:
+        rate = float(text)
+    except ValueError:
+        rate = float("nan")
+    if not 0.0 < rate <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number above 0 and at most 1, got {text!r}")
+    return rate

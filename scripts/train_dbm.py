@@ -50,12 +50,19 @@ from _common import (
     SHORT_NAMES,
     add_dataset_argument,
     add_monitor_arguments,
+    add_overwrite_argument,
     add_trajectory_arguments,
     budget_fraction,
     budget_minutes,
+    check_outputs_first,
+    data_inputs,
     load_splits,
     make_monitor,
     make_trajectory_saver,
+    monitor_outputs,
+    offset_rate,
+    positive_float,
+    positive_int,
     train_monitored,
 )
 from raise_eval.models.training.dbm import DBMTrainingConfig, mean_field_fixed, train_dbm
@@ -80,20 +87,20 @@ def main(argv=None) -> None:
     )
     parser.add_argument(
         "--hidden",
-        type=int,
+        type=positive_int,
         nargs="+",
         default=None,
         help="hidden layer sizes (>= 2; default: the recipe's, 500 1000 on MNIST and 1000 1000 on Omniglot for paper, "
         "100 100 for certifiable)",
     )
-    parser.add_argument("--pretrain-epochs", type=int, default=20, help="epochs of each pretraining RBM")
-    parser.add_argument("--epochs", type=int, default=16, help="joint training epochs")
-    parser.add_argument("--pretrain-learning-rate", type=float, default=0.05)
-    parser.add_argument("--learning-rate", type=float, default=0.002, help="joint training learning rate")
-    parser.add_argument("--batch-size", type=int, default=100)
-    parser.add_argument("--chains", type=int, default=None, help="persistent chains (default: the recipe's)")
-    parser.add_argument("--gibbs-steps", type=int, default=5, help="Gibbs sweeps of the chains per update")
-    parser.add_argument("--mean-field-iterations", type=int, default=10)
+    parser.add_argument("--pretrain-epochs", type=positive_int, default=20, help="epochs of each pretraining RBM")
+    parser.add_argument("--epochs", type=positive_int, default=16, help="joint training epochs")
+    parser.add_argument("--pretrain-learning-rate", type=positive_float, default=0.05)
+    parser.add_argument("--learning-rate", type=positive_float, default=0.002, help="joint training learning rate")
+    parser.add_argument("--batch-size", type=positive_int, default=100)
+    parser.add_argument("--chains", type=positive_int, default=None, help="persistent chains (default: the recipe's)")
+    parser.add_argument("--gibbs-steps", type=positive_int, default=5, help="Gibbs sweeps of the chains per update")
+    parser.add_argument("--mean-field-iterations", type=positive_int, default=10)
     parser.add_argument(
         "--centering",
         action=argparse.BooleanOptionalAction,
@@ -102,7 +109,7 @@ def main(argv=None) -> None:
         "gradient; the saved model is a plain DBM (default: the recipe's)",
     )
     parser.add_argument(
-        "--offset-rate", type=float, default=0.01, help="with --centering: moving-average rate of the offsets"
+        "--offset-rate", type=offset_rate, default=0.01, help="with --centering: moving-average rate of the offsets"
     )
     parser.add_argument("--max-minutes", type=budget_minutes, default=None, help="wall-clock budget for training")
     parser.add_argument(
@@ -111,11 +118,12 @@ def main(argv=None) -> None:
         default=0.2,
         help="share of --max-minutes that greedy pretraining may use, 0 to 1 (default 0.2)",
     )
-    parser.add_argument("--train-size", type=int, default=None, help="use the first N training vectors only")
+    parser.add_argument("--train-size", type=positive_int, default=None, help="use the first N training vectors only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1, choices=[1, 2], help="torch CPU threads")
     parser.add_argument("--out", default=None, help="default checkpoints/dbm_{mnist,omniglot}_SIZES.pt")
     parser.add_argument("--no-progress", action="store_true")
+    add_overwrite_argument(parser)
     add_monitor_arguments(parser, default_steps=100)
     add_trajectory_arguments(parser, what="joint training")
     args = parser.parse_args(argv)
@@ -129,6 +137,13 @@ def main(argv=None) -> None:
         args.out = f"checkpoints/dbm_{SHORT_NAMES[args.dataset]}_{'-'.join(str(n) for n in args.hidden)}_centered.pt"
     if args.out is None:
         args.out = f"checkpoints/dbm_{SHORT_NAMES[args.dataset]}_{'-'.join(str(n) for n in args.hidden)}.pt"
+    if len(args.hidden) < 2:
+        parser.error(f"--hidden: a DBM here has at least two hidden layers, got {len(args.hidden)}")
+    outputs = [("--out", args.out)] + monitor_outputs(args, Path(args.out).with_suffix(""))
+    check_outputs_first(parser, outputs, data_inputs(args.dataset, args.data_root), args.overwrite)
+    trajectory_folder = args.save_trajectory and Path(args.save_trajectory)
+    if trajectory_folder and trajectory_folder.exists() and not trajectory_folder.is_dir():
+        parser.error(f"--save-trajectory {args.save_trajectory} is a file; name a folder (nothing was trained)")
     torch.set_num_threads(args.threads)
 
     wall_start = time.perf_counter()
@@ -214,7 +229,6 @@ def main(argv=None) -> None:
         saver = trajectory["snapshot"]
         metadata["trajectory"] = {"folder": str(saver.folder), "checkpoints": len(saver.entries)}
         print(f"saved {len(saver.entries)} checkpoints of the joint training to {saver.folder} ({saver.seconds:.1f} s)")
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(args.out, model, metadata=metadata, train_pixel_means=train.mean(0))
     print(
         f"trained in {seconds:.0f} s (wall time with data loading {time.perf_counter() - wall_start:.0f} s); first "

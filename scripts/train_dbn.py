@@ -10,7 +10,10 @@ the DBN). Defaults: 20 epochs per layer, batch 100, learning rate 0.01 decaying 
 and learning rate 0.05 the top RBM became a poor prior: about -290 nats against about -108 with these settings.)
 
     python scripts/train_dbn.py [--dataset omniglot] [--hidden 500 2000] [--epochs 20] [--max-minutes M]
-                                [--monitor-every 2] [--out PATH]
+                                [--monitor-every 2] [--out PATH] [--overwrite]
+
+The output paths are checked before any data is read: an existing file (the committed checkpoints included) is
+replaced only with --overwrite, and a data file never.
 
 With --monitor-every N, the training-loop hook estimates the DBN's test log-likelihood (AIS and RAISE from the
 uniform start) every N epochs of the top RBM, on the finished lower layers and the top RBM as it stands. The
@@ -30,9 +33,15 @@ from _common import (
     SHORT_NAMES,
     add_dataset_argument,
     add_monitor_arguments,
+    add_overwrite_argument,
     budget_minutes,
+    check_outputs_first,
+    data_inputs,
     load_splits,
     make_monitor,
+    monitor_outputs,
+    positive_float,
+    positive_int,
     train_monitored,
 )
 from raise_eval.models.training.dbn import DBNTrainingConfig, reconstruction_error, train_dbn
@@ -45,28 +54,33 @@ def main(argv=None) -> None:
     add_dataset_argument(parser)
     parser.add_argument(
         "--hidden",
-        type=int,
+        type=positive_int,
         nargs="+",
         default=None,
         help="hidden layer sizes (>= 2; default 500 2000 on MNIST, 1000 1000 on Omniglot)",
     )
-    parser.add_argument("--epochs", type=int, default=20, help="training epochs of each layer's RBM")
-    parser.add_argument("--batch-size", type=int, default=100)
-    parser.add_argument("--learning-rate", type=float, default=0.01)
+    parser.add_argument("--epochs", type=positive_int, default=20, help="training epochs of each layer's RBM")
+    parser.add_argument("--batch-size", type=positive_int, default=100)
+    parser.add_argument("--learning-rate", type=positive_float, default=0.01)
     parser.add_argument("--method", choices=["cd", "pcd"], default="pcd")
-    parser.add_argument("--gibbs-steps", type=int, default=1)
+    parser.add_argument("--gibbs-steps", type=positive_int, default=1)
     parser.add_argument("--max-minutes", type=budget_minutes, default=None, help="wall-clock budget for training")
-    parser.add_argument("--train-size", type=int, default=None, help="use the first N training vectors only")
+    parser.add_argument("--train-size", type=positive_int, default=None, help="use the first N training vectors only")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=2, choices=[1, 2], help="torch CPU threads")
     parser.add_argument("--out", default=None, help="default checkpoints/dbn_{mnist,omniglot}_SIZES.pt")
     parser.add_argument("--no-progress", action="store_true")
+    add_overwrite_argument(parser)
     add_monitor_arguments(parser)
     args = parser.parse_args(argv)
     if args.hidden is None:
         args.hidden = [500, 2000] if args.dataset == "binarized_mnist" else [1000, 1000]
+    if len(args.hidden) < 2:
+        parser.error(f"--hidden: a DBN has at least two hidden layers, got {len(args.hidden)}")
     if args.out is None:
         args.out = f"checkpoints/dbn_{SHORT_NAMES[args.dataset]}_{'-'.join(str(n) for n in args.hidden)}.pt"
+    outputs = [("--out", args.out)] + monitor_outputs(args, Path(args.out).with_suffix(""))
+    check_outputs_first(parser, outputs, data_inputs(args.dataset, args.data_root), args.overwrite)
     torch.set_num_threads(args.threads)
 
     wall_start = time.perf_counter()
@@ -134,7 +148,6 @@ def main(argv=None) -> None:
     }
     if monitor is not None:
         metadata["monitor_history"] = [r.to_dict() for r in monitor.history]
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     save_checkpoint(args.out, model, metadata=metadata, train_pixel_means=train.mean(0))
     print(
         f"trained in {seconds:.0f} s (wall time with data loading {time.perf_counter() - wall_start:.0f} s); "
