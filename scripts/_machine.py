@@ -49,11 +49,12 @@ class LoadMeter:
 
     def stop(self) -> float | None:
         busy, own, wall = self._busy(), self._own(), time.perf_counter() - self._t0
-        if busy is None or self._busy0 is None or wall <= 0:
+        # /proc/stat counts in clock ticks (10 ms): under a second the share is mostly rounding (a review saw 762%)
+        if busy is None or self._busy0 is None or wall < 1.0:
             return None
         ticks = os.sysconf("SC_CLK_TCK")
         others = (busy - self._busy0) / ticks - (own - self._own0)
-        return max(0.0, others / (wall * (os.cpu_count() or 1)))
+        return min(1.0, max(0.0, others / (wall * (os.cpu_count() or 1))))
 
     @staticmethod
     def _busy() -> int | None:

@@ -38,6 +38,7 @@ import torch
 from raise_eval import load_checkpoint, log_unnormalized_estimate
 from raise_eval.models import DBN
 
+from _common import positive_int
 from _machine import LoadMeter, cpu_description, loadavg
 from _products import bare_products_seconds, random_subset
 
@@ -58,20 +59,28 @@ def test_vectors(n_visible: int, count: int, data_root) -> tuple[torch.Tensor, s
 def main(argv=None) -> dict:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("checkpoint", nargs="?", default=None, help="a DBN or DBM checkpoint (else --sizes)")
-    p.add_argument("--sizes", type=int, nargs="+", default=None, help="layer sizes of a random DBN (weights ~ N(0, 0.1^2))")
-    p.add_argument("--vectors", type=int, default=100)
-    p.add_argument("--steps", type=int, default=20, help="K of the per-vector AIS")
-    p.add_argument("--chains", type=int, default=10, help="chains per vector")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--sizes", type=positive_int, nargs="+", default=None, help="layer sizes of a random DBN (weights ~ N(0, 0.1^2))")
+    p.add_argument("--vectors", type=positive_int, default=100)
+    p.add_argument("--steps", type=positive_int, default=20, help="K of the per-vector AIS")
+    p.add_argument("--chains", type=positive_int, default=10, help="chains per vector")
+    p.add_argument("--repeats", type=positive_int, default=3)
+    p.add_argument("--threads", type=positive_int, default=1)
     p.add_argument("--data-root", default=None)
     p.add_argument("--pytorch-too", action="store_true",
                    help="also time each repeat with the C kernel turned off (RAISE_EVAL_NATIVE=0)")
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.checkpoint is not None:
-        model = load_checkpoint(args.checkpoint).model
+        try:
+            model = load_checkpoint(args.checkpoint).model
+        except (OSError, ValueError) as e:
+            p.error(f"cannot load {args.checkpoint}: {e}")
+        if type(model).__name__ not in ("DBN", "DBM"):
+            p.error(f"{args.checkpoint} holds a model of type {type(model).__name__}; this script times a DBN's "
+                    "or DBM's log f(v)")
     elif args.sizes is not None:
+        if len(args.sizes) < 3:
+            p.error(f"--sizes: a DBN has a visible and at least two hidden layers, got {len(args.sizes)} sizes")
         model = DBN.random(args.sizes, weight_std=0.1, bias_std=1.0, generator=torch.Generator().manual_seed(0))
     else:
         p.error("give a checkpoint or --sizes")

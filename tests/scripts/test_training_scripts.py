@@ -119,7 +119,7 @@ def test_dbm_script_certifiable_recipe(shared_data, tmp_path, capsys):
     assert training["num_chains"] == 7 and training["hidden"] == [6, 5]
     script.main(
         ["--recipe", "certifiable", "--no-centering", "--hidden", "6", "5", "--pretrain-epochs", "1", "--epochs", "1"]
-        + ["--train-size", "200", "--data-root", str(shared_data), "--out", str(out), "--no-progress"]
+        + ["--train-size", "200", "--data-root", str(shared_data), "--out", str(out), "--no-progress", "--overwrite"]
     )
     training = load_checkpoint(out).metadata["training"]
     assert training["centering"] is False and training["num_chains"] == 300
