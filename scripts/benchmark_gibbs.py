@@ -41,6 +41,7 @@ import time
 from contextlib import nullcontext
 
 import torch
+from _common import positive_int
 from raise_eval.models.boltzmann import layered, products
 
 from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule, load_checkpoint
@@ -224,15 +225,16 @@ def breakdown(chains: int, steps: int, dtype: torch.dtype, model_path=None, beta
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--devices", nargs="+", default=["cpu"], help="devices to time (default: cpu)")
-    parser.add_argument("--chains", type=int, default=1000, help="AIS chains in the batch (default 1000)")
-    parser.add_argument("--steps", type=int, default=50, help="annealing steps per timed run (default 50)")
+    parser.add_argument("--chains", type=positive_int, default=1000, help="AIS chains in the batch (default 1000)")
+    parser.add_argument("--steps", type=positive_int, default=50, help="annealing steps per timed run (default 50)")
     parser.add_argument(
-        "--repeats", type=int, default=7, help="timed rounds per thread count; medians are reported (default 7)"
+        "--repeats", type=positive_int, default=7,
+        help="timed rounds per thread count; medians are reported (default 7)",
     )
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument(
         "--threads",
-        type=int,
+        type=positive_int,
         nargs="+",
         default=[1, 2],
         help="torch CPU thread counts to time, in one run (default: 1 2); with another process busy on a core, "

@@ -32,6 +32,7 @@ import sys
 import time
 from pathlib import Path
 
+from _common import positive_int
 from _machine import LoadMeter, cpu_description, loadavg
 
 HERE = Path(__file__).resolve()
@@ -121,10 +122,14 @@ def available(name: str, paths: list[str]) -> str | None:
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--chains", type=int, default=1000, help="AIS chains (default 1000)")
-    parser.add_argument("--steps", type=int, default=1000, help="annealing steps K (default 1000)")
-    parser.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="thread counts (default: 1 2)")
-    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds per thread count (default 1)")
+    parser.add_argument("--chains", type=positive_int, default=1000, help="AIS chains (default 1000)")
+    parser.add_argument("--steps", type=positive_int, default=1000, help="annealing steps K (default 1000)")
+    parser.add_argument(
+        "--threads", type=positive_int, nargs="+", default=[1, 2], help="thread counts (default: 1 2)"
+    )
+    parser.add_argument(
+        "--rounds", type=positive_int, default=1, help="alternating rounds per thread count (default 1)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument(
         "--peer-path", action="append", default=[], help="a folder to put on the peers' import path (repeatable)"
