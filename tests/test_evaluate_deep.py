@@ -160,3 +160,13 @@ def test_auto_log_f_method_prices_the_pytorch_sweep_without_the_kernel(test_vect
     wide = DBN.random([20, 500, 2000], generator=torch.Generator().manual_seed(2))
     plan = plan_evaluation(wide, test_vectors.repeat(40, 1), init="uniform", exact="never")  # 1.2e13 updates
     assert plan.log_f_options["method"] == "importance" and "min with the PyTorch sweep)" in plan.log_f_note
+
+
+def test_a_log_f_check_on_one_vector_is_refused():
+    """One vector gives no standard error for the check's rise (a new user saw 'rose by 0.137 +- nan')."""
+    from raise_eval.evaluation.settings import EvaluateSettings
+    from raise_eval.settings import SettingsError
+
+    with pytest.raises(SettingsError, match="log_f_check 1 cannot say whether the estimates rose"):
+        EvaluateSettings(log_f_check=1)
+    assert EvaluateSettings(log_f_check=0).log_f_check == 0 and EvaluateSettings(log_f_check=2).log_f_check == 2

@@ -207,6 +207,12 @@ class EvaluateSettings:
     threads: Union[str, int, None] = threads_setting()
 
     def _validate(self) -> None:
+        if self.log_f_check == 1:
+            raise SettingsError(
+                "{log_f_check} 1 cannot say whether the estimates rose: a standard error needs two test vectors; give "
+                "2 or more, or 0 to skip the check",
+                ("log_f_check",),
+            )
         if self.betas is not None:
             k = len(self.betas) - 1
             if self.steps != k and self.steps != EvaluateSettings.steps:
