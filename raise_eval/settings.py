@@ -324,7 +324,12 @@ def _threads(spec: Setting, value: Any):
     value = _from_text(spec, value, parse_count, expected)
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _fail(spec, expected, value)
+    if value > _MOST_THREADS:  # torch's thread count is a C int; no machine has this many cores
+        raise _fail(spec, f"a thread count of at most {_MOST_THREADS}", value)
     return value
+
+
+_MOST_THREADS = 1 << 16
 
 
 def _counts(spec: Setting, value: Any) -> tuple[int, ...]:

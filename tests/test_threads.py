@@ -72,3 +72,15 @@ def test_certify_and_bdmc_take_threads_too(two_threads, busy_machine):
     vae = VAE(VAEConfig(data_dim=6, latent_dim=2, hidden=[4]))
     report = evaluate_bdmc(vae, num_examples=3, chains=2, steps=(3,), iwae_samples=(1,), elbo_samples=2, threads=1)
     assert report.settings["threads"] == 1 and torch.get_num_threads() == 2
+
+
+@pytest.mark.parametrize("text", ["1e30", "3000000000"])
+def test_absurd_thread_counts_are_refused_before_any_work(text, capsys):
+    """torch takes a C int: a count beyond 65,536 was an overflow error without the flag's name (a new user's find)."""
+    from raise_eval.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        checkpoint = Path(__file__).resolve().parents[1] / "checkpoints" / "rbm_digits_64-16.pt"
+        main(["evaluate", str(checkpoint), "--threads", text])
+    assert exit_.value.code == 2
+    assert "--threads must be a thread count of at most 65536" in capsys.readouterr().err
