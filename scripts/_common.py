@@ -31,26 +31,38 @@ def add_dataset_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--data-root", default=None, help="folder holding binarized_mnist/ and omniglot/")
 
 
-def budget_minutes(text: str) -> float:
-    """argparse type of --max-minutes: a finite number of minutes, 0 or more (0: one epoch of each model)."""
-    try:
-        minutes = float(text)
-    except ValueError:
-        minutes = float("nan")
-    if not (minutes >= 0 and math.isfinite(minutes)):
-        raise argparse.ArgumentTypeError(f"must be a finite number of minutes, 0 or more, got {text!r}")
-    return minutes
+def _number_type(accepts, wanted: str, doc: str):
+    """An argparse type: float(text), refused with "must be {wanted}" unless `accepts` it (NaN for non-numbers)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = float("nan")
+        if not accepts(value):
+            raise argparse.ArgumentTypeError(f"must be {wanted}, got {text!r}")
+        return value
+
+    parse.__doc__ = doc
+    return parse
 
 
-def budget_fraction(text: str) -> float:
-    """argparse type of a share of the wall-clock budget: a number between 0 and 1."""
-    try:
-        fraction = float(text)
-    except ValueError:
-        fraction = float("nan")
-    if not 0.0 <= fraction <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number between 0 and 1, got {text!r}")
-    return fraction
+budget_minutes = _number_type(
+    lambda m: m >= 0 and math.isfinite(m), "a finite number of minutes, 0 or more",
+    "argparse type of --max-minutes: a finite number of minutes, 0 or more (0: one epoch of each model).",
+)  # fmt: skip
+budget_fraction = _number_type(
+    lambda f: 0.0 <= f <= 1.0, "a number between 0 and 1",
+    "argparse type of a share of the wall-clock budget: a number between 0 and 1.",
+)  # fmt: skip
+positive_float = _number_type(
+    lambda x: math.isfinite(x) and x > 0, "a finite number above 0",
+    "argparse type of a rate or size that must be a finite number above 0.",
+)  # fmt: skip
+offset_rate = _number_type(
+    lambda r: 0.0 < r <= 1.0, "a number above 0 and at most 1",
+    "argparse type of --offset-rate: a moving-average rate in (0, 1].",
+)  # fmt: skip
 
 
 def positive_int(text: str) -> int:
@@ -58,20 +70,9 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}") from None
+        value = 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of at least 1, got {text!r}")
-    return value
-
-
-def positive_float(text: str) -> float:
-    """argparse type of a rate or size that must be a finite number above 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (math.isfinite(value) and value > 0):
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text!r}")
     return value
 
 
@@ -87,35 +88,20 @@ def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:
 def check_outputs_first(parser: argparse.ArgumentParser, outputs, inputs=(), overwrite: bool = False) -> None:
     """Before any data is read or anything trained: each output (option, path) must be writable (its folder is
     created), must not be an input of the run ((what, path) pairs, e.g. the data files) and must not exist unless
-    `overwrite`; else the parser's one-line error (exit status 2)."""
-    from raise_eval.io.outputs import OutputError, check_output_path, same_file
+    `overwrite` (`raise_eval.io.outputs.check_outputs`, the "protected" kind); else the parser's one-line error."""
+    from raise_eval.io.outputs import Output, OutputError, check_outputs
 
-    seen = []
     for option, path in outputs:
         folder = Path(path).parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             why = e.strerror or e
-            parser.error(f"{option} {path}: cannot create the folder {folder} ({why}) (nothing was trained)")
-        try:
-            check_output_path(path, option)
-        except OutputError as e:
-            parser.error(str(e).replace("nothing was computed", "nothing was trained"))
-        for what, source in inputs:
-            if source is not None and same_file(path, source):
-                parser.error(
-                    f"{option} {path} is {what} ({source}), an input of this run: writing it would destroy it; name "
-                    "another file (nothing was trained)"
-                )
-        for other_option, other in seen:
-            if same_file(path, other):
-                parser.error(f"{other_option} and {option} both name {path}: give them different files")
-        seen.append((option, path))
-        if Path(path).exists() and not overwrite:
-            parser.error(
-                f"{option} {path} exists; name another file, or pass --overwrite to replace it (nothing was trained)"
-            )
+            parser.error(f"{option} {path}: cannot create the folder {folder} ({why}) (nothing was computed)")
+    try:
+        check_outputs([Output(option, path, "protected") for option, path in outputs], inputs, overwrite=overwrite)
+    except OutputError as e:
+        parser.error(str(e))
 
 
 def data_inputs(dataset: str, data_root) -> list[tuple[str, Path]]:
@@ -290,13 +276,3 @@ def train_monitored(monitor, train: Callable[[Optional[MonitorCallback]], object
         callback.finish(model)
     return model, seconds
 
-
-def offset_rate(text: str) -> float:
-    """argparse type of --offset-rate: a moving-average rate in (0, 1]."""
-    try:
-        rate = float(text)
-    except ValueError:
-        rate = float("nan")
-    if not 0.0 < rate <= 1.0:
-        raise argparse.ArgumentTypeError(f"must be a number above 0 and at most 1, got {text!r}")
-    return rate

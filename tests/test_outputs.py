@@ -368,3 +368,16 @@ def test_a_failed_resume_save_is_said_once_and_the_run_goes_on(tmp_path, monkeyp
         warnings.simplefilter("error")
         store.put("z", 3)  # room again: saved, silently
     assert store.save_error is None and ResumeFile(path, {"seed": 0}).get("y") == 2
+
+
+def test_a_protected_output_needs_overwrite_whoever_wrote_it(tmp_path):
+    """The training scripts' checkpoints: even a file raise-eval wrote is replaced only with overwrite."""
+    from raise_eval.io.outputs import Output, OutputError, check_outputs, written_by_raise_eval
+    from raise_eval.io.results import dump_json
+
+    ours = tmp_path / "r.json"
+    dump_json({"a": 1}, ours)
+    assert written_by_raise_eval(ours, "json") and not written_by_raise_eval(ours, "protected")
+    with pytest.raises(OutputError, match=r"--out .*r\.json exists \(.*\); name another file, or pass --overwrite"):
+        check_outputs([Output("--out", ours, "protected")])
+    check_outputs([Output("--out", ours, "protected")], overwrite=True)

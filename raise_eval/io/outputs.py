@@ -6,7 +6,9 @@
   resolved, and with os.path.samefile when both exist (symbolic and hard links). Never allowed;
 - two outputs naming the same file;
 - an existing file that raise-eval did not write (`written_by_raise_eval`), unless `overwrite` is true. A resume
-  file is never replaced, since the run reads it back: a foreign one is to be deleted or named otherwise.
+  file is never replaced, since the run reads it back: a foreign one is to be deleted or named otherwise. A
+  "protected" output (a trained checkpoint, a training history: hours of work whoever wrote them) is replaced only
+  with `overwrite`.
 
 raise-eval marks what it writes: every JSON document carries "tool": "raise-eval" (`raise_eval.io.results.dump_json`;
 documents written before the mark are recognized by their keys), every plot the metadata of `plot_metadata`, and
@@ -38,7 +40,7 @@ from raise_eval._version import __version__
 from raise_eval.io.results import TOOL
 
 PathLike = Union[str, os.PathLike]
-KINDS = ("json", "plot", "resume")
+KINDS = ("json", "plot", "resume", "protected")
 # The top-level keys of the JSON documents raise-eval wrote before they carried "tool": evaluate, a certified run,
 # bdmc.
 _UNMARKED_DOCUMENTS = (
@@ -117,7 +119,9 @@ def written_by_raise_eval(path: PathLike, kind: str) -> bool:
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
     path = Path(path)
-    if not path.is_file():  # never opened: reading a named pipe or a device would block or never end
+    # a protected output counts as foreign whoever wrote it; anything but a regular file is never opened (reading a
+    # named pipe or a device would block or never end)
+    if kind == "protected" or not path.is_file():
         return False
     if kind == "plot":
         size = path.stat().st_size
@@ -174,9 +178,10 @@ def check_outputs(
                 "was computed)"
             )
         if not overwrite:
+            why = "exists" if out.kind == "protected" else "exists and was not written by raise-eval"
             raise OutputError(
-                f"{out.option} {out.path} exists and was not written by raise-eval ({describe(path)}); name another "
-                "file, or pass --overwrite to replace it (nothing was computed)"
+                f"{out.option} {out.path} {why} ({describe(path)}); name another file, or pass --overwrite to replace "
+                "it (nothing was computed)"
             )
 
 

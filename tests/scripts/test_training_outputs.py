@@ -24,7 +24,8 @@ def test_an_existing_checkpoint_needs_overwrite(script, tmp_path, capsys):
     shutil.copy(PROJECT_ROOT / "checkpoints" / "dbn_mnist_20-500.pt", out)
     before = out.read_bytes()
     err = _refused(capsys, script, ["--out", str(out), "--data-root", str(tmp_path / "nowhere")])
-    assert f"--out {out} exists; name another file, or pass --overwrite to replace it (nothing was trained)" in err
+    assert f"--out {out} exists (" in err
+    assert "; name another file, or pass --overwrite to replace it (nothing was computed)" in err
     assert out.read_bytes() == before
 
 
@@ -41,7 +42,7 @@ def test_a_data_file_is_never_an_output(script, tmp_path, capsys):
 def test_the_monitors_files_need_overwrite_too(tmp_path, capsys):
     (tmp_path / "m_sandwich.csv").write_text("precious\n")
     err = _refused(capsys, "train_dbn", ["--out", str(tmp_path / "m.pt"), "--monitor-every", "1"])
-    assert "_sandwich.csv exists; name another file, or pass --overwrite" in err
+    assert "_sandwich.csv exists (" in err and "or pass --overwrite to replace it" in err
     assert (tmp_path / "m_sandwich.csv").read_text() == "precious\n"
 
 
@@ -63,6 +64,6 @@ def test_settings_that_cannot_train_are_refused(script, argv, message, tmp_path,
 
 
 def test_a_folder_is_not_a_checkpoint(tmp_path, capsys):
-    assert f"--out {tmp_path} is a folder; give a file name (nothing was trained)" in _refused(
+    assert f"--out {tmp_path} is a folder; give a file name (nothing was computed)" in _refused(
         capsys, "train_dbn", ["--out", str(tmp_path)]
     )
