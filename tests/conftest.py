@@ -124,16 +124,21 @@ def ctrl_c_raises():
         signal.signal(signal.SIGINT, previous)
 
 
-@pytest.fixture(params=["mm", "onednn", "table"])
+@pytest.fixture(params=["mm", "onednn", "table", "amx"])
 def product_route(request, monkeypatch):
-    """Every float CPU product of a Boltzmann machine forced through one route (torch.mm, oneDNN, the table route),
-    however small, as large models may take it: yields the list of routes that products took (skipped for oneDNN
-    where the build has none). A product the route cannot compute (oneDNN in float64, the table route for inputs not
-    known to be binary) uses torch.mm."""
+    """Every float CPU product of a Boltzmann machine forced through one route (torch.mm, oneDNN, the table route,
+    the amx route), however small, as large models may take it: yields the list of routes that products took
+    (skipped for oneDNN where the build has none, for amx where the CPU has no AMX tiles). A product the route cannot
+    compute (oneDNN in float64, the table and amx routes for inputs not known to be binary, amx in float64) uses
+    torch.mm."""
     from raise_eval.models.boltzmann import products
+
+    from raise_eval import native
 
     if request.param == "onednn" and not products.onednn_available():
         pytest.skip("this torch build has no oneDNN")
+    if request.param == "amx" and not products.amx_available():
+        pytest.skip(f"no amx route here: {native.amx_unavailable_reason()}")
     taken = []
     original = products.run_route
     monkeypatch.setattr(products, "run_route", lambda route, *a, **k: taken.append(route) or original(route, *a, **k))

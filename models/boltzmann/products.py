@@ -10,16 +10,21 @@ A sampling step of a Boltzmann machine spends most of its time in the products x
   layer's width; see TABLE_GROUP_SIZES), and a table holds, for each group, the 2^k sums of its weight rows (summed in
   float64, rounded once). x W is then the sum over groups of one table row each, which
   `torch.embedding_bag` adds up: k times fewer additions than the dense product's multiply-adds,
-  and the table (2^k / k times the weights' memory) is read in column blocks that stay in the cache.
+  and the table (2^k / k times the weights' memory) is read in column blocks that stay in the cache;
+- "amx": for binary x in float32 on CPUs with AMX int8 tiles (Intel Xeon since Sapphire Rapids): each column of the
+  weights is held as 31-bit integers under a power-of-two scale (`IntegerWeights`), and x A is summed exactly in
+  integers by the C kernel of `raise_eval.native` (amx_products.c), then rounded once: the only error beyond that
+  rounding is the weights' quantization, at most half a float32 ulp of the column's mean nonzero |A_ij| per weight
+  (weights whose largest is too far above their mean are not offered the route).
 
-The three accumulate in the layer's dtype, so they agree up to rounding (a few units in the last place of the sum of
-|terms|); each gives the same bits on every call for a given shape and thread count, and a row's result does not
-depend on the other rows. Which is fastest depends on the CPU (its vector instructions), the thread count and the
+The first three accumulate in the layer's dtype, the fourth in integers, so they agree up to rounding (a few units
+in the last place of the sum of |terms|); each gives the same bits on every call for a given shape and thread count
+(the amx route for any thread count), and a row's result does not depend on the other rows. Which is fastest depends on the CPU (its vector instructions), the thread count and the
 machine's load: so the first product of each shape (rows, inner widths, columns, dtype, threads, binary or not)
 in a process times every route that can compute it on random data of that shape (a few milliseconds) and keeps the
 fastest for the rest of the process. `route_choices()` returns these choices with their timings, for reports.
 
-`RAISE_EVAL_PRODUCT_ROUTE` (environment variable: auto, mm, onednn or table) or `force_route` (in code) sends every
+`RAISE_EVAL_PRODUCT_ROUTE` (environment variable: auto, mm, onednn, table or amx) or `force_route` (in code) sends every
 product that the route can compute there through it, without timing, whatever its size (for tests and for
 reproducing a run bit for bit); a product that the forced route cannot compute (e.g. "table" for non-binary
 inputs, "onednn" in float64) uses torch.mm. Float32 and float64 CPU products smaller than `MIN_TIMED_MACS`
@@ -40,7 +45,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-ROUTES = ("mm", "onednn", "table")
+ROUTES = ("mm", "onednn", "table", "amx")
 ROUTE_ENV = "RAISE_EVAL_PRODUCT_ROUTE"
 
 # Products with fewer multiply-adds (rows x inner x columns) than this use torch.mm untimed: its call overhead is the
@@ -77,8 +82,8 @@ class RouteChoice:
         cols: the width of the layer computed.
         dtype: e.g. "float32".
         threads: torch.get_num_threads() when it was chosen.
-        binary: whether the inputs were known to be 0./1. (the table route needs it).
-        route: "mm", "onednn" or "table".
+        binary: whether the inputs were known to be 0./1. (the table and amx routes need it).
+        route: "mm", "onednn", "table" or "amx".
         how: "measured" (the fastest of `timings_ms`), "forced" (RAISE_EVAL_PRODUCT_ROUTE or `force_route`),
             "forced-unavailable" (the forced route cannot compute it: torch.mm), "only" (one route applies) or
             "adopted" (`adopt_route_choices`, e.g. from a checkpoint).
@@ -127,7 +132,7 @@ def requested_route() -> Optional[str]:
 
 
 def force_route(route: Optional[str]) -> Optional[str]:
-    """Send every product through `route` ("mm", "onednn", "table"), or time them again ("auto" or None, the
+    """Send every product through `route` ("mm", "onednn", "table", "amx"), or time them again ("auto" or None, the
     default: then RAISE_EVAL_PRODUCT_ROUTE decides). Returns the previous setting. Choices already made for other
     settings stay cached under their own setting."""
     global _forced
@@ -174,7 +179,9 @@ def adopt_route_choices(records) -> None:
         # name the route) where the route forced now cannot compute that product either. The others are left to
         # this process's own choice (a run may be resumed under another forcing): adopted, they would compute
         # its products through routes it did not ask for, or stand unused in its report.
-        if how == "forced":
+        if r["route"] == "amx" and not amx_available():  # chosen on a CPU with AMX tiles: this one has none
+            adopt = False
+        elif how == "forced":
             adopt = forced == r["route"]
         elif how == "forced-unavailable":
             adopt = forced is not None and forced not in _candidates(key[1], key[2], dtype, bool(r["binary"]))
@@ -203,7 +210,7 @@ def clear_route_choices() -> None:
     """Forget the choices (the next product of each shape is timed again) and the cached tables."""
     with _lock:
         _choices.clear()
-        _tables.clear()
+        _cache.clear()
 
 
 def onednn_available() -> bool:
@@ -335,15 +342,99 @@ class SubsetSumTable:
         return out
 
 
-class _TableEntry:
-    def __init__(self, weights: Sequence[Tensor], versions: tuple, table: SubsetSumTable):
+# --------------------------------------------------------------------------------------------- the amx route
+# Weights held as integers: this many bits below a column's largest |A_ij| (a power of two at or above it).
+INTEGER_BITS = 30
+INTEGER_DIGITS = 4  # balanced base-256 digits of each integer (amx_products.c)
+
+
+class IntegerWeights:
+    """The amx route for one sum of products x_1 A_1 + x_2 A_2 + ... of binary x (each A_t shaped (n_t, cols)).
+
+    The terms' inputs are stacked, A = [A_1; A_2; ...] (K rows), and column j is held as q_ij = round(A_ij / s_j),
+    s_j the power of two with max_i |A_ij| / s_j in (2^29, 2^30], in four int8 digits laid out for the AMX tiles
+    (see amx_products.c). The kernel sums x q exactly and rounds bias + alpha s_j (x q) once to float32, so the
+    result differs from the exact x A by that rounding and by the sum of the quantization errors of the weights where
+    x is 1, each at most s_j / 2. `eligible` is False where that could exceed half a float32 ulp of the column's
+    mean nonzero |A_ij| (s_j > 2^-23 times that mean: a column whose largest weight is 64 to 128 times its mean), or
+    where the weights are not finite, or K >= 2^22 (the int64 sums would not fit a double): the route is then not
+    offered, and torch.mm computes these products.
+    """
+
+    def __init__(self, matrices: Sequence[Tensor]):
+        a = torch.cat([m.detach().to(torch.float64) for m in matrices]) if len(matrices) > 1 else matrices[0]
+        a = a.detach().to(torch.float64).cpu()
+        self.widths = [m.shape[0] for m in matrices]
+        k, self.cols = a.shape
+        self.kpad = -(-k // 64) * 64
+        self.nblocks = -(-self.cols // 16)
+        magnitude = a.abs()
+        largest = magnitude.amax(0)
+        nonzero = (magnitude > 0).sum(0)
+        mean = magnitude.sum(0) / nonzero.clamp_min(1)
+        exponent = torch.where(largest > 0, torch.ceil(torch.log2(largest)) - INTEGER_BITS, torch.zeros_like(largest))
+        exponent += (largest / torch.exp2(exponent) > 2.0**INTEGER_BITS).to(torch.float64)  # log2's rounding
+        scale = torch.exp2(exponent)
+        self.eligible = bool(
+            torch.isfinite(a).all() and k < (1 << 22) and bool((scale <= 2.0**-23 * mean)[largest > 0].all())
+        )
+        self.nbytes = INTEGER_DIGITS * self.kpad * self.nblocks * 16
+        if not self.eligible:
+            return
+        q = torch.zeros(self.kpad, self.nblocks * 16, dtype=torch.int64)
+        q[:k, : self.cols] = torch.round(a / scale).to(torch.int64)
+        digits = []
+        for _ in range(INTEGER_DIGITS):  # least significant first
+            d = (q + 128).remainder(256) - 128
+            digits.append(d)
+            q = (q - d) // 256
+        d = torch.stack(digits[::-1]).to(torch.int8)  # (digits, kpad, cols), most significant first
+        # (column block, digit, kpad / 4, 16 columns, 4 inputs): TDPBUSD's B tiles, one panel per block and digit
+        self.packed = (
+            d.view(INTEGER_DIGITS, self.kpad // 4, 4, self.nblocks, 16).permute(3, 0, 1, 4, 2).contiguous()
+        )
+        self.scales = torch.zeros(self.nblocks * 16, dtype=torch.float64)
+        self.scales[: self.cols] = scale
+
+    def __call__(self, xs: Sequence[Tensor], out: Optional[Tensor], bias: Optional[Tensor], alpha: float) -> Tensor:
+        """sum_t xs[t] A_t (times alpha, plus bias, when bias is given), shaped (rows, cols), written into `out`;
+        xs float32, contiguous, 0. and 1. only."""
+        import ctypes
+
+        from raise_eval import native
+
+        lib = native.amx_library()
+        rows = xs[0].shape[0]
+        if out is None:
+            out = torch.empty(rows, self.cols, dtype=torch.float32)
+        bias_f = None if bias is None else bias.detach().to(torch.float32).contiguous()
+        pointers = (ctypes.c_void_p * len(xs))(*[x.data_ptr() for x in xs])
+        widths = (ctypes.c_int64 * len(xs))(*self.widths)
+        head = (len(xs), pointers, widths, self.packed.data_ptr(), self.kpad, self.nblocks, self.scales.data_ptr())
+        tail = (self.cols, None if bias_f is None else bias_f.data_ptr(), float(alpha), out.data_ptr())
+
+        def run(begin: int, end: int) -> int:
+            return lib.amx_binary_product(*head, *tail, begin, end)
+
+        bounds = native.split_rows(rows, torch.get_num_threads(), 32)
+        if len(bounds) == 2:
+            failed = run(0, rows)
+        else:
+            failed = max(native.thread_pool(len(bounds) - 1).map(run, bounds[:-1], bounds[1:]))
+        if failed:
+            raise MemoryError("the amx product could not allocate its staging buffer")
+        return out
+
+
+class _CachedEntry:
+    def __init__(self, weights: Sequence[Tensor], versions: tuple, value):
         self.refs = [weakref.ref(w) for w in weights]
         self.versions = versions
-        self.table = table
+        self.value = value
 
 
-_tables: dict[tuple, _TableEntry] = {}
-_MAX_TABLES = 8
+_cache: dict[tuple, _CachedEntry] = {}
+_MAX_CACHED = 8
 
 
 def _versions(weights: Sequence[Tensor]) -> Optional[tuple]:
@@ -353,24 +444,41 @@ def _versions(weights: Sequence[Tensor]) -> Optional[tuple]:
         return None
 
 
-def cached_table(terms: Sequence[tuple[Tensor, bool]]) -> Optional[SubsetSumTable]:
-    """The table of sum_t x_t A_t with A_t = W_t (or W_t^T when transposed), built once per set of weight tensors
-    and rebuilt when one of them changes in place; None when the weights cannot be tracked."""
+def _cached(kind: str, terms: Sequence[tuple[Tensor, bool]], build):
+    """build([A_t]) for the weights of `terms`, made once per set of weight tensors and made again when one of them
+    changes in place; None when the weights cannot be tracked."""
     weights = [w for w, _ in terms]
     versions = _versions(weights)
     if versions is None:
         return None
-    key = tuple((id(w), transposed) for w, transposed in terms)
+    key = (kind,) + tuple((id(w), transposed) for w, transposed in terms)
     with _lock:
-        entry = _tables.get(key)
+        entry = _cache.get(key)
         if entry is not None and all(r() is w for r, w in zip(entry.refs, weights)) and entry.versions == versions:
-            return entry.table
-    table = SubsetSumTable([w.t() if transposed else w for w, transposed in terms])
+            return entry.value
+    value = build([w.t() if transposed else w for w, transposed in terms])
     with _lock:
-        while len(_tables) >= _MAX_TABLES:
-            _tables.pop(next(iter(_tables)))
-        _tables[key] = _TableEntry(weights, versions, table)
-    return table
+        while len(_cache) >= _MAX_CACHED:
+            _cache.pop(next(iter(_cache)))
+        _cache[key] = _CachedEntry(weights, versions, value)
+    return value
+
+
+def cached_table(terms: Sequence[tuple[Tensor, bool]]) -> Optional[SubsetSumTable]:
+    """The table of sum_t x_t A_t with A_t = W_t (or W_t^T when transposed), built once per set of weight tensors
+    and rebuilt when one of them changes in place; None when the weights cannot be tracked."""
+    return _cached("table", terms, SubsetSumTable)
+
+
+def cached_integer_weights(terms: Sequence[tuple[Tensor, bool]]) -> Optional[IntegerWeights]:
+    """The integer weights (amx route) of sum_t x_t A_t, cached as `cached_table`'s tables are."""
+    return _cached("amx", terms, IntegerWeights)
+
+
+def amx_available() -> bool:
+    from raise_eval import native
+
+    return native.amx_library() is not None
 
 
 # --------------------------------------------------------------------------------------------- the routes
@@ -380,15 +488,20 @@ def run_route(
     out: Optional[Tensor],
     bias: Optional[Tensor],
     alpha: float,
-    table: Optional[SubsetSumTable] = None,
+    table=None,
 ) -> Tensor:
     """bias + alpha sum_t x_t A_t (the bare sum when bias is None), shaped (rows, cols), into `out` when given.
 
     terms: (x_t shaped (rows, n_t), W_t, transposed): A_t is W_t, or W_t^T when transposed.
+    table: the weights as the table or amx route holds them (`SubsetSumTable`, `IntegerWeights`), when at hand.
     """
     if route == "table":
         if table is None:
             table = cached_table([(w, transposed) for _, w, transposed in terms])
+        return table([x for x, _, _ in terms], out, bias, alpha)
+    if route == "amx":
+        if table is None:
+            table = cached_integer_weights([(w, transposed) for _, w, transposed in terms])
         return table([x for x, _, _ in terms], out, bias, alpha)
     mats = [(x, w.t() if transposed else w) for x, w, transposed in terms]
     if route == "onednn":
@@ -412,7 +525,7 @@ def run_route(
     return out
 
 
-def _candidates(inner: Sequence[int], cols: int, dtype: torch.dtype, binary: bool) -> list[str]:
+def _candidates(inner: Sequence[int], cols: int, dtype: torch.dtype, binary: bool, amx: bool = True) -> list[str]:
     routes = ["mm"]
     if dtype == torch.float32 and onednn_available():
         routes.append("onednn")
@@ -420,6 +533,8 @@ def _candidates(inner: Sequence[int], cols: int, dtype: torch.dtype, binary: boo
         nbytes = SubsetSumTable.nbytes_for(inner, cols, torch.empty((), dtype=dtype).element_size())
         if nbytes is not None and nbytes <= TABLE_MAX_BYTES:
             routes.append("table")
+    if amx and binary and dtype == torch.float32 and amx_available():
+        routes.append("amx")
     return routes
 
 
@@ -434,12 +549,13 @@ def _time_routes(routes: Sequence[str], inner: Sequence[int], cols: int, dtype: 
     terms = [(x, w, False) for x, w in zip(xs, ws)]
     bias = torch.zeros(cols, dtype=dtype)
     out = torch.empty(rows, cols, dtype=dtype)
-    table = SubsetSumTable(ws) if "table" in routes else None
+    held = {"table": SubsetSumTable(ws) if "table" in routes else None}
+    held["amx"] = IntegerWeights(ws) if "amx" in routes else None
     best = {}
     for round_ in range(TIMING_ROUNDS + 1):
         for route in routes:
             start = time.perf_counter()
-            run_route(route, terms, out, bias, 0.5, table)
+            run_route(route, terms, out, bias, 0.5, held.get(route))
             elapsed = 1e3 * (time.perf_counter() - start)
             if round_ > 0:
                 best[route] = min(best.get(route, float("inf")), elapsed)
@@ -447,10 +563,18 @@ def _time_routes(routes: Sequence[str], inner: Sequence[int], cols: int, dtype: 
 
 
 def choose_route(
-    rows: int, inner: Sequence[int], cols: int, dtype: torch.dtype, device: torch.device, binary: bool, grad: bool
+    rows: int,
+    inner: Sequence[int],
+    cols: int,
+    dtype: torch.dtype,
+    device: torch.device,
+    binary: bool,
+    grad: bool,
+    amx: bool = True,
 ) -> Optional[RouteChoice]:
     """The route of a product of this shape: None for torch.mm without a record (CUDA, gradients, small products
-    that no route is forced on), else the cached or newly made choice."""
+    that no route is forced on), else the cached or newly made choice. `amx`: False where the amx route cannot hold
+    the weights (`IntegerWeights.eligible`): the choice is then made, and kept, among the other routes."""
     if device.type != "cpu" or grad or dtype not in (torch.float32, torch.float64):
         return None
     forced = requested_route()
@@ -458,12 +582,12 @@ def choose_route(
     if forced is None and (MIN_TIMED_MACS is None or macs < MIN_TIMED_MACS):
         return None
     threads = torch.get_num_threads()
-    key = (rows, tuple(inner), cols, dtype, threads, binary, forced)
+    key = (rows, tuple(inner), cols, dtype, threads, binary, forced) + (() if amx else ("weights not for amx",))
     with _lock:
         choice = _choices.get(key)
     if choice is not None:
         return choice
-    routes = _candidates(inner, cols, dtype, binary)
+    routes = _candidates(inner, cols, dtype, binary, amx)
     common = dict(rows=rows, inner=tuple(inner), cols=cols, dtype=str(dtype).replace("torch.", ""), threads=threads)
     if forced is not None:
         how = "forced" if forced in routes else "forced-unavailable"
@@ -492,13 +616,23 @@ def neighbour_product(
         terms: (x_t shaped (rows, n_t), contiguous; W_t; transposed): A_t = W_t, or W_t^T when transposed,
             shaped (n_t, cols).
         out: contiguous (rows, cols) tensor to write into, or None.
-        binary: every x_t holds only 0. and 1. (the table route needs it).
+        binary: every x_t holds only 0. and 1. (the table and amx routes need it).
     """
     x0, w0, t0 = terms[0]
     cols = w0.shape[0] if t0 else w0.shape[1]
     grad = torch.is_grad_enabled() and any(x.requires_grad or w.requires_grad for x, w, _ in terms)
     choice = choose_route(x0.shape[0], [x.shape[1] for x, _, _ in terms], cols, x0.dtype, x0.device, binary, grad)
     route = "mm" if choice is None else choice.route
+    if route == "amx":
+        held = cached_integer_weights([(w, t) for _, w, t in terms])
+        if held is not None and held.eligible and all(x.is_contiguous() for x, _, _ in terms):
+            return run_route(route, terms, out, bias, alpha, held)
+        if held is not None and not held.eligible:  # chosen for the shape, but these weights are not for it
+            shape = (x0.shape[0], [x.shape[1] for x, _, _ in terms], cols, x0.dtype, x0.device, binary, grad)
+            choice = choose_route(*shape, amx=False)
+            route = "mm" if choice is None else choice.route
+        else:
+            route = "mm"
     if route == "table":
         if not all(x.is_contiguous() for x, _, _ in terms):
             route = "mm"

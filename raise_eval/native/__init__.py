@@ -1,11 +1,19 @@
 """Native (C) kernels for the inner loops that eager PyTorch runs op by op, compiled on first use.
 
-The only one so far is the DBN posterior sweep (`dbn_sweep.c`, used by `raise_eval.paths.posterior`): a unit-wise
-Gibbs sweep whose work per unit is a few hundred multiply-adds per chain, too small for a tensor op to pay for its
-dispatch. The C source ships with the package and is compiled once per process with the system's C compiler
-(`$CC`, else `cc`) into a temporary folder that is removed at exit; nothing is written anywhere else. Where no
-compiler works, or `RAISE_EVAL_NATIVE=0` is set, `library()` returns None with the reason in `unavailable_reason()`,
-and callers take their PyTorch route: the same distribution, slower.
+Three kernels so far, each its own shared library, so that one that does not compile here leaves the others usable:
+
+- "dbn_sweep" (`dbn_sweep.c`, used by `raise_eval.paths.posterior`): a unit-wise Gibbs sweep whose work per unit is
+  a few hundred multiply-adds per chain, too small for a tensor op to pay for its dispatch;
+- "step" (`step.c`, used by `raise_eval.models.sampling` and `LayeredBoltzmannMachine.log_ratio_to`): the
+  elementwise passes of an annealing step (Bernoulli samples from random bytes, the weight update's log1p terms),
+  each in one pass where eager PyTorch makes several;
+- "amx_products" (`amx_products.c`, used by `raise_eval.models.boltzmann.products`): the product of 0./1. inputs
+  with weights held as integer digits, on the AMX tiles of Intel CPUs that have them (`amx_unavailable_reason`).
+
+The C sources ship with the package and are compiled once per process with the system's C compiler (`$CC`, else
+`cc`) into a temporary folder that is removed at exit; nothing is written anywhere else. Where no compiler works,
+or `RAISE_EVAL_NATIVE=0` is set, `library()` returns None with the reason in `unavailable_reason()`, and callers
+take their PyTorch route: the same distribution, slower.
 """
 
 from __future__ import annotations
@@ -22,9 +30,47 @@ from pathlib import Path
 from typing import Optional
 
 NATIVE_ENV = "RAISE_EVAL_NATIVE"
-_SOURCE = Path(__file__).with_name("dbn_sweep.c")
+_HERE = Path(__file__).parent
 _lock = threading.Lock()
-_state: dict = {}
+_state: dict = {}  # kernel name -> (library or None, why not); emptied by tests to compile again
+
+_c_int64, _c_void_p, _c_double = ctypes.c_int64, ctypes.c_void_p, ctypes.c_double
+
+
+def _declare_dbn_sweep(lib: ctypes.CDLL) -> None:
+    for name in ("dbn_sweep_float32", "dbn_sweep_float64"):
+        fn = getattr(lib, name)
+        fn.restype = None
+        fn.argtypes = [_c_int64] * 4 + [_c_void_p] * 6 + [_c_double] + [
+            _c_void_p, _c_void_p, _c_int64, _c_int64, _c_double,
+        ] + [_c_void_p] * 3  # fmt: skip
+
+
+def _declare_amx_products(lib: ctypes.CDLL) -> None:
+    lib.amx_int8_ready.restype = ctypes.c_int
+    lib.amx_int8_ready.argtypes = []
+    fn = lib.amx_binary_product
+    fn.restype = ctypes.c_int
+    fn.argtypes = [_c_int64, _c_void_p, _c_void_p, _c_void_p, _c_int64, _c_int64, _c_void_p, _c_int64, _c_void_p]
+    fn.argtypes += [_c_double, _c_void_p, _c_int64, _c_int64]
+
+
+def _declare_step(lib: ctypes.CDLL) -> None:
+    for dtype in ("float32", "float64"):
+        fn = getattr(lib, f"bernoulli_bytes_{dtype}")
+        fn.restype = _c_int64
+        fn.argtypes = [_c_int64] + [_c_void_p] * 5
+        fn = getattr(lib, f"log1p_expm1_{dtype}")
+        fn.restype = None
+        fn.argtypes = [_c_int64] * 3 + [_c_void_p] * 3 + [_c_double, _c_int64, _c_void_p]
+
+
+# name -> (source, extra compiler flags, declaration of its functions)
+_KERNELS = {
+    "dbn_sweep": ("dbn_sweep.c", [], _declare_dbn_sweep),
+    "step": ("step.c", [], _declare_step),
+    "amx_products": ("amx_products.c", ["-mamx-tile", "-mamx-int8"], _declare_amx_products),
+}
 
 
 def requested() -> bool:
@@ -37,7 +83,8 @@ def requested() -> bool:
     raise ValueError(f"{NATIVE_ENV}={value!r} is not understood: set it to 0 (PyTorch routes only) or 1 (the default)")
 
 
-def _compile(directory: str) -> tuple[Optional[ctypes.CDLL], Optional[str]]:
+def _compile(directory: str, name: str) -> tuple[Optional[ctypes.CDLL], Optional[str]]:
+    source, extra, _ = _KERNELS[name]
     compiler = os.environ.get("CC") or "cc"
     try:
         program = shlex.split(compiler)  # CC may carry a wrapper or flags ("ccache gcc")
@@ -45,8 +92,8 @@ def _compile(directory: str) -> tuple[Optional[ctypes.CDLL], Optional[str]]:
         return None, f"CC={compiler!r} cannot be parsed: {e}"
     if not program:
         return None, f"CC={compiler!r} names no compiler"
-    out = os.path.join(directory, "dbn_sweep.so")
-    flags = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", str(_SOURCE), "-o", out, "-lm"]
+    out = os.path.join(directory, f"{name}.so")
+    flags = ["-O3", "-ffp-contract=off", "-fPIC", "-shared", *extra, str(_HERE / source), "-o", out, "-lm"]
     why = "no output"
     # -march=native first (the vector units of this CPU); some compilers or CPUs refuse it
     for command in (program + ["-march=native"] + flags, program + flags):
@@ -66,31 +113,51 @@ def _compile(directory: str) -> tuple[Optional[ctypes.CDLL], Optional[str]]:
     return None, f"the C compiler ({compiler}) failed: {why}"
 
 
-def library() -> Optional[ctypes.CDLL]:
-    """The compiled kernels (ctypes), compiled at the first call of the process; None where unavailable."""
+def library(name: str = "dbn_sweep") -> Optional[ctypes.CDLL]:
+    """The compiled kernel `name` (ctypes), compiled at the first call of the process; None where unavailable."""
+    if name not in _KERNELS:
+        raise ValueError(f"no native kernel named {name!r}: expected one of {', '.join(_KERNELS)}")
     if not requested():
         return None
     with _lock:
-        if "lib" not in _state:
+        if name not in _state:
             directory = tempfile.mkdtemp(prefix="raise_eval_native_")
             atexit.register(shutil.rmtree, directory, True)
-            lib, why = _compile(directory)
+            lib, why = _compile(directory, name)
             if lib is not None:
-                for name in ("dbn_sweep_float32", "dbn_sweep_float64"):
-                    fn = getattr(lib, name)
-                    fn.restype = None
-                    fn.argtypes = [ctypes.c_int64] * 4 + [ctypes.c_void_p] * 6 + [ctypes.c_double] + [
-                        ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_double,
-                    ] + [ctypes.c_void_p] * 3  # fmt: skip
-            _state["lib"], _state["why"] = lib, why
-        return _state["lib"]
+                _KERNELS[name][2](lib)
+            _state[name] = (lib, why)
+        return _state[name][0]
 
 
-def unavailable_reason() -> Optional[str]:
-    """Why `library()` is None (None where it is available or not asked for yet)."""
+def unavailable_reason(name: str = "dbn_sweep") -> Optional[str]:
+    """Why `library(name)` is None (None where it is available or not asked for yet)."""
     if not requested():
         return f"{NATIVE_ENV}=0"
-    return _state.get("why")
+    return _state.get(name, (None, None))[1]
+
+
+def amx_library() -> Optional[ctypes.CDLL]:
+    """The "amx_products" kernel where this CPU and operating system let it run its AMX int8 tiles, else None
+    (`amx_unavailable_reason` says why). Asking the kernel for the tiles' state (Linux's ARCH_REQ_XCOMP_PERM) is
+    done once per process."""
+    lib = library("amx_products")
+    if lib is None:
+        return None
+    with _lock:
+        if "amx_ready" not in _state:
+            _state["amx_ready"] = bool(lib.amx_int8_ready())
+        return lib if _state["amx_ready"] else None
+
+
+def amx_unavailable_reason() -> Optional[str]:
+    """Why `amx_library()` is None (None where it is available or not asked for yet)."""
+    why = unavailable_reason("amx_products")
+    if why is not None:
+        return why
+    if _state.get("amx_ready") is False:
+        return "this CPU has no AMX int8 tiles, or the operating system does not grant them"
+    return None
 
 
 _pools: dict = {}
@@ -105,3 +172,11 @@ def thread_pool(workers: int):
         if pool is None:
             pool = _pools[workers] = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="raise_eval_native")
         return pool
+
+
+def split_rows(rows: int, parts: int, multiple: int = 1) -> list[int]:
+    """Bounds [0, ..., rows] cutting `rows` into at most `parts` contiguous pieces whose starts are multiples of
+    `multiple`."""
+    blocks = -(-rows // multiple)
+    parts = max(1, min(parts, blocks))
+    return [min(rows, (blocks * k // parts) * multiple) for k in range(parts + 1)]
