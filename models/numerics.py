@@ -22,16 +22,16 @@ EXPM1_SERIES_MAX_DEGREE = 8
 _TRUNCATION_EPS = 0.25
 
 
-def expm1_series_degree(largest: float, dtype: torch.dtype) -> Optional[int]:
+def expm1_series_degree(largest: float, dtype: torch.dtype, max_degree: int = EXPM1_SERIES_MAX_DEGREE) -> Optional[int]:
     """The lowest degree n of the Taylor series of e^x - 1 whose truncation error, for every |x| <= largest, is
     within a quarter of the dtype's epsilon relative to e^x - 1 (the remainder is at most |x|^(n+1) e^|x| / (n + 1)!
-    and |e^x - 1| at least |x| e^-|x|); None when no degree up to EXPM1_SERIES_MAX_DEGREE is enough, or `largest`
-    is not finite."""
+    and |e^x - 1| at least |x| e^-|x|); None when no degree up to `max_degree` is enough, or `largest` is not
+    finite."""
     if not math.isfinite(largest):
         return None
     tolerance = _TRUNCATION_EPS * torch.finfo(dtype).eps
     growth = math.exp(2.0 * largest)
-    for n in range(1, EXPM1_SERIES_MAX_DEGREE + 1):
+    for n in range(1, max_degree + 1):
         if largest**n * growth / math.factorial(n + 1) <= tolerance:
             return n
     return None

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import Optional
 
 import torch
 from torch import Tensor
@@ -76,11 +77,55 @@ def _tie_indices(neg_d: Tensor) -> Tensor:
     return found
 
 
+def _native_comparison(flat_probs: Tensor, words: Tensor, out: Tensor) -> Optional[tuple[Tensor, Tensor]]:
+    """The samples' comparison in the C kernel of `raise_eval.native` (step.c), the same bits as the PyTorch passes
+    below: writes x into `out` but at the ties, and returns (the ties' indices ascending, their d); None where the
+    kernel is unavailable."""
+    from raise_eval import native
+
+    lib = native.library("step")
+    if lib is None:
+        return None
+    n = flat_probs.numel()
+    kernel = lib.bernoulli_bytes_float32 if out.dtype == torch.float32 else lib.bernoulli_bytes_float64
+    tie_index, tie_d = _scratch("tie_index", n, torch.int64), _scratch("tie_d", n, out.dtype)
+    size = out.element_size()
+
+    def run(begin: int, end: int) -> int:
+        return kernel(
+            end - begin,
+            flat_probs.data_ptr() + begin * size,
+            words.data_ptr() + begin,
+            out.data_ptr() + begin * size,
+            tie_index.data_ptr() + begin * 8,
+            tie_d.data_ptr() + begin * size,
+        )
+
+    # pieces of whole 256-entry blocks; each writes its ties from its own start, gathered in order below
+    bounds = native.split_rows(n, torch.get_num_threads() if n >= _NATIVE_SPLIT else 1, 256)
+    if len(bounds) == 2:
+        count = run(0, n)
+        return tie_index[:count], tie_d[:count]
+    counts = list(native.thread_pool(len(bounds) - 1).map(run, bounds[:-1], bounds[1:]))
+    index = torch.cat([tie_index[b : b + c].add(b) for b, c in zip(bounds, counts)])
+    return index, torch.cat([tie_d[b : b + c] for b, c in zip(bounds, counts)])
+
+
+_NATIVE_SPLIT = 1 << 16  # entries from which the native comparison is split between threads
+
+
 def _sample_lazy_bytes(flat_probs: Tensor, generator: torch.Generator, out: Tensor) -> None:
     # flat_probs and out: 1-D, contiguous, same length (a multiple of 8); out may be flat_probs itself.
     n = flat_probs.numel()
     # random_ from the minimum int64 with no upper bound draws all 64 bits: 8 uniform bytes per word.
     words = _scratch("words", n // 8, torch.int64).random_(_INT64_MIN, None, generator=generator)
+    native_ties = _native_comparison(flat_probs, words, out)
+    if native_ties is not None:
+        ties, tie_d = native_ties
+        if ties.numel() > 0:
+            u = torch.rand(ties.numel(), generator=generator, dtype=out.dtype)
+            out[ties] = u.lt_(tie_d)
+        return
     random_bytes = _scratch("bytes", n, out.dtype).copy_(words.view(torch.uint8))  # a kept buffer, no temporary
     # -d = b - 256 p in one pass (256 p is exact, so the one rounding is the subtraction's, exact where |d| < 1).
     torch.sub(random_bytes, flat_probs, alpha=256.0, out=out)

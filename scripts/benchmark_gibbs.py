@@ -42,11 +42,11 @@ from contextlib import nullcontext
 
 import torch
 from _common import positive_int
+from _machine import LoadMeter, cpu_description, loadavg
+from raise_eval.models import sampling
 from raise_eval.models.boltzmann import layered, products
 
 from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule, load_checkpoint
-
-from _machine import LoadMeter, cpu_description, loadavg
 
 
 def _sync(device: torch.device) -> None:
@@ -167,25 +167,36 @@ def benchmark(
 
 # ------------------------------------------------------------------------------------------- breakdown
 _PRODUCTS_LABEL = "raise_eval::products"
+_NATIVE_LABEL = "raise_eval::native elementwise"
 _TRANSCENDENTAL = ("sigmoid", "expm1", "log1p", "softplus", "aten::exp", "aten::log", "tanh")
 _RANDOM = ("random_", "uniform_", "aten::rand", "bernoulli", "normal_")
 
 
 def breakdown(chains: int, steps: int, dtype: torch.dtype, model_path=None, beta=None) -> dict:
     """Milliseconds per AIS step (CPU) in: the products (everything inside the library's product routine, its
-    table lookups and their index computation included), random numbers, transcendental functions, other ops,
-    and the Python between ops (the step's wall time less all ops), from torch.profiler's self times."""
+    table lookups and their index computation included), random numbers, transcendental functions, the native
+    elementwise kernels (`raise_eval.native`'s step.c: the samples' comparison, the weight update's sum), other
+    ops, and the Python between ops (the step's wall time less all ops), from torch.profiler's self times."""
     g = torch.Generator().manual_seed(0)
     model = make_rbm(model_path, g, dtype, torch.device("cpu"))
     path, state, betas = timed_path(model, chains, steps, beta, g)
-    original = layered.neighbour_product
+    originals = [
+        (layered, "neighbour_product", _PRODUCTS_LABEL),
+        (layered, "_native_log1p_expm1", _NATIVE_LABEL),
+        (sampling, "_native_comparison", _NATIVE_LABEL),
+    ]
 
-    def labelled(*args, **kwargs):
-        with torch.profiler.record_function(_PRODUCTS_LABEL):
-            return original(*args, **kwargs)
+    def labelled(function, label):
+        def run(*args, **kwargs):
+            with torch.profiler.record_function(label):
+                return function(*args, **kwargs)
+
+        run.__wrapped_function__ = function
+        return run
 
     anneal(path, state, betas, generator=g)  # warm up
-    layered.neighbour_product = labelled
+    for module, name, label in originals:
+        setattr(module, name, labelled(getattr(module, name), label))
     try:
         best = None
         for _ in range(3):  # the quietest of three profiled runs
@@ -196,26 +207,29 @@ def breakdown(chains: int, steps: int, dtype: torch.dtype, model_path=None, beta
             if best is None or wall < best[0]:
                 best = (wall, prof)
     finally:
-        layered.neighbour_product = original
+        for module, name, _ in originals:
+            setattr(module, name, getattr(module, name).__wrapped_function__)
     wall, prof = best
     parts = collections.Counter()
     for event in prof.events():
         parent, inside = event.cpu_parent, False
         while parent is not None:
-            inside = inside or parent.name == _PRODUCTS_LABEL
+            inside = inside or parent.name in (_PRODUCTS_LABEL, _NATIVE_LABEL)
             parent = parent.cpu_parent
         if inside:
             continue
         name = event.name
         if name == _PRODUCTS_LABEL:
             parts["products"] += event.cpu_time_total
+        elif name == _NATIVE_LABEL:
+            parts["native"] += event.cpu_time_total
         elif any(k in name for k in _RANDOM):
             parts["random"] += event.self_cpu_time_total
         elif any(k in name for k in _TRANSCENDENTAL):
             parts["transcendental"] += event.self_cpu_time_total
         else:
             parts["other ops"] += event.self_cpu_time_total
-    result = {k: parts[k] / 1e3 / steps for k in ("products", "random", "transcendental", "other ops")}
+    result = {k: parts[k] / 1e3 / steps for k in ("products", "random", "transcendental", "native", "other ops")}
     result["python"] = max(0.0, wall - sum(result.values()))
     result["step (profiled)"] = wall
     return result

@@ -95,6 +95,43 @@ def random_chain_parameters(
     return weights, [randn(n) * bias_std for n in sizes]
 
 
+def _native_log1p_expm1(
+    u: Tensor, probs: Tensor, model_from: LayeredBoltzmannMachine, model_to, l: int, ds: float, bound: float
+) -> Optional[Tensor]:
+    """-sum_j log1p(expm1(-d_j) p_j) over layer l's units, float64 shaped (*batch,), by the C kernel (step.c), with
+    -d = (b_from - b_to) - ds u and p = probs; None where it cannot run (no kernel, not the CPU, another dtype, no
+    series for the bound): the caller's PyTorch passes serve."""
+    from raise_eval.models.numerics import expm1_series_degree
+
+    from raise_eval import native
+
+    if u.device.type != "cpu" or u.dtype not in (torch.float32, torch.float64) or not u.is_contiguous():
+        return None
+    degree = expm1_series_degree(bound, u.dtype, max_degree=_NATIVE_MAX_DEGREE)
+    lib = native.library("step") if degree is not None else None
+    if lib is None or not probs.is_contiguous():
+        return None
+    n = u.shape[-1]
+    rows = u.numel() // n
+    base = (model_from.biases[l] - model_to.biases[l]).contiguous()
+    out = torch.empty(u.shape[:-1], dtype=torch.float64)
+    kernel = lib.log1p_expm1_float32 if u.dtype == torch.float32 else lib.log1p_expm1_float64
+    pointers = (n, u.data_ptr(), probs.data_ptr(), base.data_ptr(), float(ds), max(degree, 1), out.data_ptr())
+
+    def run(begin: int, end: int) -> None:
+        kernel(begin, end, *pointers)
+
+    bounds = native.split_rows(rows, torch.get_num_threads() if rows * n >= 1 << 16 else 1)
+    if len(bounds) == 2:
+        run(0, rows)
+    else:
+        list(native.thread_pool(len(bounds) - 1).map(run, bounds[:-1], bounds[1:]))
+    return out
+
+
+_NATIVE_MAX_DEGREE = 30  # step.c's series takes degrees up to 31
+
+
 class LayeredBoltzmannMachine:
     """A Boltzmann machine over binary layers x_0 (visible), ..., x_L connected in a chain.
 
@@ -293,6 +330,7 @@ class LayeredBoltzmannMachine:
         unscaled_inputs: Optional[Sequence[Optional[Tensor]]] = None,
         buffers: Optional[Sequence[Tensor]] = None,
         small_steps: Optional[Sequence[bool]] = None,
+        step_bounds: Optional[Sequence[Optional[float]]] = None,
     ) -> Tensor:
         """log f_other(x) - log f_self(x), shaped (*batch,), for `other` on the same path (the same weight tensors
         with another scale and other biases, e.g. two `annealed` points); layers as in
@@ -317,6 +355,9 @@ class LayeredBoltzmannMachine:
                 layer: two in the model's dtype, one in float64 and one more in the model's dtype, used instead of
                 fresh temporaries.
             small_steps: per layer, whether |d| <= 2 is guaranteed (see above).
+            step_bounds: per layer, the largest |d| guaranteed (or None): with it the small-step form's sum runs in
+                the C kernel of `raise_eval.native` where that is available (step.c: one pass, in float64, expm1
+                by the series of `expm1_series_degree` for that bound), instead of its PyTorch passes.
         Returns:
             the log-ratio in float64, shaped (*batch,).
         """
@@ -335,6 +376,11 @@ class LayeredBoltzmannMachine:
                     # -log1p(expm1(-d) sigmoid(z')): leaves sigmoid(z') in `a`, the probabilities of layer l
                     # under `other`, which a sampler at other's temperature can reuse.
                     probs = other.layer_logits(layers, l, cached, out=a).sigmoid_()
+                    bound = None if step_bounds is None else step_bounds[l]
+                    term = None if bound is None else _native_log1p_expm1(cached, probs, self, other, l, ds, bound)
+                    if term is not None:
+                        total = term if total is None else total + term
+                        continue
                     # -d = (b_self - b_other) - ds u, the exact negation of d: no pass to negate it, and the
                     # sum is negated instead of each term (negation is exact, so the bits are the same).
                     neg_d = torch.add(

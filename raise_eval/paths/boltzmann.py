@@ -184,7 +184,8 @@ class BoltzmannPath:
     def _log_ratio(self, state: BoltzmannState, beta_from: float, beta_to: float, keep_probs: Optional[str]):
         odd = [l for l, inp in enumerate(state.odd_inputs) if inp is not None]
         step = abs(beta_to - beta_from)
-        small = [speed is not None and step * speed <= 2.0 for speed in self._logit_speed]
+        bounds = [None if speed is None else step * speed for speed in self._logit_speed]
+        small = [bound is not None and bound <= 2.0 for bound in bounds]
         keep = keep_probs is not None and all(small[l] for l in odd)
         buffers, probs = [], [None] * self.model.num_layers
         for l in odd:
@@ -202,7 +203,7 @@ class BoltzmannPath:
                 self._scratch.get(f"ratio_series{l}", inp.shape, inp),
             ]
         ratio = self.at(beta_from).log_ratio_to(
-            self.at(beta_to), state.layers, state.odd_inputs, buffers=buffers, small_steps=small
+            self.at(beta_to), state.layers, state.odd_inputs, buffers=buffers, small_steps=small, step_bounds=bounds
         )
         # With the small-step form the first buffer of each odd layer now holds p(x_l = 1 | x_even) at beta_to:
         # exactly what a transition at beta_to from this state samples first (the annealing loop's next step).
