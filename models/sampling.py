@@ -19,13 +19,19 @@ The passes over the probabilities are few because each matters at this size: the
 -d = b - 256 p is computed in one pass (at most -1: x = 1, at least 0: x = 0, in between: a tie), the ties are found
 from block minima of these values read as integers, their d are gathered, and one comparison -d < 0 leaves x.
 On other devices (CUDA's Philox is fast) the plain comparison with torch.rand is used.
+
+Where the C kernels of `raise_eval.native` compile (step.c), the CPU path draws the same way in one pass, its bytes
+and tie uniforms from Philox4x32-10 (Salmon et al., 2011; the generator of torch's CUDA and of JAX) keyed by 64 bits
+drawn from the torch.Generator, one key per call: element i's byte comes from a counter derived from i alone and its
+tie uniform from another, so any split of the elements between threads gives the same samples. The same
+distribution as the PyTorch passes (which remain with RAISE_EVAL_NATIVE=0), other random numbers; the samples of
+logits (float32) take their sigmoid in the same pass, within 2 units in the last place as torch.sigmoid is.
 """
 
 from __future__ import annotations
 
 import sys
 import threading
-from typing import Optional
 
 import torch
 from torch import Tensor
@@ -77,41 +83,36 @@ def _tie_indices(neg_d: Tensor) -> Tensor:
     return found
 
 
-def _native_comparison(flat_probs: Tensor, words: Tensor, out: Tensor) -> Optional[tuple[Tensor, Tensor]]:
-    """The samples' comparison in the C kernel of `raise_eval.native` (step.c), the same bits as the PyTorch passes
-    below: writes x into `out` but at the ties, and returns (the ties' indices ascending, their d); None where the
-    kernel is unavailable."""
+def _native_sample(flat: Tensor, generator: torch.Generator, out: Tensor, from_logits: bool = False) -> bool:
+    """Samples of `flat` (probabilities, or float32 logits) into `out` (1-D, contiguous, may be `flat`) by the Philox
+    kernels of `raise_eval.native` (step.c), keyed by one 64-bit draw from `generator`; False (nothing drawn) where
+    the kernels are unavailable."""
     from raise_eval import native
 
     lib = native.library("step")
     if lib is None:
-        return None
-    n = flat_probs.numel()
-    kernel = lib.bernoulli_bytes_float32 if out.dtype == torch.float32 else lib.bernoulli_bytes_float64
-    tie_index, tie_d = _scratch("tie_index", n, torch.int64), _scratch("tie_d", n, out.dtype)
-    size = out.element_size()
+        return False
+    if from_logits:
+        kernel = lib.bernoulli_philox_logits_float32
+    else:
+        kernel = lib.bernoulli_philox_float32 if out.dtype == torch.float32 else lib.bernoulli_philox_float64
+    key = int(_scratch("key", 1, torch.int64).random_(_INT64_MIN, None, generator=generator)[0])
+    key0, key1 = key & 0xFFFFFFFF, (key >> 32) & 0xFFFFFFFF
+    n, size = flat.numel(), out.element_size()
 
-    def run(begin: int, end: int) -> int:
-        return kernel(
-            end - begin,
-            flat_probs.data_ptr() + begin * size,
-            words.data_ptr() + begin,
-            out.data_ptr() + begin * size,
-            tie_index.data_ptr() + begin * 8,
-            tie_d.data_ptr() + begin * size,
-        )
+    def run(begin: int, end: int) -> None:
+        kernel(end - begin, flat.data_ptr() + begin * size, out.data_ptr() + begin * size, key0, key1, begin)
 
-    # pieces of whole 256-entry blocks; each writes its ties from its own start, gathered in order below
+    # pieces of whole 256-element blocks: element i's random numbers depend on i alone, so any split is the same draw
     bounds = native.split_rows(n, torch.get_num_threads() if n >= _NATIVE_SPLIT else 1, 256)
     if len(bounds) == 2:
-        count = run(0, n)
-        return tie_index[:count], tie_d[:count]
-    counts = list(native.thread_pool(len(bounds) - 1).map(run, bounds[:-1], bounds[1:]))
-    index = torch.cat([tie_index[b : b + c].add(b) for b, c in zip(bounds, counts)])
-    return index, torch.cat([tie_d[b : b + c] for b, c in zip(bounds, counts)])
+        run(0, n)
+    else:
+        list(native.thread_pool(len(bounds) - 1).map(run, bounds[:-1], bounds[1:]))
+    return True
 
 
-_NATIVE_SPLIT = 1 << 16  # entries from which the native comparison is split between threads
+_NATIVE_SPLIT = 1 << 16  # elements from which the native draw is split between threads
 
 
 def _sample_lazy_bytes(flat_probs: Tensor, generator: torch.Generator, out: Tensor) -> None:
@@ -119,13 +120,6 @@ def _sample_lazy_bytes(flat_probs: Tensor, generator: torch.Generator, out: Tens
     n = flat_probs.numel()
     # random_ from the minimum int64 with no upper bound draws all 64 bits: 8 uniform bytes per word.
     words = _scratch("words", n // 8, torch.int64).random_(_INT64_MIN, None, generator=generator)
-    native_ties = _native_comparison(flat_probs, words, out)
-    if native_ties is not None:
-        ties, tie_d = native_ties
-        if ties.numel() > 0:
-            u = torch.rand(ties.numel(), generator=generator, dtype=out.dtype)
-            out[ties] = u.lt_(tie_d)
-        return
     random_bytes = _scratch("bytes", n, out.dtype).copy_(words.view(torch.uint8))  # a kept buffer, no temporary
     # -d = b - 256 p in one pass (256 p is exact, so the one rounding is the subtraction's, exact where |d| < 1).
     torch.sub(random_bytes, flat_probs, alpha=256.0, out=out)
@@ -137,22 +131,29 @@ def _sample_lazy_bytes(flat_probs: Tensor, generator: torch.Generator, out: Tens
         out[ties] = u.lt_(tie_d)
 
 
+def _lazy(x: Tensor) -> bool:
+    """Whether x (probabilities or logits) is sampled by random bytes."""
+    return (
+        x.device.type == "cpu"
+        and x.numel() >= _MIN_LAZY
+        and x.dtype in (torch.float32, torch.float64)
+        and sys.byteorder == "little"
+        and x.is_contiguous()
+    )
+
+
 def sample_bernoulli_probs_(probs: Tensor, generator: torch.Generator) -> Tensor:
     """In place: replace each probability in `probs` by a sample x ~ Bernoulli(p) (values 0. and 1.).
 
     `probs` must be contiguous; `generator` must live on its device. Returns `probs`.
     """
     n = probs.numel()
-    if (
-        probs.device.type != "cpu"
-        or n < _MIN_LAZY
-        or probs.dtype not in (torch.float32, torch.float64)
-        or sys.byteorder != "little"
-        or not probs.is_contiguous()
-    ):
+    if not _lazy(probs):
         u = torch.rand(probs.shape, generator=generator, device=probs.device, dtype=probs.dtype)
         return probs.gt_(u)  # p > u, written over p in one pass
     flat = probs.view(-1)
+    if _native_sample(flat, generator, flat):
+        return probs
     head = n - n % 8
     _sample_lazy_bytes(flat[:head], generator, flat[:head])
     if head < n:
@@ -167,7 +168,14 @@ def sample_bernoulli_probs(probs: Tensor, generator: torch.Generator) -> Tensor:
 
 
 def sample_bernoulli_logits_(logits: Tensor, generator: torch.Generator) -> Tensor:
-    """In place: replace each logit by a sample x ~ Bernoulli(sigmoid(logit)). Returns `logits`."""
+    """In place: replace each logit by a sample x ~ Bernoulli(sigmoid(logit)). Returns `logits`.
+
+    Float32 on the CPU, where the native kernels are available (`raise_eval.native`, step.c), the sigmoid is taken in
+    the draw's pass (within 2 units in the last place, as torch.sigmoid is)."""
+    if logits.dtype == torch.float32 and _lazy(logits):
+        flat = logits.view(-1)
+        if _native_sample(flat, generator, flat, from_logits=True):
+            return logits
     return sample_bernoulli_probs_(logits.sigmoid_(), generator)
 
 

@@ -175,7 +175,7 @@ _RANDOM = ("random_", "uniform_", "aten::rand", "bernoulli", "normal_")
 def breakdown(chains: int, steps: int, dtype: torch.dtype, model_path=None, beta=None) -> dict:
     """Milliseconds per AIS step (CPU) in: the products (everything inside the library's product routine, its
     table lookups and their index computation included), random numbers, transcendental functions, the native
-    elementwise kernels (`raise_eval.native`'s step.c: the samples' comparison, the weight update's sum), other
+    elementwise kernels (`raise_eval.native`'s step.c: the Philox draws, the weight update), other
     ops, and the Python between ops (the step's wall time less all ops), from torch.profiler's self times."""
     g = torch.Generator().manual_seed(0)
     model = make_rbm(model_path, g, dtype, torch.device("cpu"))
@@ -183,7 +183,7 @@ def breakdown(chains: int, steps: int, dtype: torch.dtype, model_path=None, beta
     originals = [
         (layered, "neighbour_product", _PRODUCTS_LABEL),
         (layered, "_native_log1p_expm1", _NATIVE_LABEL),
-        (sampling, "_native_comparison", _NATIVE_LABEL),
+        (sampling, "_native_sample", _NATIVE_LABEL),
     ]
 
     def labelled(function, label):

@@ -96,27 +96,45 @@ def random_chain_parameters(
 
 
 def _native_log1p_expm1(
-    u: Tensor, probs: Tensor, model_from: LayeredBoltzmannMachine, model_to, l: int, ds: float, bound: float
+    u: Tensor,
+    probs: Tensor,
+    model_from: LayeredBoltzmannMachine,
+    model_to: LayeredBoltzmannMachine,
+    l: int,
+    ds: float,
+    bound: float,
+    fill_probs: bool = False,
 ) -> Optional[Tensor]:
     """-sum_j log1p(expm1(-d_j) p_j) over layer l's units, float64 shaped (*batch,), by the C kernel (step.c), with
-    -d = (b_from - b_to) - ds u and p = probs; None where it cannot run (no kernel, not the CPU, another dtype, no
-    series for the bound): the caller's PyTorch passes serve."""
+    -d = (b_from - b_to) - ds u; None where it cannot run (no kernel, not the CPU, another dtype, no series for the
+    bound): the caller's PyTorch passes serve.
+
+    p = probs as given; or, with fill_probs (float32 only), p = sigmoid(z'), z' = b_to + s_to u, computed by the
+    kernel in the same pass (in double, correctly rounded to float32 into `probs`, contiguous, shaped like u)."""
     from raise_eval.models.numerics import expm1_series_degree
 
     from raise_eval import native
 
     if u.device.type != "cpu" or u.dtype not in (torch.float32, torch.float64) or not u.is_contiguous():
         return None
+    if fill_probs and u.dtype != torch.float32:
+        return None
     degree = expm1_series_degree(bound, u.dtype, max_degree=_NATIVE_MAX_DEGREE)
     lib = native.library("step") if degree is not None else None
-    if lib is None or not probs.is_contiguous():
+    if lib is None or not probs.is_contiguous() or probs.dtype != u.dtype:
         return None
     n = u.shape[-1]
     rows = u.numel() // n
     base = (model_from.biases[l] - model_to.biases[l]).contiguous()
     out = torch.empty(u.shape[:-1], dtype=torch.float64)
-    kernel = lib.log1p_expm1_float32 if u.dtype == torch.float32 else lib.log1p_expm1_float64
-    pointers = (n, u.data_ptr(), probs.data_ptr(), base.data_ptr(), float(ds), max(degree, 1), out.data_ptr())
+    if fill_probs:
+        b_to = model_to.biases[l].contiguous()  # held: the kernel reads it through a pointer
+        kernel = lib.weight_update_float32
+        pointers = (n, u.data_ptr(), b_to.data_ptr(), float(model_to.weight_scale), base.data_ptr(), float(ds))
+        pointers += (max(degree, 1), probs.data_ptr(), out.data_ptr())
+    else:
+        kernel = lib.log1p_expm1_float32 if u.dtype == torch.float32 else lib.log1p_expm1_float64
+        pointers = (n, u.data_ptr(), probs.data_ptr(), base.data_ptr(), float(ds), max(degree, 1), out.data_ptr())
 
     def run(begin: int, end: int) -> None:
         kernel(begin, end, *pointers)
@@ -357,7 +375,9 @@ class LayeredBoltzmannMachine:
             small_steps: per layer, whether |d| <= 2 is guaranteed (see above).
             step_bounds: per layer, the largest |d| guaranteed (or None): with it the small-step form's sum runs in
                 the C kernel of `raise_eval.native` where that is available (step.c: one pass, in float64, expm1
-                by the series of `expm1_series_degree` for that bound), instead of its PyTorch passes.
+                by the series of `expm1_series_degree` for that bound), instead of its PyTorch passes; for a
+                float32 model with buffers the same pass computes sigmoid(z') (in double, correctly rounded to
+                float32, where torch.sigmoid is within a few units in the last place).
         Returns:
             the log-ratio in float64, shaped (*batch,).
         """
@@ -375,8 +395,14 @@ class LayeredBoltzmannMachine:
                 if small_steps is not None and small_steps[l]:
                     # -log1p(expm1(-d) sigmoid(z')): leaves sigmoid(z') in `a`, the probabilities of layer l
                     # under `other`, which a sampler at other's temperature can reuse.
-                    probs = other.layer_logits(layers, l, cached, out=a).sigmoid_()
                     bound = None if step_bounds is None else step_bounds[l]
+                    if bound is not None and a is not None and cached.dtype == torch.float32:
+                        # float32: the probabilities too in the kernel's pass (its sigmoid, correctly rounded)
+                        term = _native_log1p_expm1(cached, a, self, other, l, ds, bound, fill_probs=True)
+                        if term is not None:
+                            total = term if total is None else total + term
+                            continue
+                    probs = other.layer_logits(layers, l, cached, out=a).sigmoid_()
                     term = None if bound is None else _native_log1p_expm1(cached, probs, self, other, l, ds, bound)
                     if term is not None:
                         total = term if total is None else total + term

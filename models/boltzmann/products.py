@@ -19,8 +19,8 @@ A sampling step of a Boltzmann machine spends most of its time in the products x
 
 The first three accumulate in the layer's dtype, the fourth in integers, so they agree up to rounding (a few units
 in the last place of the sum of |terms|); each gives the same bits on every call for a given shape and thread count
-(the amx route for any thread count), and a row's result does not depend on the other rows. Which is fastest depends on the CPU (its vector instructions), the thread count and the
-machine's load: so the first product of each shape (rows, inner widths, columns, dtype, threads, binary or not)
+(the amx route for any thread count), and a row's result does not depend on the other rows. Which is fastest
+depends on the CPU (its vector instructions), the thread count and the machine's load: so the first product of each shape (rows, inner widths, columns, dtype, threads, binary or not)
 in a process times every route that can compute it on random data of that shape (a few milliseconds) and keeps the
 fastest for the rest of the process. `route_choices()` returns these choices with their timings, for reports.
 
@@ -413,17 +413,32 @@ class IntegerWeights:
         head = (len(xs), pointers, widths, self.packed.data_ptr(), self.kpad, self.nblocks, self.scales.data_ptr())
         tail = (self.cols, None if bias_f is None else bias_f.data_ptr(), float(alpha), out.data_ptr())
 
-        def run(begin: int, end: int) -> int:
-            return lib.amx_binary_product(*head, *tail, begin, end)
-
         bounds = native.split_rows(rows, torch.get_num_threads(), 32)
+        stages = [_staging(part, -(-(end - begin) // 32) * 32 * self.kpad) for part, (begin, end) in
+                  enumerate(zip(bounds[:-1], bounds[1:]))]  # fmt: skip
+
+        def run(begin: int, end: int, stage: Tensor) -> None:
+            lib.amx_binary_product(*head, *tail, begin, end, stage.data_ptr())
+
         if len(bounds) == 2:
-            failed = run(0, rows)
+            run(0, rows, stages[0])
         else:
-            failed = max(native.thread_pool(len(bounds) - 1).map(run, bounds[:-1], bounds[1:]))
-        if failed:
-            raise MemoryError("the amx product could not allocate its staging buffer")
+            list(native.thread_pool(len(bounds) - 1).map(run, bounds[:-1], bounds[1:], stages))
         return out
+
+
+_local = threading.local()
+
+
+def _staging(part: int, nbytes: int) -> Tensor:
+    """A 64-byte aligned uint8 buffer of at least `nbytes` for the amx kernel's staged inputs of one part of the rows,
+    kept per calling thread and part (fresh pages each call would fault: about a tenth of a product's time)."""
+    buffers = _local.__dict__.setdefault("staging", {})
+    buf = buffers.get(part)
+    if buf is None or buf.numel() < nbytes + 64:
+        buf = buffers[part] = torch.empty(nbytes + 64, dtype=torch.uint8)
+    offset = (-buf.data_ptr()) % 64
+    return buf[offset : offset + nbytes]
 
 
 class _CachedEntry:

@@ -50,25 +50,32 @@ def _declare_amx_products(lib: ctypes.CDLL) -> None:
     lib.amx_int8_ready.restype = ctypes.c_int
     lib.amx_int8_ready.argtypes = []
     fn = lib.amx_binary_product
-    fn.restype = ctypes.c_int
+    fn.restype = None
     fn.argtypes = [_c_int64, _c_void_p, _c_void_p, _c_void_p, _c_int64, _c_int64, _c_void_p, _c_int64, _c_void_p]
-    fn.argtypes += [_c_double, _c_void_p, _c_int64, _c_int64]
+    fn.argtypes += [_c_double, _c_void_p, _c_int64, _c_int64, _c_void_p]
 
 
 def _declare_step(lib: ctypes.CDLL) -> None:
     for dtype in ("float32", "float64"):
-        fn = getattr(lib, f"bernoulli_bytes_{dtype}")
-        fn.restype = _c_int64
-        fn.argtypes = [_c_int64] + [_c_void_p] * 5
         fn = getattr(lib, f"log1p_expm1_{dtype}")
         fn.restype = None
         fn.argtypes = [_c_int64] * 3 + [_c_void_p] * 3 + [_c_double, _c_int64, _c_void_p]
+    lib.weight_update_float32.restype = None
+    lib.weight_update_float32.argtypes = [_c_int64] * 3 + [_c_void_p, _c_void_p, _c_double, _c_void_p, _c_double]
+    lib.weight_update_float32.argtypes += [_c_int64, _c_void_p, _c_void_p]
+    lib.philox4x32_10.restype = None
+    lib.philox4x32_10.argtypes = [_c_void_p] * 3
+    for name in ("bernoulli_philox_float32", "bernoulli_philox_float64", "bernoulli_philox_logits_float32"):
+        fn = getattr(lib, name)
+        fn.restype = None
+        fn.argtypes = [_c_int64, _c_void_p, _c_void_p, ctypes.c_uint32, ctypes.c_uint32, _c_int64]
 
 
 # name -> (source, extra compiler flags, declaration of its functions)
 _KERNELS = {
     "dbn_sweep": ("dbn_sweep.c", [], _declare_dbn_sweep),
-    "step": ("step.c", [], _declare_step),
+    # vectorized clamps (no trapping math) and fused multiply-adds: the same bits on one machine, not across machines
+    "step": ("step.c", ["-fno-trapping-math", "-ffp-contract=fast"], _declare_step),
     "amx_products": ("amx_products.c", ["-mamx-tile", "-mamx-int8"], _declare_amx_products),
 }
 

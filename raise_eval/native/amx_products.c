@@ -16,7 +16,6 @@
 #include <cpuid.h>
 #include <immintrin.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -41,15 +40,14 @@ typedef struct {
 
 /* Rows [row_start, row_end) of out (rows x cols, float32, contiguous) = bias + alpha sum_t xs[t] A_t, or the bare sum
  * where bias is NULL. xs[t]: float32 rows of widths[t] values 0. or 1., contiguous; the inputs of the terms follow
- * each other in the packed weights. Returns 0, or 1 where the staging memory could not be had. */
-int amx_binary_product(int64_t nterms, const float *const *xs, const int64_t *widths, const int8_t *packed,
-                       int64_t kpad, int64_t nblocks, const double *scales, int64_t cols, const float *bias,
-                       double alpha, float *out, int64_t row_start, int64_t row_end) {
+ * each other in the packed weights. stage: room for the rows' inputs as uint8, kpad bytes per row and the rows
+ * rounded up to a multiple of 32, 64-byte aligned (kept by the caller between calls: fresh pages would fault). */
+void amx_binary_product(int64_t nterms, const float *const *xs, const int64_t *widths, const int8_t *packed,
+                        int64_t kpad, int64_t nblocks, const double *scales, int64_t cols, const float *bias,
+                        double alpha, float *out, int64_t row_start, int64_t row_end, uint8_t *stage) {
     const int64_t nrows = row_end - row_start, nrpad = (nrows + ROWS - 1) / ROWS * ROWS;
-    if (nrows <= 0) return 0;
+    if (nrows <= 0) return;
     /* the inputs of these rows as uint8, kpad per row, zero-padded to a whole block of rows */
-    uint8_t *stage = aligned_alloc(64, (size_t)(nrpad * kpad));
-    if (stage == NULL) return 1;
     for (int64_t r = 0; r < nrpad; r++) {
         uint8_t *dst = stage + r * kpad, *end = dst + kpad;
         if (r < nrows) {
@@ -110,6 +108,4 @@ int amx_binary_product(int64_t nterms, const float *const *xs, const int64_t *wi
         }
     }
     _tile_release();
-    free(stage);
-    return 0;
 }

@@ -1,5 +1,7 @@
 """The Bernoulli sampler is exact on both of its paths (lazy random bytes on CPU, plain uniforms otherwise)."""
 
+import math
+
 import pytest
 import torch
 from raise_eval.models.sampling import sample_bernoulli_logits, sample_bernoulli_probs, sample_bernoulli_probs_
@@ -11,9 +13,11 @@ EDGE = [0.0, 1.0, 1e-7, 1 / 256, 1 / 256 + 1e-6, 0.5, 0.3, 255 / 256, 1 - 1e-7, 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("columns", [10, 13])  # 13: total size not a multiple of 8, exercises the tail
 def test_sampler_frequencies_match_probabilities(dtype, columns):
-    """Statistical: each column's mean over 300,000 rows is within 4.5 standard errors of its probability
-    (about 7e-6 false-alarm rate per column for an exact sampler; fixed seed). Deterministic columns must be
-    exactly 0 or 1."""
+    """Statistical: each column's mean over 300,000 rows is within 4.5 standard errors of its probability (about
+    7e-6 false-alarm rate per column for an exact sampler; fixed seed) where both outcomes are expected at least 30
+    times; where one is rarer (p = 1e-7 and 1 - 1e-7: 0.03 expected), its count must not lie in a Poisson tail below
+    1e-6 either way (a normal z there is no test: a single rare outcome, probability 3%, reads as z = -5).
+    Deterministic columns must be exactly 0 or 1."""
     probs = torch.tensor((EDGE * 2)[:columns], dtype=dtype)
     p = probs.expand(300_000, columns).contiguous()
     x = sample_bernoulli_probs(p, torch.Generator().manual_seed(0))
@@ -25,8 +29,23 @@ def test_sampler_frequencies_match_probabilities(dtype, columns):
     se = (pd * (1 - pd) / p.shape[0]).sqrt()
     deterministic = (pd == 0) | (pd == 1)
     assert torch.equal(mean[deterministic], pd[deterministic])
-    z = ((mean - pd) / se)[~deterministic]
+    rare = torch.minimum(pd, 1 - pd) * p.shape[0]
+    normal = ~deterministic & (rare >= 30)
+    z = ((mean - pd) / se)[normal]
     assert (z.abs() < 4.5).all(), z
+    for column in torch.nonzero(~deterministic & (rare < 30)).squeeze(-1).tolist():
+        expected = float(rare[column])
+        count = int(round(float(torch.minimum(mean[column], 1 - mean[column])) * p.shape[0]))
+        assert _poisson_tail(count, expected) > 1e-6, (column, count, expected)
+
+
+def _poisson_tail(k: int, rate: float) -> float:
+    """The smaller of P(K >= k) and P(K <= k) for K ~ Poisson(rate)."""
+    terms = [math.exp(-rate)]
+    for i in range(1, max(k, 1) + 1):
+        terms.append(terms[-1] * rate / i)
+    below = sum(terms[: k + 1])
+    return min(below, 1.0 - sum(terms[:k]))
 
 
 def test_small_and_noncontiguous_inputs_use_the_plain_path():

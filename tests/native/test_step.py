@@ -5,6 +5,8 @@ wherever they compile."""
 
 from __future__ import annotations
 
+import ctypes
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -20,47 +22,120 @@ def _needs_step() -> None:
         pytest.skip(f"the step kernels are unavailable: {native.unavailable_reason('step')}")
 
 
-def _sample(p: torch.Tensor, seed: int, in_place: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(seed)
-    x = sampling.sample_bernoulli_probs_(p.clone(), g) if in_place else sampling.sample_bernoulli_probs(p, g)
-    return x, torch.rand(4, generator=g)  # where the generator was left
+def _philox(counter, key) -> list[int]:
+    lib = native.library("step")
+    c, k, out = (ctypes.c_uint32 * 4)(*counter), (ctypes.c_uint32 * 2)(*key), (ctypes.c_uint32 * 4)()
+    lib.philox4x32_10(c, k, out)
+    return list(out)
+
+
+def test_philox_gives_random123s_known_answers():
+    _needs_step()
+    assert _philox([0] * 4, [0] * 2) == [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]
+    assert _philox([0xFFFFFFFF] * 4, [0xFFFFFFFF] * 2) == [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]
+    pi = [0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344]
+    assert _philox(pi, [0xA4093822, 0x299F31D0]) == [0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1]
+
+
+def _key_of(seed: int) -> tuple[int, int]:
+    word = int(
+        torch.empty(1, dtype=torch.int64).random_(-(1 << 63), None, generator=torch.Generator().manual_seed(seed))
+    )
+    return word & 0xFFFFFFFF, (word >> 32) & 0xFFFFFFFF
+
+
+def test_each_element_takes_the_byte_its_counter_gives():
+    """The kernel's bytes, read back through the samples (with p = k / 256 an element is 1 exactly when its byte is
+    below k, no tie), are those of the scalar Philox at the documented counters: element e of block B (256
+    elements) takes byte e mod 4 of word e / 64 of counter 16 B + (e mod 64) / 4. So the vectorized rounds equal the
+    reference, and the key is the generator's next 64 bits."""
+    _needs_step()
+    n = 4096 + 300
+    ones = torch.zeros(n)
+    for k in range(256):
+        p = torch.full((n,), k / 256)
+        ones += sampling.sample_bernoulli_probs_(p, torch.Generator().manual_seed(9))
+    got = (255 - ones).to(torch.int64)  # #{k : byte < k} = 255 - byte
+    key = _key_of(9)
+    expected = []
+    for e in range(n):
+        block, offset = divmod(e, 256)
+        counter = 16 * block + (offset % 64) // 4
+        word = _philox([counter & 0xFFFFFFFF, counter >> 32, 0, 0], list(key))[offset // 64]
+        expected.append((word >> (8 * (offset % 4))) & 0xFF)
+    assert got.tolist() == expected
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
-@pytest.mark.parametrize("n", [4096, 4099, 70_001, 300_000])
-@pytest.mark.parametrize("threads", [1, 2])
-def test_the_native_comparison_gives_the_pytorch_samplers_bits(dtype, n, threads, monkeypatch):
-    """Probabilities of every kind (0, 1, the byte grid's ties k/256, a NaN, tiny ones, uniform ones), sizes off the
-    kernel's blocks of 256 and its split between threads, sampled in place and into a copy: the same samples, and
-    the generator left in the same state, as the PyTorch passes."""
+def test_the_same_samples_for_any_split_and_in_place_or_not(dtype):
+    """Sizes off the kernel's blocks, 1 or 2 threads, in place or into a copy: the same samples; the generator moves
+    by one 64-bit draw per call; another seed gives other samples."""
     _needs_step()
-    g = torch.Generator().manual_seed(n)
-    p = torch.rand(n, generator=g, dtype=dtype)
-    special = torch.tensor([0.0, 1.0, 0.5, 1 / 256, 255 / 256, float("nan"), 1e-30, 1 - 2**-24, 2**-32], dtype=dtype)
-    p[: special.numel()] = special
-    p[1000:1300] = torch.randint(0, 257, (300,), generator=g).to(dtype) / 256  # on the bytes' grid
+    p = torch.rand(70_001, generator=torch.Generator().manual_seed(1), dtype=dtype)
+    results = []
     saved = torch.get_num_threads()
-    torch.set_num_threads(threads)
     try:
-        for in_place in (True, False):
-            monkeypatch.setenv(native.NATIVE_ENV, "0")
-            expected = _sample(p, 11, in_place)
-            monkeypatch.delenv(native.NATIVE_ENV)
-            got = _sample(p, 11, in_place)
-            assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for in_place in (True, False):
+                g = torch.Generator().manual_seed(4)
+                x = (
+                    sampling.sample_bernoulli_probs_(p.clone(), g)
+                    if in_place
+                    else sampling.sample_bernoulli_probs(p, g)
+                )
+                results.append((x, torch.rand(3, generator=g)))
     finally:
         torch.set_num_threads(saved)
-    assert got[0][0] == 0 and got[0][1] == 1 and got[0][5] == 0  # p = 0, 1 and NaN
+    after_one_draw = torch.Generator().manual_seed(4)
+    torch.empty(1, dtype=torch.int64).random_(-(1 << 63), None, generator=after_one_draw)
+    expected_next = torch.rand(3, generator=after_one_draw)
+    for x, next_numbers in results:
+        assert torch.equal(x, results[0][0]) and torch.equal(next_numbers, expected_next)
+    assert not torch.equal(sampling.sample_bernoulli_probs(p, torch.Generator().manual_seed(5)), results[0][0])
 
 
-def test_the_native_comparison_samples_p():
-    """The frequency of ones, per probability, within 4 standard errors (fails about 1 time in 16,000 per value)."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_the_native_draw_samples_p(dtype):
+    """The frequency of ones for each probability, ties included (p on the bytes' grid k/256 and just off it, where
+    the tie uniform decides), within 4 standard errors (each fails about 1 time in 16,000)."""
     _needs_step()
-    values = torch.tensor([0.001, 0.1, 0.37, 0.5, 0.9, 0.999])
-    p = values.repeat(100_000)
-    x = sampling.sample_bernoulli_probs(p, torch.Generator().manual_seed(0)).view(100_000, -1)
-    se = (values * (1 - values) / 100_000).sqrt()
+    values = torch.tensor([0.0, 1.0, 0.001, 0.1, 0.37, 0.5, 0.9, 0.999, 77 / 256, 77 / 256 + 1e-3, 3e-4], dtype=dtype)
+    reps = 200_000
+    x = sampling.sample_bernoulli_probs(values.repeat(reps), torch.Generator().manual_seed(0)).view(reps, -1)
+    se = (values * (1 - values) / reps).sqrt()
     assert bool(((x.mean(0) - values).abs() <= 4 * se).all())
+
+
+def test_the_native_draw_from_logits_samples_their_sigmoid():
+    """Logits (float32, the sigmoid taken in the draw's pass): the frequency of ones within 4 standard errors of
+    sigmoid(logit), saturated logits giving 0 and 1; logits of other dtypes, or too few, take sigmoid_ and the
+    probability path."""
+    _needs_step()
+    logits = torch.tensor([-200.0, -30.0, -3.0, -0.2, 0.0, 0.7, 4.0, 30.0, 200.0])
+    values = torch.sigmoid(logits.double())
+    reps = 200_000
+    x = sampling.sample_bernoulli_logits_(logits.repeat(reps), torch.Generator().manual_seed(0)).view(reps, -1)
+    se = (values * (1 - values) / reps).sqrt().clamp_min(1e-12)
+    assert bool(((x.mean(0).double() - values).abs() <= 4 * se).all())
+    assert float(x[:, 0].max()) == 0.0 and float(x[:, -1].min()) == 1.0
+
+
+def test_the_kernels_sigmoid_is_within_two_ulps():
+    """sigmoid_float (step.c), read through the weight update's probabilities (the draw from logits uses the same
+    function), against float64's sigmoid of the same float32 logits over [-60, 60]: within 2 units in the last
+    place wherever p > 1e-37."""
+    _needs_step()
+    model, base, layers = _two_temperatures(torch.float32)
+    a, b = model.annealed(0.99, base), model.annealed(1.0, base)  # weight scale 1: b + u is exact in double
+    u = torch.linspace(-60.0, 60.0, 700 * 300).view(700, 300)  # any inputs: the kernel reads them as given
+    probs = torch.empty_like(u)
+    layered._native_log1p_expm1(u, probs, a, b, 1, b.weight_scale - a.weight_scale, 2.0, fill_probs=True)
+    logits = (b.biases[1].double() + b.weight_scale * u.double()).float()  # formed in double, rounded once
+    exact = torch.sigmoid(logits.double())
+    ulp = exact.float().abs().double().clamp_min(2.0**-126) * 2.0**-23
+    keep = exact > 1e-37
+    assert float(((probs.double() - exact).abs() / ulp)[keep].max()) <= 2.0
 
 
 def _two_temperatures(dtype):
