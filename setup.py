@@ -5,7 +5,7 @@ from setuptools import find_packages, setup
 
 setup(
     name="raise-eval",
-    version="0.2.0",
+    version="0.3.0",
     description=(
         "Trustworthy log-likelihoods for deep generative models: AIS, RAISE and bidirectional Monte Carlo in PyTorch"
     ),

@@ -1,3 +1,3 @@
 """The package version (its own module, so that the package's modules can import it without a cycle)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -89,6 +89,8 @@ class RouteChoice:
             "adopted" (`adopt_route_choices`, e.g. from a checkpoint).
         timings_ms: (route, milliseconds per product of TIMING_ROWS rows, the best of TIMING_ROUNDS) for every
             route timed; empty unless measured.
+        weights_for_amx: False for the choice made, for weights the amx route cannot hold (`IntegerWeights`),
+            among the other routes: a shape can have both choices.
     """
 
     rows: int
@@ -100,6 +102,7 @@ class RouteChoice:
     route: str
     how: str
     timings_ms: tuple[tuple[str, float], ...] = ()
+    weights_for_amx: bool = True
 
     def as_dict(self) -> dict:
         """A JSON-ready dict (timings as {route: ms})."""
@@ -113,6 +116,7 @@ class RouteChoice:
             "route": self.route,
             "how": self.how,
             "timings_ms": {name: round(ms, 4) for name, ms in self.timings_ms},
+            "weights_for_amx": self.weights_for_amx,
         }
 
 
@@ -184,12 +188,14 @@ def adopt_route_choices(records) -> None:
         elif how == "forced":
             adopt = forced == r["route"]
         elif how == "forced-unavailable":
-            adopt = forced is not None and forced not in _candidates(key[1], key[2], dtype, bool(r["binary"]))
+            amx = bool(r.get("weights_for_amx", True))
+            adopt = forced is not None and forced not in _candidates(key[1], key[2], dtype, bool(r["binary"]), amx)
         else:
             adopt = forced is None
         if not adopt:
             continue
-        key += (bool(r["binary"]), forced)
+        weights_for_amx = bool(r.get("weights_for_amx", True))
+        key += (bool(r["binary"]), forced) + (() if weights_for_amx else ("weights not for amx",))
         timings = tuple((name, float(ms)) for name, ms in dict(r.get("timings_ms", {})).items())
         choice = RouteChoice(
             rows=key[0],
@@ -201,6 +207,7 @@ def adopt_route_choices(records) -> None:
             route=r["route"],
             how=how,
             timings_ms=timings,
+            weights_for_amx=weights_for_amx,
         )
         with _lock:
             _choices[key] = choice
@@ -604,6 +611,7 @@ def choose_route(
         return choice
     routes = _candidates(inner, cols, dtype, binary, amx)
     common = dict(rows=rows, inner=tuple(inner), cols=cols, dtype=str(dtype).replace("torch.", ""), threads=threads)
+    common["weights_for_amx"] = amx
     if forced is not None:
         how = "forced" if forced in routes else "forced-unavailable"
         choice = RouteChoice(**common, binary=binary, route=forced if forced in routes else "mm", how=how)

@@ -191,11 +191,12 @@ class EvaluateSettings:
     )  # fmt: skip
     product_route: str = setting(
         "auto",
-        "how the CPU products of Boltzmann layers are computed: auto times torch.mm, oneDNN and the table route "
-        "(subset sums of weight rows, for layers that are samples) once per shape and takes the fastest; the choice "
-        "and its timings are in the JSON (settings.product_routes). Routes agree up to float32 rounding: name the "
-        "recorded one to reproduce a run bit for bit",
-        kind="choice", choices=("auto", "mm", "onednn", "table"), flag="--product-route", group="run",
+        "how the CPU products of Boltzmann layers are computed: auto times torch.mm, oneDNN, the table route "
+        "(subset sums of weight rows, for layers that are samples) and, on CPUs with AMX tiles, the amx route (exact "
+        "integer sums of the weights held as 31-bit integers, for layers that are samples) once per shape and takes "
+        "the fastest; the choice and its timings are in the JSON (settings.product_routes). Routes agree up to float32 "
+        "rounding: name the recorded one to reproduce a run bit for bit",
+        kind="choice", choices=("auto", "mm", "onednn", "table", "amx"), flag="--product-route", group="run",
     )  # fmt: skip
     resume_interval: float = setting(
         60.0,

@@ -5,9 +5,9 @@
  * in four balanced base-256 digits (int8, most significant first): q = ((d0 256 + d1) 256 + d2) 256 + d3. With x in
  * {0, 1} as uint8, one tile instruction (TDPBUSD) adds 16 x 16 x 64 products of a digit into int32 sums, exactly;
  * the four sums of an output combine exactly in an int64 (|sum| <= K 2^31), which a double holds exactly for
- * K < 2^22 inputs; times s_j (a power of two, exact), alpha and the bias in double, it is rounded once to float32.
- * So the result is the exact product of x and the integer weights, rounded once, whatever the order of the work:
- * the same bits for any split of the rows between calls or threads.
+ * K < 2^22 inputs; times s_j (a power of two, exact), then alpha and the bias in double (two roundings at 2^-53), it
+ * is rounded to float32. So the result is the exact product of x and the integer weights up to those roundings,
+ * whatever the order of the work: the same bits for any split of the rows between calls or threads.
  *
  * Layout of `packed` (from Python): for each block of 16 columns nb and digit d, a panel of kpad / 4 rows of 64
  * bytes, row kk holding columns nb 16 + n (n < 16) at bytes 4 n + r for inputs k = 4 kk + r (TDPBUSD's B layout).

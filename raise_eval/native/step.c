@@ -11,9 +11,10 @@
 /* sigmoid(x) = 1 / (1 + e^-x) in float32, branch-free so that the loops around it vectorize (with
  * -fno-trapping-math): e^t for t = -x clamped to [-87, 88] as 2^n e^r, n = round(t / log 2), r = t - n log 2 in two
  * parts (|r| <= 0.347, the first product exact), e^r by its Taylor series to degree 7 (truncation below 0.05 units in
- * the last place), 2^n put into the exponent bits. Within 2 units in the last place of sigmoid(x) (tests/native
- * measures it), as torch.sigmoid is; beyond the clamp the result is 0 or 1 to float32's precision, or a probability
- * below 1e-38, which the samplers' 2^-32 resolution cannot tell from 0. */
+ * the last place), 2^n put into the exponent bits. Relative error within 1.3 2^-23 (tests/native measures it), as
+ * torch.sigmoid's. Beyond the clamp the result is 1 (x >= 87), a probability below 1e-38 that the samplers' 2^-32
+ * resolution cannot tell from sigmoid(x) (-104 < x < -88), or exactly 0 where sigmoid(x) rounds to 0 in float32
+ * (x < -103.972, as torch.sigmoid); a NaN stays a NaN (its sample is 0, as on the PyTorch path). */
 static inline float sigmoid_float(float x) {
     float t = -x;
     t = t < -87.0f ? -87.0f : t;
@@ -29,10 +30,13 @@ static inline float sigmoid_float(float x) {
     e = e * r + 0.5f;
     e = e * r + 1.0f;
     e = e * r + 1.0f;
-    const int32_t bits = ((int32_t)n + 127) << 23; /* n in [-126, 127]: a normal power of two */
+    /* n in [-126, 127] but for a NaN x, whose exponent is then taken as 0 (a float-to-int conversion of a NaN is
+     * undefined): e stays a NaN either way */
+    const int32_t whole = n >= -126.0f && n <= 127.0f ? (int32_t)n : 0;
+    const uint32_t bits = (uint32_t)(whole + 127) << 23; /* a normal power of two */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
-    return 1.0f / (1.0f + e * scale);
+    return x < -103.972f ? 0.0f : 1.0f / (1.0f + e * scale);
 }
 
 #define LANES 8
@@ -41,7 +45,8 @@ static inline float sigmoid_float(float x) {
 /* For rows [row_start, row_end) of a summed-out layer of n units: out[r] = -sum_j log(1 + expm1(m_j) p_j) with
  * m_j = base_j - ds u_j (the negated change of unit j's logit between two temperatures: base = b_from - b_to), all in
  * double; expm1 by its Taylor series of the given degree (Horner), which the caller chose for the largest |m| it
- * guarantees (within a quarter epsilon of e^m - 1); the log of each block's product of factors. */
+ * guarantees: within a quarter of the model dtype's epsilon of e^m - 1 (so a float32 model's terms carry a truncation
+ * of up to 2^-26 relative, always of one sign, as on the PyTorch path); the log of each block's product of factors. */
 #define LOG1P_EXPM1(T, NAME)                                                                                      \
     void NAME(int64_t row_start, int64_t row_end, int64_t n, const T *u, const T *probs, const T *base, double ds, \
               int64_t degree, double *out) {                                                                      \
@@ -80,7 +85,7 @@ LOG1P_EXPM1(float, log1p_expm1_float32)
 LOG1P_EXPM1(double, log1p_expm1_float64)
 
 /* log1p_expm1_float32 with the probabilities computed on the way, in the same pass: probs[r, j] = sigmoid(z'_rj)
- * (sigmoid_float) of z' = b_to_j + s_to u_rj (formed in double, rounded once to float32). */
+ * (sigmoid_float) of z' = b_to_j + s_to u_rj (formed in double, then rounded to float32). */
 void weight_update_float32(int64_t row_start, int64_t row_end, int64_t n, const float *u, const float *b_to,
                            double s_to, const float *base, double ds, int64_t degree, float *probs, double *out) {
     double inverse[32];
@@ -143,7 +148,7 @@ void philox4x32_10(const uint32_t *counter, const uint32_t *key, uint32_t *out) 
 /* Philox for the counters (first + l, 0, 0, 0), l < WAYS: the 256 random bytes of a block of elements, laid out as
  * the four output words of the WAYS counters, word by word: element e of the block takes byte e mod 4 of output word
  * e / 64 of counter first + (e mod 64) / 4 (the layout of the vector registers: no transposition). Integer operations
- * only, so the vector paths (AVX-512, AVX2) and the scalar one give the same bytes. */
+ * only, so the vector path (AVX-512) and the scalar one give the same bytes. */
 #if defined(__AVX512F__)
 #include <immintrin.h>
 static inline void mulhilo16(__m512i c, __m512i m, __m512i *hi, __m512i *lo) {
@@ -198,7 +203,8 @@ static inline double philox_tie_uniform(uint64_t i, uint32_t key0, uint32_t key1
 
 /* Bernoulli samples as raise_eval.models.sampling draws them (x = 1{(b + u') / 256 < p}: a random byte b, and where
  * it ties with 256 p a uniform u'), with b and u' from Philox keyed by (key0, key1): elements [0, n) of this call are the
- * elements first + [0, n) of the whole draw (first a multiple of 256), so that any split gives the same samples. No
+ * elements first + [0, n) of the whole draw (first a multiple of 256: the caller's duty), so that any split gives the
+ * same samples. No
  * ties are handed back: each is resolved here. from_logits: p = sigmoid_float(x) (float32). out may be x. */
 #define BERNOULLI_PHILOX(T, I, NAME, LOGITS, FLOAT64)                                                            \
     void NAME(int64_t n, const T *x, T *out, uint32_t key0, uint32_t key1, int64_t first) {                    \

@@ -150,3 +150,26 @@ def test_a_cpu_without_amx_tiles_is_told_apart_from_a_missing_compiler(monkeypat
     assert (
         native.amx_unavailable_reason() == "this CPU has no AMX int8 tiles, or the operating system does not grant them"
     )
+
+
+def test_a_shapes_two_choices_are_kept_apart_when_adopted(monkeypatch):
+    """A shape chosen for eligible weights (amx) and again for weights the route cannot hold (another route): both
+    records say which they are, and a resumed run adopts each under its own key (a review found the second
+    overwriting the first, so that eligible weights took the other route after a resume)."""
+    _needs_amx()
+    monkeypatch.delenv(products.ROUTE_ENV, raising=False)
+    fake = {"mm": 3.0, "onednn": 2.0, "table": 4.0, "amx": 1.0}
+    monkeypatch.setattr(products, "_time_routes", lambda routes, *a: {r: fake[r] for r in routes})
+    products.clear_route_choices()
+    cpu = torch.device("cpu")
+    eligible = products.choose_route(512, (256,), 128, torch.float32, cpu, True, False)
+    other = products.choose_route(512, (256,), 128, torch.float32, cpu, True, False, amx=False)
+    assert (eligible.route, other.route) == ("amx", "onednn" if products.onednn_available() else "mm")
+    records = [json.loads(json.dumps(c.as_dict())) for c in products.route_choices()]
+    assert [r["weights_for_amx"] for r in records] == [True, False]
+    products.clear_route_choices()
+    products.adopt_route_choices(records)
+    monkeypatch.setattr(products, "_time_routes", lambda *a: (_ for _ in ()).throw(AssertionError("timed again")))
+    assert products.choose_route(512, (256,), 128, torch.float32, cpu, True, False).route == "amx"
+    assert products.choose_route(512, (256,), 128, torch.float32, cpu, True, False, amx=False).route == other.route
+    products.clear_route_choices()

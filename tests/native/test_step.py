@@ -121,10 +121,10 @@ def test_the_native_draw_from_logits_samples_their_sigmoid():
     assert float(x[:, 0].max()) == 0.0 and float(x[:, -1].min()) == 1.0
 
 
-def test_the_kernels_sigmoid_is_within_two_ulps():
+def test_the_kernels_sigmoid_is_as_accurate_as_torchs():
     """sigmoid_float (step.c), read through the weight update's probabilities (the draw from logits uses the same
-    function), against float64's sigmoid of the same float32 logits over [-60, 60]: within 2 units in the last
-    place wherever p > 1e-37."""
+    function), against float64's sigmoid of the same float32 logits over [-60, 60]: relative error within 1.3 2^-23
+    wherever p > 1e-37 (torch.sigmoid's: 1.21 2^-23 on these logits), and a NaN logit's probability a NaN."""
     _needs_step()
     model, base, layers = _two_temperatures(torch.float32)
     a, b = model.annealed(0.99, base), model.annealed(1.0, base)  # weight scale 1: b + u is exact in double
@@ -133,9 +133,11 @@ def test_the_kernels_sigmoid_is_within_two_ulps():
     layered._native_log1p_expm1(u, probs, a, b, 1, b.weight_scale - a.weight_scale, 2.0, fill_probs=True)
     logits = (b.biases[1].double() + b.weight_scale * u.double()).float()  # formed in double, rounded once
     exact = torch.sigmoid(logits.double())
-    ulp = exact.float().abs().double().clamp_min(2.0**-126) * 2.0**-23
     keep = exact > 1e-37
-    assert float(((probs.double() - exact).abs() / ulp)[keep].max()) <= 2.0
+    assert float(((probs.double() - exact).abs() / exact)[keep].max()) <= 1.3 * 2.0**-23
+    u[0, :3] = torch.tensor([float("nan"), -200.0, 200.0])
+    layered._native_log1p_expm1(u, probs, a, b, 1, b.weight_scale - a.weight_scale, 2.0, fill_probs=True)
+    assert torch.isnan(probs[0, 0]) and probs[0, 1] == 0.0 and probs[0, 2] == 1.0
 
 
 def _two_temperatures(dtype):

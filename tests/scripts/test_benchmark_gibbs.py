@@ -39,11 +39,13 @@ def test_toy_step_benchmark_prints_routes_ratios_load_and_breakdown(capsys):
     assert out.startswith("machine: ") and "load average before" in out and "load average after" in out
     assert re.search(r"other processes used (\d+%|\?) of the CPUs", out)
     # timed, or forced for the whole run (RAISE_EVAL_PRODUCT_ROUTE, e.g. the route-forcing test runs)
-    assert re.search(r"route of x\(784,\) -> 500: (mm|onednn|table) \((timed at start|forced by)", out)
+    assert re.search(r"route of x\(784,\) -> 500: (mm|onednn|table|amx) \((timed at start|forced by)", out)
     assert "products forced through each route: mm" in out and "table" in out
     assert re.search(r"bare torch\.mm products [\d.]+ ms: step / them [\d.]+ \(range", out)
     assert "the library's products" in out
-    assert re.search(r"breakdown \(ms per step\): products [\d.]+, random [\d.]+, transcendental [\d.]+", out)
+    assert re.search(
+        r"breakdown \(ms per step\): products [\d.]+, random [\d.]+, transcendental [\d.]+, native [\d.]+", out
+    )
     for model in ("categorical(100x21) - bernoulli(200)", "gaussian(784) - bernoulli(500)"):
         assert re.search(
             re.escape(model) + r".*: AIS step [\d.]+ ms, bare torch\.mm products [\d.]+ ms: step / them", out
