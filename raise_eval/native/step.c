@@ -30,10 +30,11 @@ static inline float sigmoid_float(float x) {
     e = e * r + 0.5f;
     e = e * r + 1.0f;
     e = e * r + 1.0f;
-    /* n in [-126, 127] but for a NaN x, whose exponent is then taken as 0 (a float-to-int conversion of a NaN is
-     * undefined): e stays a NaN either way */
-    const int32_t whole = n >= -126.0f && n <= 127.0f ? (int32_t)n : 0;
-    const uint32_t bits = (uint32_t)(whole + 127) << 23; /* a normal power of two */
+    /* n in [-126, 127] but for a NaN x, whose exponent is then taken as -126 (a float-to-int conversion of a NaN
+     * is undefined): e stays a NaN either way */
+    float whole = n > -126.0f ? n : -126.0f;
+    whole = whole < 127.0f ? whole : 127.0f;
+    const uint32_t bits = (uint32_t)((int32_t)whole + 127) << 23; /* a normal power of two */
     float scale;
     memcpy(&scale, &bits, sizeof scale);
     return x < -103.972f ? 0.0f : 1.0f / (1.0f + e * scale);

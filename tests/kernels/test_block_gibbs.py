@@ -30,9 +30,13 @@ def _state_from_code(path, code, chains):
     return path.state_from_layers(layers)
 
 
+@pytest.mark.parametrize("native", ["native", "pytorch"])
 @pytest.mark.parametrize("fixture, beta, code", [("tiny_rbm", 0.6, 0), ("tiny_rbm", 1.0, 201), ("tiny_chain", 0.8, 77)])
-def test_one_step_matches_the_exact_transition_row(fixture, beta, code, request, train_vectors):
-    """Statistical (chi-square, false alarm 1e-4): 200,000 chains from one state, one step."""
+def test_one_step_matches_the_exact_transition_row(fixture, beta, code, native, request, train_vectors, monkeypatch):
+    """Statistical (chi-square, false alarm 1e-4): 200,000 chains from one state, one step; with the C kernels
+    (Philox draws) and with RAISE_EVAL_NATIVE=0 (the PyTorch draws)."""
+    if native == "pytorch":
+        monkeypatch.setenv("RAISE_EVAL_NATIVE", "0")
     model = request.getfixturevalue(fixture)
     base = data_base_rates(model, train_vectors) if model.n_visible == 8 else None
     path = BoltzmannPath(model, base)
@@ -48,8 +52,9 @@ def test_float32_step_with_each_product_route_matches_the_exact_transition_row(
     fixture, beta, code, request, product_route
 ):
     """The float32 step whose products go through each route (torch.mm; oneDNN, for the chain two products summed by
-    the op's binary post-op; the table route for the sampled layers) samples the exact transition row of the float32
-    model (chi-square, false alarm 1e-4)."""
+    the op's binary post-op; the table route and the amx route for the sampled layers) samples the exact transition
+    row of the float32 model (chi-square, false alarm 1e-4), its logits' sigmoid and draws in the C kernel where it
+    compiles."""
     model = request.getfixturevalue(fixture).to(dtype=torch.float32)
     path = BoltzmannPath(model)
     state = _state_from_code(path, code, CHAINS)

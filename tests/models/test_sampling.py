@@ -1,10 +1,21 @@
-"""The Bernoulli sampler is exact on both of its paths (lazy random bytes on CPU, plain uniforms otherwise)."""
+"""The Bernoulli sampler is exact on each of its paths (random bytes on the CPU, from Philox in C or from the
+generator's words in PyTorch passes; plain uniforms otherwise): every test here runs with the C kernels and without
+(RAISE_EVAL_NATIVE=0)."""
 
 import math
 
 import pytest
 import torch
 from raise_eval.models.sampling import sample_bernoulli_logits, sample_bernoulli_probs, sample_bernoulli_probs_
+
+@pytest.fixture(autouse=True, params=["native", "pytorch"])
+def sampler_path(request, monkeypatch):
+    if request.param == "pytorch":
+        monkeypatch.setenv("RAISE_EVAL_NATIVE", "0")
+    else:
+        monkeypatch.delenv("RAISE_EVAL_NATIVE", raising=False)
+    return request.param
+
 
 # Probabilities that stress the byte comparison: 0, 1, tiny, exactly on and next to the 1/256 grid.
 EDGE = [0.0, 1.0, 1e-7, 1 / 256, 1 / 256 + 1e-6, 0.5, 0.3, 255 / 256, 1 - 1e-7, 0.999]
