@@ -46,7 +46,7 @@ from _machine import LoadMeter, cpu_description, loadavg
 from raise_eval.models import sampling
 from raise_eval.models.boltzmann import layered, products
 
-from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule, load_checkpoint
+from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule, load_checkpoint, native
 
 
 def _sync(device: torch.device) -> None:
@@ -283,6 +283,11 @@ def main(argv=None) -> None:
         parser.error(f"--beta {args.beta}: give an inverse temperature between 0 and 1")
     dtype = getattr(torch, args.dtype)
     print(f"machine: {cpu_description()}; torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}")
+    kernels = native.report()
+    print(
+        f"C kernels (raise_eval.native): the step's draws and weight update {kernels['step']}; "
+        f"the amx product route {kernels['amx_products']}"
+    )
     sizes = "-".join(str(n) for n in make_rbm(args.model, torch.Generator(), dtype, torch.device("cpu")).layer_sizes)
     what = f"{sizes} RBM {args.model}" if args.model else "random 784-500 RBM"
     where = f"{args.steps} steps of 1e-4 from beta {args.beta}" if args.beta is not None else f"{args.steps} steps"

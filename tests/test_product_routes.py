@@ -69,3 +69,28 @@ def test_a_run_resumed_under_another_forcing_makes_its_own_choices(tmp_path, mon
     monkeypatch.delenv(products.ROUTE_ENV, raising=False)  # timed: neither the setting nor the environment forces
     timed = evaluate(model, test, ais_chains=2000, resume_file=str(file), **SMALL)
     assert not any(r["how"].startswith("forced") for r in timed.settings["product_routes"])
+
+
+def test_a_run_says_whether_its_c_kernels_ran(monkeypatch):
+    """The report records the C kernels' state (settings.native_kernels), and a run without them (no compiler here)
+    says so in a note, as does a forced amx route that cannot run: they change a run's random numbers and speed (a
+    new user's run fell back silently)."""
+    from raise_eval import native
+
+    model, test = _model_and_data()
+    products.clear_route_choices()
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.setenv("CC", "/nonexistent/raise-eval-test-cc")
+    report = evaluate(model, test, ais_chains=200, product_route="amx", **SMALL)
+    kernels = report.settings["native_kernels"]
+    assert "/nonexistent/raise-eval-test-cc" in kernels["step"] and "/nonexistent" in kernels["amx_products"]
+    assert any(n.startswith("the C kernels of the annealing step are not in use (the C compiler") for n in report.notes)
+    assert any(n.startswith("the amx route cannot run here (") for n in report.notes)
+    products.clear_route_choices()
+    monkeypatch.setattr(native, "_state", {})
+    monkeypatch.delenv("CC")
+    plain = evaluate(model, test, ais_chains=200, **SMALL)
+    if native.library("step") is not None:
+        assert plain.settings["native_kernels"]["step"] == "in use"
+        assert not any(n.startswith("the C kernels") for n in plain.notes)
+    products.clear_route_choices()

@@ -20,9 +20,9 @@ A sampling step of a Boltzmann machine spends most of its time in the products x
 The first three accumulate in the layer's dtype, the fourth in integers, so they agree up to rounding (a few units
 in the last place of the sum of |terms|); each gives the same bits on every call for a given shape and thread count
 (the amx route for any thread count), and a row's result does not depend on the other rows. Which is fastest
-depends on the CPU (its vector instructions), the thread count and the machine's load: so the first product of each shape (rows, inner widths, columns, dtype, threads, binary or not)
-in a process times every route that can compute it on random data of that shape (a few milliseconds) and keeps the
-fastest for the rest of the process. `route_choices()` returns these choices with their timings, for reports.
+depends on the CPU (its vector instructions), the thread count and the machine's load: so the first product of each
+shape (rows, inner widths, columns, dtype, threads, binary or not) in a process times every route that can compute
+it on random data of that shape (a few milliseconds) and keeps the fastest for the rest of the process. `route_choices()` returns these choices with their timings, for reports.
 
 `RAISE_EVAL_PRODUCT_ROUTE` (environment variable: auto, mm, onednn, table or amx) or `force_route` (in code) sends every
 product that the route can compute there through it, without timing, whatever its size (for tests and for

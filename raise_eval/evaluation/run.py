@@ -15,6 +15,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from raise_eval import native
 from raise_eval._version import __version__
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate
 from raise_eval.evaluation.log_f_check import LogFCheck
@@ -174,6 +175,16 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
 
     def report(interrupted: Optional[str] = None) -> EvaluationReport:
         all_settings["product_routes"] = [c.as_dict() for c in products.route_choices()]
+        if device.type == "cpu":
+            all_settings["native_kernels"] = kernels = native.report()
+            if kernels["step"] != "in use" and not any(n.startswith("the C kernels") for n in notes):
+                notes.append(
+                    f"the C kernels of the annealing step are not in use ({kernels['step']}): the PyTorch draws and "
+                    "weight update ran, slower, and with other random numbers than where they compile"
+                )
+            if plan.settings.product_route == "amx" and kernels["amx_products"] != "in use":
+                if not any(n.startswith("the amx route") for n in notes):
+                    notes.append(f"the amx route cannot run here ({kernels['amx_products']}): torch.mm ran instead")
         ais_result, log_f_est, raise_result, cv = (done.get(k) for k in ("ais", "log_f", "raise", "cv"))
         ais_mean = None
         if ais_result is not None and log_f_est is not None:

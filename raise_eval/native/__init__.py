@@ -167,6 +167,15 @@ def amx_unavailable_reason() -> Optional[str]:
     return None
 
 
+def report() -> dict:
+    """For a run's report: the C kernels of a CPU run's annealing step ("step": the draws and the weight update;
+    "amx_products": the amx product route), each "in use" where it compiled (the amx one: and the CPU grants its
+    tiles), else why not. Whether they run changes a run's random numbers, so it belongs with its settings."""
+    step = "in use" if library("step") is not None else unavailable_reason("step")
+    amx = "in use" if amx_library() is not None else amx_unavailable_reason()
+    return {"step": step, "amx_products": amx}
+
+
 _pools: dict = {}
 
 
