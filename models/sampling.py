@@ -104,11 +104,7 @@ def _native_sample(flat: Tensor, generator: torch.Generator, out: Tensor, from_l
         kernel(end - begin, flat.data_ptr() + begin * size, out.data_ptr() + begin * size, key0, key1, begin)
 
     # pieces of whole 256-element blocks: element i's random numbers depend on i alone, so any split is the same draw
-    bounds = native.split_rows(n, torch.get_num_threads() if n >= _NATIVE_SPLIT else 1, 256)
-    if len(bounds) == 2:
-        run(0, n)
-    else:
-        list(native.thread_pool(len(bounds) - 1).map(run, bounds[:-1], bounds[1:]))
+    native.run_in_parts(run, native.split_rows(n, torch.get_num_threads() if n >= _NATIVE_SPLIT else 1, 256))
     return True
 
 

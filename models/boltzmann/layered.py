@@ -140,11 +140,7 @@ def _native_log1p_expm1(
     def run(begin: int, end: int) -> None:
         kernel(begin, end, *pointers)
 
-    bounds = native.split_rows(rows, torch.get_num_threads() if rows * n >= 1 << 16 else 1)
-    if len(bounds) == 2:
-        run(0, rows)
-    else:
-        list(native.thread_pool(len(bounds) - 1).map(run, bounds[:-1], bounds[1:]))
+    native.run_in_parts(run, native.split_rows(rows, torch.get_num_threads() if rows * n >= 1 << 16 else 1))
     return out
 
 
@@ -397,23 +393,21 @@ class LayeredBoltzmannMachine:
                     # -log1p(expm1(-d) sigmoid(z')): leaves sigmoid(z') in `a`, the probabilities of layer l
                     # under `other`, which a sampler at other's temperature can reuse.
                     bound = None if step_bounds is None else step_bounds[l]
+                    term = None
                     if bound is not None and a is not None and cached.dtype == torch.float32:
                         # float32: the probabilities too in the kernel's pass (step.c's sigmoid)
                         term = _native_log1p_expm1(cached, a, self, other, l, ds, bound, fill_probs=True)
-                        if term is not None:
-                            total = term if total is None else total + term
-                            continue
-                    probs = other.layer_logits(layers, l, cached, out=a).sigmoid_()
-                    term = None if bound is None else _native_log1p_expm1(cached, probs, self, other, l, ds, bound)
-                    if term is not None:
-                        total = term if total is None else total + term
-                        continue
-                    # -d = (b_self - b_other) - ds u, the exact negation of d: no pass to negate it, and the
-                    # sum is negated instead of each term (negation is exact, so the bits are the same).
-                    neg_d = torch.add(
-                        self.biases[l] - other.biases[l], cached, alpha=-ds, **({} if b is None else {"out": b})
-                    )
-                    term = _sum_log1p(expm1_(neg_d, scratch=e).mul_(probs), c).neg_()
+                    if term is None:
+                        probs = other.layer_logits(layers, l, cached, out=a).sigmoid_()
+                        if bound is not None:
+                            term = _native_log1p_expm1(cached, probs, self, other, l, ds, bound)
+                    if term is None:
+                        # -d = (b_self - b_other) - ds u, the exact negation of d: no pass to negate it, and the
+                        # sum is negated instead of each term (negation is exact, so the bits are the same).
+                        neg_d = torch.add(
+                            self.biases[l] - other.biases[l], cached, alpha=-ds, **({} if b is None else {"out": b})
+                        )
+                        term = _sum_log1p(expm1_(neg_d, scratch=e).mul_(probs), c).neg_()
                 else:
                     to_ = _softplus_(other.layer_logits(layers, l, cached, out=a))
                     term = to_.sub_(_softplus_(self.layer_logits(layers, l, cached, out=b))).sum(-1)

@@ -22,10 +22,11 @@ in the last place of the sum of |terms|); each gives the same bits on every call
 (the amx route for any thread count), and a row's result does not depend on the other rows. Which is fastest
 depends on the CPU (its vector instructions), the thread count and the machine's load: so the first product of each
 shape (rows, inner widths, columns, dtype, threads, binary or not) in a process times every route that can compute
-it on random data of that shape (a few milliseconds) and keeps the fastest for the rest of the process. `route_choices()` returns these choices with their timings, for reports.
+it on random data of that shape (a few milliseconds) and keeps the fastest for the rest of the process.
+`route_choices()` returns these choices with their timings, for reports.
 
-`RAISE_EVAL_PRODUCT_ROUTE` (environment variable: auto, mm, onednn, table or amx) or `force_route` (in code) sends every
-product that the route can compute there through it, without timing, whatever its size (for tests and for
+`RAISE_EVAL_PRODUCT_ROUTE` (environment variable: auto, mm, onednn, table or amx) or `force_route` (in code) sends
+every product that the route can compute there through it, without timing, whatever its size (for tests and for
 reproducing a run bit for bit); a product that the forced route cannot compute (e.g. "table" for non-binary
 inputs, "onednn" in float64) uses torch.mm. Float32 and float64 CPU products smaller than `MIN_TIMED_MACS`
 multiply-adds, CUDA products and products that need a gradient use torch.mm without timing.
@@ -369,9 +370,10 @@ class IntegerWeights:
     """
 
     def __init__(self, matrices: Sequence[Tensor]):
-        a = torch.cat([m.detach().to(torch.float64) for m in matrices]) if len(matrices) > 1 else matrices[0]
-        a = a.detach().to(torch.float64).cpu()
-        self.widths = [m.shape[0] for m in matrices]
+        import ctypes
+
+        a = torch.cat([m.detach().to(device="cpu", dtype=torch.float64) for m in matrices])
+        self._widths = (ctypes.c_int64 * len(matrices))(*[m.shape[0] for m in matrices])  # the kernel's argument
         k, self.cols = a.shape
         self.kpad = -(-k // 64) * 64
         self.nblocks = -(-self.cols // 16)
@@ -385,7 +387,6 @@ class IntegerWeights:
         self.eligible = bool(
             torch.isfinite(a).all() and k < (1 << 22) and bool((scale <= 2.0**-23 * mean)[largest > 0].all())
         )
-        self.nbytes = INTEGER_DIGITS * self.kpad * self.nblocks * 16
         if not self.eligible:
             return
         q = torch.zeros(self.kpad, self.nblocks * 16, dtype=torch.int64)
@@ -397,9 +398,7 @@ class IntegerWeights:
             q = (q - d) // 256
         d = torch.stack(digits[::-1]).to(torch.int8)  # (digits, kpad, cols), most significant first
         # (column block, digit, kpad / 4, 16 columns, 4 inputs): TDPBUSD's B tiles, one panel per block and digit
-        self.packed = (
-            d.view(INTEGER_DIGITS, self.kpad // 4, 4, self.nblocks, 16).permute(3, 0, 1, 4, 2).contiguous()
-        )
+        self.packed = d.view(INTEGER_DIGITS, self.kpad // 4, 4, self.nblocks, 16).permute(3, 0, 1, 4, 2).contiguous()
         self.scales = torch.zeros(self.nblocks * 16, dtype=torch.float64)
         self.scales[: self.cols] = scale
 
@@ -416,8 +415,8 @@ class IntegerWeights:
             out = torch.empty(rows, self.cols, dtype=torch.float32)
         bias_f = None if bias is None else bias.detach().to(torch.float32).contiguous()
         pointers = (ctypes.c_void_p * len(xs))(*[x.data_ptr() for x in xs])
-        widths = (ctypes.c_int64 * len(xs))(*self.widths)
-        head = (len(xs), pointers, widths, self.packed.data_ptr(), self.kpad, self.nblocks, self.scales.data_ptr())
+        weights = (self._widths, self.packed.data_ptr(), self.kpad, self.nblocks, self.scales.data_ptr())
+        head = (len(xs), pointers, *weights)
         tail = (self.cols, None if bias_f is None else bias_f.data_ptr(), float(alpha), out.data_ptr())
 
         bounds = native.split_rows(rows, torch.get_num_threads(), 32)
@@ -427,10 +426,7 @@ class IntegerWeights:
         def run(begin: int, end: int, stage: Tensor) -> None:
             lib.amx_binary_product(*head, *tail, begin, end, stage.data_ptr())
 
-        if len(bounds) == 2:
-            run(0, rows, stages[0])
-        else:
-            list(native.thread_pool(len(bounds) - 1).map(run, bounds[:-1], bounds[1:], stages))
+        native.run_in_parts(run, bounds, stages)
         return out
 
 
@@ -497,6 +493,10 @@ def cached_integer_weights(terms: Sequence[tuple[Tensor, bool]]) -> Optional[Int
     return _cached("amx", terms, IntegerWeights)
 
 
+# how the table and amx routes hold a product's weights
+_HELD = {"table": cached_table, "amx": cached_integer_weights}
+
+
 def amx_available() -> bool:
     from raise_eval import native
 
@@ -517,13 +517,9 @@ def run_route(
     terms: (x_t shaped (rows, n_t), W_t, transposed): A_t is W_t, or W_t^T when transposed.
     table: the weights as the table or amx route holds them (`SubsetSumTable`, `IntegerWeights`), when at hand.
     """
-    if route == "table":
+    if route in ("table", "amx"):
         if table is None:
-            table = cached_table([(w, transposed) for _, w, transposed in terms])
-        return table([x for x, _, _ in terms], out, bias, alpha)
-    if route == "amx":
-        if table is None:
-            table = cached_integer_weights([(w, transposed) for _, w, transposed in terms])
+            table = _HELD[route]([(w, transposed) for _, w, transposed in terms])
         return table([x for x, _, _ in terms], out, bias, alpha)
     mats = [(x, w.t() if transposed else w) for x, w, transposed in terms]
     if route == "onednn":
@@ -610,8 +606,10 @@ def choose_route(
     if choice is not None:
         return choice
     routes = _candidates(inner, cols, dtype, binary, amx)
-    common = dict(rows=rows, inner=tuple(inner), cols=cols, dtype=str(dtype).replace("torch.", ""), threads=threads)
-    common["weights_for_amx"] = amx
+    common = dict(
+        rows=rows, inner=tuple(inner), cols=cols, dtype=str(dtype).replace("torch.", ""), threads=threads,
+        weights_for_amx=amx,
+    )  # fmt: skip
     if forced is not None:
         how = "forced" if forced in routes else "forced-unavailable"
         choice = RouteChoice(**common, binary=binary, route=forced if forced in routes else "mm", how=how)
@@ -644,14 +642,14 @@ def neighbour_product(
     x0, w0, t0 = terms[0]
     cols = w0.shape[0] if t0 else w0.shape[1]
     grad = torch.is_grad_enabled() and any(x.requires_grad or w.requires_grad for x, w, _ in terms)
-    choice = choose_route(x0.shape[0], [x.shape[1] for x, _, _ in terms], cols, x0.dtype, x0.device, binary, grad)
+    shape = (x0.shape[0], [x.shape[1] for x, _, _ in terms], cols, x0.dtype, x0.device, binary, grad)
+    choice = choose_route(*shape)
     route = "mm" if choice is None else choice.route
     if route == "amx":
         held = cached_integer_weights([(w, t) for _, w, t in terms])
         if held is not None and held.eligible and all(x.is_contiguous() for x, _, _ in terms):
             return run_route(route, terms, out, bias, alpha, held)
         if held is not None and not held.eligible:  # chosen for the shape, but these weights are not for it
-            shape = (x0.shape[0], [x.shape[1] for x, _, _ in terms], cols, x0.dtype, x0.device, binary, grad)
             choice = choose_route(*shape, amx=False)
             route = "mm" if choice is None else choice.route
         else:

@@ -196,3 +196,12 @@ def split_rows(rows: int, parts: int, multiple: int = 1) -> list[int]:
     blocks = -(-rows // multiple)
     parts = max(1, min(parts, blocks))
     return [min(rows, (blocks * k // parts) * multiple) for k in range(parts + 1)]
+
+
+def run_in_parts(function, bounds: list[int], *per_part) -> list:
+    """[function(begin, end, *those of the part) for each piece of `bounds`]: in this thread for one piece, else
+    each piece on a thread of `thread_pool` (the kernels release the GIL). `per_part`: sequences with one item per
+    piece."""
+    if len(bounds) == 2:
+        return [function(bounds[0], bounds[1], *(items[0] for items in per_part))]
+    return list(thread_pool(len(bounds) - 1).map(function, bounds[:-1], bounds[1:], *per_part))

@@ -728,11 +728,7 @@ class DBNPosteriorPath:
 
         # rows are independent: split between threads (ctypes releases the GIL), the same bits for any split
         parts = max(1, min(torch.get_num_threads(), -(-rows // tile)))
-        bounds = [rows * k // parts for k in range(parts + 1)]
-        if parts == 1:
-            run(0, rows)
-        else:
-            list(native.thread_pool(parts).map(run, bounds[:-1], bounds[1:]))
+        native.run_in_parts(run, [rows * k // parts for k in range(parts + 1)])
 
     def _full_sweep_(self, l, x, linear, a, p_on, p_off, beta, generator) -> None:
         """The sweep computing every chain's logit exactly; tensors as in `_sweep_`, flattened to (rows, n)."""
