@@ -198,7 +198,10 @@ def log_f_units(model) -> int:
     """Units the cheapest exact log f(v) route enumerates (2^units configurations; 0 for an RBM, whose log f(v)
     is closed-form)."""
     if isinstance(model, MixedBoltzmannMachine):  # typed layers: raise_eval.exact_mixed
-        return exact_cost(model, 1).log_f_units
+        cost = exact_cost(model, 1)
+        if not cost.enumerable:
+            raise ValueError(cost.refusal)
+        return cost.log_f_units
     return _log_f_route(model)[1]
 
 
@@ -215,6 +218,8 @@ class ExactCost:
     a DBN's top RBM's); log_f_route: 'even', 'odd', 'closed-form' (RBM) or 'dbn'. *_macs: multiply-adds;
     *_exps: elementwise transcendental evaluations (a softplus or the exp of a log-sum-exp counts one each).
     Time is about macs / (a measured float64 multiply-add rate) plus exps / (a measured exp rate).
+    refusal: why no exact route exists (e.g. a continuous layer that can be neither enumerated nor integrated), or
+    None; with a refusal the counts are zero and mean nothing: check `enumerable` before comparing units.
     """
 
     num_vectors: int
@@ -226,6 +231,12 @@ class ExactCost:
     log_f_units: int
     log_f_macs: int
     log_f_exps: int
+    refusal: Optional[str] = None
+
+    @property
+    def enumerable(self) -> bool:
+        """Whether exact answers have a route at all (no `refusal`)."""
+        return self.refusal is None
 
     @property
     def multiply_adds(self) -> int:
@@ -244,7 +255,10 @@ class ExactCost:
 
     def to_dict(self) -> dict:
         """The fields and `multiply_adds`, as plain ints and strings."""
-        return {**dataclasses.asdict(self), "multiply_adds": self.multiply_adds}
+        out = {**dataclasses.asdict(self), "multiply_adds": self.multiply_adds}
+        if self.refusal is None:
+            del out["refusal"]  # the keys of 0.3's documents where there is a route
+        return out
 
 
 def _layered_log_z_cost(model: LayeredBoltzmannMachine) -> tuple[str, int, int, int]:

@@ -42,8 +42,24 @@ _BYTES = 8
 GAUSS_HERMITE_NODES = 64  # per Gaussian unit; the integrands are smooth (products of sigmoids or softmaxes)
 
 
+def check_known_layers(model: MixedBoltzmannMachine) -> None:
+    """ValueError naming every layer the exact answers do not know: they enumerate discrete layers (their support)
+    and integrate continuous layers only where the conditional is normal (`Layer.normal_conditional`); a continuous
+    layer of any other kind is refused, never treated as Gaussian."""
+    unknown = [
+        f"layer {l}, {layer.describe()} (support {layer.support.describe()})"
+        for l, layer in enumerate(model.layers)
+        if not (layer.discrete or layer.normal_conditional)
+    ]
+    if unknown:
+        raise ValueError(
+            f"exact answers for {model.describe()} cannot be computed: {'; '.join(unknown)} is continuous without a "
+            "normal conditional, which can be neither enumerated nor integrated here; use AIS/RAISE"
+        )
+
+
 def _count(model: MixedBoltzmannMachine, group: list[int]) -> Optional[int]:
-    """Configurations of the layers `group` together (None when one of them is Gaussian)."""
+    """Configurations of the layers `group` together (None when one of them is continuous)."""
     if any(not model.layers[l].discrete for l in group):
         return None
     return math.prod(model.layers[l].num_configurations for l in group)
@@ -76,20 +92,22 @@ def _groups(model: MixedBoltzmannMachine) -> tuple[list[int], list[int]]:
 
 def _log_z_route(model: MixedBoltzmannMachine) -> tuple[str, list[int], int]:
     """('even'/'odd', the layers enumerated, configurations) or ('closed-form', [], 1) for an all-Gaussian chain."""
+    check_known_layers(model)
     even, odd = _groups(model)
     options = [(name, g, _count(model, g)) for name, g in (("even", even), ("odd", odd))]
     options = [o for o in options if o[2] is not None]
     if not options:
-        if all(layer.kind == "gaussian" for layer in model.layers):
+        if all(layer.normal_conditional for layer in model.layers):
             return "closed-form", [], 1
         raise ValueError(
             f"exact log Z of {model.describe()}: neither parity group of layers is all discrete, so neither can be "
-            "enumerated (Gaussian layers are summed out, not enumerated); use AIS/RAISE"
+            "enumerated (continuous layers are integrated, not enumerated); use AIS/RAISE"
         )
     return min(options, key=lambda o: o[2])
 
 
 def _log_f_route(model: MixedBoltzmannMachine) -> tuple[str, list[int], int]:
+    check_known_layers(model)
     if model.num_layers == 2:
         return "closed-form", [], 1
     odd, even = list(range(1, model.num_layers, 2)), list(range(2, model.num_layers, 2))
@@ -108,12 +126,9 @@ def exact_cost(model: MixedBoltzmannMachine, num_vectors: int) -> ExactCost:
     macs_per_config = sum(w.numel() for w in model.weights)
     try:
         z_name, z_group, z_count = _log_z_route(model)
-    except ValueError:
-        z_name, z_group, z_count = "none", [], 2**62
-    try:
         f_name, f_group, f_count = _log_f_route(model)
-    except ValueError:
-        f_name, f_group, f_count = "none", [], 2**62
+    except ValueError as e:  # no route: the cost says why instead of counting configurations
+        return ExactCost(n, 0, "none", 0, 0, "none", 0, 0, 0, refusal=str(e))
     widths = model.layer_sizes
     z_exps = z_count * sum(widths[l] for l in range(model.num_layers) if l not in z_group)
     if f_name == "closed-form":
@@ -253,8 +268,9 @@ def annealing_model_marginal(
     m = model.to(dtype=torch.float64)
     base = [c.to(dtype=torch.float64, device=m.device) for c in base_biases]
     betas = torch.as_tensor(betas, dtype=torch.float64).tolist()
+    check_known_layers(m)
     if not m.layers[0].discrete:
-        raise ValueError("a Gaussian visible layer has densities, not a table: use log_annealing_model(..., v)")
+        raise ValueError("a continuous visible layer has densities, not a table: use log_annealing_model(..., v)")
     if all(layer.discrete for layer in m.layers):
         even, odd = _groups(m)
         _check(_count(m, even) * _count(m, odd), max_units, "p_ann")
@@ -297,12 +313,13 @@ def log_annealing_model(
     v = v.to(dtype=torch.float64, device=m.device)
     base = [c.to(dtype=torch.float64, device=m.device) for c in base_biases]
     betas = torch.as_tensor(betas, dtype=torch.float64).tolist()
+    check_known_layers(m)
     if m.layers[0].discrete:
         p = annealing_model_marginal(m, base, betas)
         return p[m.layers[0].configuration_index(v)].log()
     if m.num_layers != 2:
         raise ValueError("exact p_ann with a Gaussian layer is computed for RBMs only")
-    if m.layers[1].kind == "gaussian":
+    if m.layers[1].normal_conditional:
         return _gaussian_gaussian(m, base, betas, v)
     return _gaussian_visible(m, base, betas, v, nodes)
 

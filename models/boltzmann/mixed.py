@@ -32,6 +32,7 @@ from typing import Optional
 import numpy as np
 import torch
 from raise_eval.models.boltzmann.products import neighbour_product
+from raise_eval.models.boltzmann.supports import BINARY
 from raise_eval.models.boltzmann.units import (
     CategoricalLayer,
     GaussianLayer,
@@ -111,19 +112,29 @@ class MixedBoltzmannMachine:
         return obj
 
     def check_normalizable(self) -> None:
-        """ValueError when a run of adjacent Gaussian layers has no positive definite precision (the density would
-        not integrate), naming the weights and the fix."""
+        """ValueError when adjacent continuous layers may not make a normalizable density, naming the layers and the
+        fix. A discrete layer next to a continuous one is normalizable whenever the continuous layer's own
+        log-normalizer is finite (its `check_params`); a run of adjacent continuous layers is checked where their
+        conditionals are normal (`Layer.normal_conditional`: the joint precision must be positive definite) and
+        refused otherwise, since nothing here could vouch for it."""
         l = 0
         while l < self.num_layers:
-            if self.layers[l].kind != "gaussian":
+            if self.layers[l].discrete:
                 l += 1
                 continue
             run = [l]
-            while run[-1] + 1 < self.num_layers and self.layers[run[-1] + 1].kind == "gaussian":
+            while run[-1] + 1 < self.num_layers and not self.layers[run[-1] + 1].discrete:
                 run.append(run[-1] + 1)
             l = run[-1] + 1
             if len(run) == 1:
                 continue
+            unknown = [i for i in run if not self.layers[i].normal_conditional]
+            if unknown:
+                names = ", ".join(f"layer {i} ({self.layers[i].describe()})" for i in unknown)
+                raise ValueError(
+                    f"adjacent continuous layers {run}: whether they make a normalizable density is known only for "
+                    f"layers with normal conditionals, and {names} is not one; put a discrete layer between them"
+                )
             precision = self._gaussian_precision(run)
             _, info = torch.linalg.cholesky_ex(precision)
             if int(info) != 0:
@@ -173,9 +184,9 @@ class MixedBoltzmannMachine:
 
     @property
     def continuous(self) -> bool:
-        """Whether the visible layer is Gaussian: log p(v) is then a density (nats per vector in the data's
-        units), not a log-probability."""
-        return self.layers[0].kind == "gaussian"
+        """Whether the visible layer's support is continuous (its `Layer.support`): log p(v) is then a density (nats
+        per vector in the data's units), not a log-probability."""
+        return not self.layers[0].support.discrete
 
     def describe(self) -> str:
         """The layers in words, e.g. 'categorical(53x21) - bernoulli(20)'."""
@@ -229,7 +240,7 @@ class MixedBoltzmannMachine:
         lead = layers[terms[0]].shape[:-1]
         width = self.layer_sizes[l]
         flat_out = None if out is None else out.view(-1, width)
-        if sampled and all(self.layers[k].kind == "bernoulli" for k in terms):
+        if sampled and all(self.layers[k].support == BINARY for k in terms):
             flats = [
                 (layers[k].reshape(-1, layers[k].shape[-1]), self.weights[min(k, l)], k > l) for k in terms
             ]  # A = W_{l-1} from below, W_l^T from above

@@ -44,6 +44,16 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
+from raise_eval.models.boltzmann.buffers import Buffers  # noqa: F401 (re-exported)
+from raise_eval.models.boltzmann.layer import Layer
+from raise_eval.models.boltzmann.supports import BINARY, REAL, SPIN, one_hot
+from raise_eval.models.boltzmann.unit_data import (  # noqa: F401 (UnitDataError re-exported)
+    UnitDataError,
+    _check_matrix,
+    _first_bad,
+    _refuse_other_values,
+    _where,
+)
 from raise_eval.models.sampling import sample_bernoulli_probs_
 from torch import Tensor
 
@@ -65,32 +75,6 @@ GAUSSIAN_BASE_MIN_VARIANCE = 1e-2
 _SMALL_STEP = 2.0
 
 
-class UnitDataError(ValueError):
-    """Data that are not states of a layer (e.g. a 2 in spin data); the message says how to fix them."""
-
-
-class Buffers:
-    """Reusable temporaries, one per name: multi-megabyte tensors allocated afresh at every annealing step page-fault,
-    which costs as much as the arithmetic. Not thread-safe: one per path. `scope(prefix)` gives a view whose names
-    are prefixed (one per layer), sharing the store."""
-
-    def __init__(self, prefix: str = "", store: Optional[dict] = None):
-        self._buffers: dict[str, Tensor] = {} if store is None else store
-        self._prefix = prefix
-
-    def scope(self, prefix: str) -> Buffers:
-        return Buffers(f"{self._prefix}{prefix}/", self._buffers)
-
-    def get(self, name: str, shape, dtype: torch.dtype, device) -> Tensor:
-        """A contiguous buffer (contents undefined)."""
-        shape = tuple(shape)
-        name = self._prefix + name
-        buf = self._buffers.get(name)
-        if buf is None or tuple(buf.shape) != shape or buf.dtype != dtype or buf.device != torch.device(device):
-            buf = self._buffers[name] = torch.empty(shape, dtype=dtype, device=device)
-        return buf
-
-
 def unit_type(name: str) -> str:
     """The canonical name of a unit type ('bernoulli', 'spin', 'categorical', 'gaussian'); ValueError naming the
     known ones for any other name (never read as binary)."""
@@ -100,170 +84,6 @@ def unit_type(name: str) -> str:
         raise ValueError(f"unknown unit type {name!r}; known: {', '.join(UNIT_TYPES)} (or {', '.join(UNIT_ALIASES)})")
     return key
 
-
-def _first_bad(bad: Tensor) -> tuple[int, ...]:
-    return tuple(int(i) for i in torch.nonzero(bad)[0])
-
-
-def _where(index: tuple[int, ...]) -> str:
-    return f"row {index[0]}, column {index[1]}" if len(index) == 2 else f"index {index}"
-
-
-def _refuse_other_values(bad: Tensor, x: Tensor, must: str) -> None:
-    """Raise UnitDataError when any entry of `x` is marked `bad`: "`must` holds N other values, e.g. V at WHERE"."""
-    if bool(bad.any()):
-        i = _first_bad(bad)
-        raise UnitDataError(f"{must} holds {int(bad.sum())} other values, e.g. {x[i].item():g} at {_where(i)}")
-
-
-def _check_matrix(data: Tensor, columns: int, what: str, unit_words: str) -> Tensor:
-    if data.dim() != 2:
-        raise UnitDataError(
-            f"{what} must be a matrix shaped (N, {columns}) of {unit_words}; got shape {tuple(data.shape)}"
-        )
-    if data.shape[0] == 0:
-        raise UnitDataError(f"{what} is empty")
-    if data.shape[1] != columns:
-        raise UnitDataError(
-            f"the model's layer has {columns} units but {what} has {data.shape[1]} columns; the data must match the "
-            "model's input size"
-        )
-    return data if torch.is_floating_point(data) else data.double()
-
-
-@dataclass(frozen=True)
-class Layer:
-    """A layer's type and size (no parameters: they live in the machine, so that annealing can interpolate them).
-
-    size: units (sites for a categorical layer). Subclasses set `kind`.
-    """
-
-    size: int
-
-    kind = "layer"
-    discrete = True
-
-    def __post_init__(self):
-        if isinstance(self.size, bool) or not isinstance(self.size, int) or self.size < 1:
-            raise ValueError(f"a layer needs a positive whole number of units, got {self.size!r}")
-
-    # ------------------------------------------------------------------ shapes
-    @property
-    def width(self) -> int:
-        """Entries of the layer's state vector."""
-        return self.size
-
-    @property
-    def param_shape(self) -> tuple[int, ...]:
-        return (self.width,)
-
-    def describe(self) -> str:
-        return f"{self.kind}({self.size})"
-
-    def to_config(self) -> dict:
-        """What a checkpoint stores to rebuild this layer type (`layer_from_config`)."""
-        return {"type": self.kind, "size": self.size}
-
-    # ------------------------------------------------------------------ parameters
-    def check_params(self, params: Tensor, name: str) -> None:
-        """ValueError naming `name` when `params` do not fit this layer."""
-        if tuple(params.shape) != self.param_shape:
-            raise ValueError(
-                f"{name} has shape {tuple(params.shape)}; a {self.describe()} layer needs {self.param_shape}"
-            )
-
-    def uniform_params(self, params: Tensor) -> Tensor:
-        """Parameters of the layer's start distribution for init='uniform' (zeros: the uniform distribution)."""
-        return torch.zeros_like(params)
-
-    def log_potential(self, params: Tensor, x: Tensor) -> Tensor:
-        """phi(x), shaped (*batch,), in x's dtype."""
-        return torch.mv(x.reshape(-1, self.width), params).reshape(x.shape[:-1])
-
-    # ------------------------------------------------------------------ to be provided
-    def log_normalizer(self, params: Tensor, u: Optional[Tensor] = None) -> Tensor:
-        raise NotImplementedError
-
-    def log_normalizer_increment(self, params: Tensor, u: Tensor, dparams: Tensor, du: Tensor) -> Tensor:
-        """log_normalizer(params + dparams, u + du) - log_normalizer(params, u) in float64, shaped (*batch,).
-
-        The steps dparams and du are given rather than the end point, so that a small annealing step is not the
-        difference of two nearly equal numbers (the caller computes them as (beta' - beta) times a direction)."""
-        p, d = params.double(), dparams.double()
-        return self.log_normalizer(p + d, u.double() + du.double()) - self.log_normalizer(p, u.double())
-
-    def potential_increment(
-        self, params: Tensor, dparams: Tensor, x: Tensor, buffers: Optional[Buffers] = None
-    ) -> Tensor:
-        """phi(x; params + dparams) - phi(x; params) in float64, shaped (*batch,): linear in the parameters for
-        these layers, so one product with the step (no cancellation)."""
-        return torch.mv(x.reshape(-1, self.width), dparams.to(x.dtype)).reshape(x.shape[:-1]).double()
-
-    def field(self, params: Tensor) -> Tensor:
-        """The part of the parameters the input adds to (width,): the natural parameters z = field + u that
-        `sample_natural_` draws from (a Gaussian layer's eta; a discrete layer's parameters)."""
-        return params
-
-    def sample_natural_(
-        self, z: Tensor, params: Tensor, generator: torch.Generator, buffers: Optional[Buffers] = None
-    ) -> tuple[Tensor, Optional[Tensor]]:
-        """In place: replace z = field + u (contiguous, (*batch, width)) by an exact sample of p(x | u). Returns (the
-        sample, the categorical codes (*batch, size) when the layer has them, else None)."""
-        return z.copy_(self.sample(params, z - self.field(params), generator)), None
-
-    def sample(
-        self,
-        params: Tensor,
-        u: Optional[Tensor],
-        generator: torch.Generator,
-        *,
-        batch_shape=(),
-        out: Optional[Tensor] = None,
-    ) -> Tensor:
-        raise NotImplementedError
-
-    def mean(self, params: Tensor, u: Optional[Tensor] = None) -> Tensor:
-        raise NotImplementedError
-
-    def statistics(self, data: Tensor) -> Tensor:
-        """Means over the rows of `data` (N, width), states of this layer, of its sufficient statistics: what
-        `base_params` fits a base to (float64, shaped like the parameters)."""
-        return data.double().mean(0)
-
-    def base_params(self, statistics: Tensor, params: Tensor) -> Tensor:
-        raise NotImplementedError
-
-    def check_statistics(self, statistics: Tensor, what: str) -> Tensor:
-        """`statistics` as float64 parameters-shaped, or ValueError naming `what`."""
-        s = torch.as_tensor(statistics, dtype=torch.float64).reshape(-1)
-        expected = math.prod(self.param_shape)
-        if s.numel() != expected or not bool(torch.isfinite(s).all()):
-            raise ValueError(
-                f"{what} must be {expected} finite numbers (the training data's means of this "
-                f"{self.describe()} layer's sufficient statistics); got {s.numel()}"
-            )
-        return s.reshape(self.param_shape)
-
-    def prepare(self, data: Tensor, what: str = "data") -> Tensor:
-        """The layer's states from data in the forms users keep them (see the subclasses), float (N, width)."""
-        return self.check_states(data, what)
-
-    def check_states(self, x: Tensor, what: str = "data") -> Tensor:
-        raise NotImplementedError
-
-    # ------------------------------------------------------------------ enumeration (discrete layers)
-    @property
-    def num_configurations(self) -> int:
-        raise ValueError(f"a {self.kind} layer has a continuum of states: it cannot be enumerated")
-
-    def configurations(self, start: int, stop: int, *, dtype=torch.float64, device=None) -> Tensor:
-        raise ValueError(f"a {self.kind} layer has a continuum of states: it cannot be enumerated")
-
-    def configuration_index(self, x: Tensor) -> Tensor:
-        raise ValueError(f"a {self.kind} layer has a continuum of states: it cannot be enumerated")
-
-    def _add(self, params: Tensor, u: Optional[Tensor]) -> Tensor:
-        return params if u is None else params + u
 
 
 def _bits(n: int, start: int, stop: int, device) -> Tensor:
@@ -281,6 +101,7 @@ class BernoulliLayer(Layer):
     """Units in {0, 1}: p(x_j = 1 | u) = sigmoid(b_j + u_j)."""
 
     kind = "bernoulli"
+    support = BINARY
 
     def log_normalizer(self, params, u=None):
         return F.softplus(self._add(params, u)).sum(-1)
@@ -332,6 +153,7 @@ class SpinLayer(Layer):
     Data: ±1, or 0/1 read as 0 -> -1 and 1 -> +1 (a matrix holding both 0 and -1 is refused: it is neither)."""
 
     kind = "spin"
+    support = SPIN
 
     @staticmethod
     def _log_2cosh(z: Tensor) -> Tensor:
@@ -417,6 +239,10 @@ class CategoricalLayer(Layer):
     @property
     def width(self):
         return self.size * self.q
+
+    @property
+    def support(self):
+        return one_hot(self.q)
 
     def describe(self):
         return f"categorical({self.size}x{self.q})"
@@ -543,7 +369,8 @@ class GaussianLayer(Layer):
     sigma^2) shaped (2, size); given the input u, x_i ~ N((eta_i + u_i) / lam_i, 1 / lam_i). Data: finite reals."""
 
     kind = "gaussian"
-    discrete = False
+    support = REAL
+    normal_conditional = True
 
     @property
     def param_shape(self):

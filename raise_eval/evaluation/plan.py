@@ -199,6 +199,8 @@ def plan_evaluation(
     annealed = model.top if family == "DBN" else model
     cost = exact_mod.exact_cost(model, 1)
     needed = max(cost.log_z_units, cost.log_f_units)
+    if settings.exact == "always" and not cost.enumerable:
+        raise SettingsError(f"{{exact}} always: {cost.refusal}")
     if settings.exact == "always" and needed > ALWAYS_EXACT_LIMIT:
         raise SettingsError(
             f"exact enumeration of 2^{needed} states is out of reach (the limit is 2^{ALWAYS_EXACT_LIMIT}); "
@@ -461,6 +463,8 @@ def _exact_decision(model, settings: EvaluateSettings, n_test: int) -> tuple[boo
     if settings.exact == "always":
         return True, None
     cost = exact_mod.exact_cost(model, n_test)
+    if not cost.enumerable:
+        return False, f"exact values skipped: {cost.refusal}"
     needed = max(cost.log_z_units, cost.log_f_units)
     if needed > settings.max_exact_units:
         hint = " (use {exact} always to force)" if needed <= ALWAYS_EXACT_LIMIT else ""

@@ -21,8 +21,8 @@ import torch
 from torch import Tensor
 
 from raise_eval.kernels.block_gibbs import BoltzmannState
+from raise_eval.models.boltzmann.buffers import Buffers
 from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
-from raise_eval.models.boltzmann.units import Buffers
 from raise_eval.models.sampling import sample_bernoulli_probs_
 
 

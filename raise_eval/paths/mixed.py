@@ -23,8 +23,9 @@ from torch import Tensor
 
 from raise_eval.kernels.block_gibbs import BoltzmannState
 from raise_eval.kernels.mixed_gibbs import clone_state, collapse_mixed, mixed_gibbs_step
+from raise_eval.models.boltzmann.buffers import Buffers
 from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
-from raise_eval.models.boltzmann.units import Buffers
+from raise_eval.models.boltzmann.supports import BINARY
 from raise_eval.models.numerics import expm1_
 
 
@@ -171,7 +172,7 @@ class MixedPath:
             scope = self._buffers.scope(f"ratio{l}")
             if x is not None:
                 term = layer.potential_increment(at.biases[l], step * self._direction[l], x, buffers=scope)
-            elif layer.kind == "bernoulli":
+            elif layer.support == BINARY:  # log-normalizer a sum of softplus
                 term, p = self._bernoulli_increment(state, l, at_to, step, keep, scope)
                 probs[l] = p
             else:

@@ -117,6 +117,9 @@ def _copy(model: LayeredBoltzmannMachine) -> LayeredBoltzmannMachine:
 def exact_log_f(model, test: Tensor, max_units: int) -> Optional[Tensor]:
     """log f(v) of the test vectors (float64) when it is exact and cheap: an RBM's closed form, or a DBM's enumeration
     over at most 2^max_units states; None otherwise."""
+    cost = exact_mod.exact_cost(model, 1)
+    if not cost.enumerable:
+        return None
     units = exact_mod.log_f_units(model)
     if units > max_units:
         return None
@@ -124,8 +127,9 @@ def exact_log_f(model, test: Tensor, max_units: int) -> Optional[Tensor]:
 
 
 def exact_log_z(model, max_units: int) -> Optional[float]:
-    units = exact_mod.exact_cost(model, 1).log_z_units
-    return None if units > max_units else float(exact_mod.log_partition(model, max_units=units))
+    cost = exact_mod.exact_cost(model, 1)
+    units = cost.log_z_units
+    return None if not cost.enumerable or units > max_units else float(exact_mod.log_partition(model, max_units=units))
 
 
 def estimated_log_f(model, test: Tensor, num_samples: int, generator: torch.Generator) -> Tensor:
