@@ -14,28 +14,18 @@ with the index slip of the paper's Algorithm 2 fixed: the state x_k is drawn wit
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Protocol, TypeVar
+from typing import Any, Callable, Optional, TypeVar
 
 import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from raise_eval.contracts import AnnealingPath, KernelInfo
+
 S = TypeVar("S")
 
 Kernel = Callable[[Any, float, torch.Generator], Any]
 """A transition (state, beta, generator) -> state that leaves p_beta invariant and satisfies detailed balance."""
-
-
-class AnnealingPath(Protocol[S]):
-    """A family of unnormalized densities f_beta, beta in [0, 1], over states with batch dimensions."""
-
-    def log_density_ratio(self, state: S, beta_from: float, beta_to: float) -> Tensor:
-        """log f_{beta_to}(x) - log f_{beta_from}(x), shaped like the state's batch dimensions."""
-        ...
-
-    def transition(self, state: S, beta: float, generator: torch.Generator) -> S:
-        """The path's default kernel at `beta`."""
-        ...
 
 
 # Optionally a path also offers `transition_(state, beta, generator)`, the default kernel writing into `state`'s
@@ -61,6 +51,7 @@ def anneal(
     log_weights: Optional[Tensor] = None,
     start_step: int = 0,
     on_step: Optional[StepCallback] = None,
+    on_info: Optional[Callable[[int, KernelInfo], None]] = None,
 ) -> tuple[S, Tensor]:
     """Run the annealing chain from `state` through `betas` (beta_0 .. beta_K, in the order given).
 
@@ -76,6 +67,8 @@ def anneal(
             `start_step` (as `on_step` saw them) and the loop runs steps start_step .. K-1, so that a saved run,
             with its generator's state restored, continues with the numbers of an uninterrupted one.
         on_step: called as on_step(steps done, state, log-weights) after every step (e.g. to save them).
+        on_info: called as on_info(steps done, info) with each transition's `KernelInfo` (acceptance rates and the
+            like); needs a kernel that reports them (`contracts.InfoKernel`: its `step` returns (state, info)).
 
     Returns:
         (final state, log-weights), the log-weights in float64 shaped B:
@@ -92,6 +85,16 @@ def anneal(
         update = getattr(path, "weight_update", None) if kernel is None else None
     if update is None:
         update = lambda x, b0, b1: (path.log_density_ratio(x, b0, b1), x)  # noqa: E731
+    if on_info is not None:
+        if kernel is None or not callable(getattr(kernel, "step", None)):
+            raise ValueError("on_info needs a kernel that reports what each step did (contracts.InfoKernel)")
+        info_step, infos = kernel.step, []
+
+        def step(x, beta, gen):  # the kernel's (state, info), the info handed on after the weight update
+            x, info = info_step(x, beta, gen)
+            infos.append(info)
+            return x
+
     # Python floats: no device sync per step, and 32 bytes a step (iterating the tensor made a 0-d tensor per step)
     beta_list = torch.as_tensor(betas, dtype=torch.float64).tolist()
     num_steps = len(beta_list) - 1
@@ -110,6 +113,8 @@ def anneal(
             else:
                 log_weights.add_(increment)  # float64 accumulator
             bar.update(1)
+            if on_info is not None:
+                on_info(j + 1, infos.pop())
             if on_step is not None:
                 on_step(j + 1, state, log_weights)
     finally:

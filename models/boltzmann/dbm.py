@@ -25,6 +25,8 @@ class DBM(LayeredBoltzmannMachine):
         biases: L + 1 bias vectors.
     """
 
+    family = "DBM"
+
     def __init__(self, weights: Sequence[Tensor], biases: Sequence[Tensor]):
         super().__init__(weights, biases)
         if self.num_layers < 3:

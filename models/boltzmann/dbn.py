@@ -88,6 +88,17 @@ class DBN:
         return cls(weights, biases, recognition)
 
     # ----------------------------------------------------------------- structure (the chain's)
+    family = "DBN"
+    typed_layers = False  # binary layers (its top RBM's path is the binary one)
+
+    def describe(self) -> str:
+        """E.g. 'DBN 784-500-2000'."""
+        return f"DBN {'-'.join(map(str, self.layer_sizes))}"
+
+    def digest_parts(self) -> tuple[list[Tensor], float]:
+        """The weights, biases and recognition biases, and weight scale 1 (a resume file's model digest)."""
+        return [*self.weights, *self.biases, *self.recognition_biases], 1.0
+
     @property
     def layer_sizes(self) -> tuple[int, ...]:
         return self._chain.layer_sizes

@@ -24,6 +24,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 from raise_eval.models.boltzmann.products import neighbour_product
+from raise_eval.models.contracts import undirected_family
 from raise_eval.models.numerics import expm1_
 from raise_eval.models.sampling import sample_bernoulli_logits_
 from torch import Tensor
@@ -201,6 +202,21 @@ class LayeredBoltzmannMachine:
         return obj
 
     # ----------------------------------------------------------------- structure
+    typed_layers = False  # binary layers, held as 0/1 vectors (`models.contracts.BoltzmannModel`)
+
+    @property
+    def family(self) -> str:
+        """'RBM' for two layers, 'DBM' for more (`models.contracts`); the RBM and DBM classes declare theirs."""
+        return undirected_family(self.num_layers)
+
+    def describe(self) -> str:
+        """E.g. 'RBM 784-500'."""
+        return f"{self.family} {'-'.join(map(str, self.layer_sizes))}"
+
+    def digest_parts(self) -> tuple[list[Tensor], float]:
+        """The weights and biases, and the weight scale (a resume file's model digest)."""
+        return [*self.weights, *self.biases], self.weight_scale
+
     @property
     def layer_sizes(self) -> tuple[int, ...]:
         return tuple(b.shape[0] for b in self.biases)

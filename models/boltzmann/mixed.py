@@ -40,6 +40,7 @@ from raise_eval.models.boltzmann.units import (
     make_layer,
     unit_type,
 )
+from raise_eval.models.contracts import undirected_family
 from torch import Tensor
 
 Layers = Sequence[Optional[Tensor]]
@@ -161,6 +162,17 @@ class MixedBoltzmannMachine:
         return p
 
     # ----------------------------------------------------------------- structure
+    typed_layers = True  # typed `Layer`s with declared supports (`models.contracts.BoltzmannModel`)
+
+    @property
+    def family(self) -> str:
+        """'RBM' for two layers, 'DBM' for more (`models.contracts`)."""
+        return undirected_family(self.num_layers)
+
+    def digest_parts(self) -> tuple[list[Tensor], float]:
+        """The weights and parameters, and the weight scale (a resume file's model digest)."""
+        return [*self.weights, *self.biases], self.weight_scale
+
     @property
     def layer_sizes(self) -> tuple[int, ...]:
         """Entries of each layer's state (a categorical layer's sites x q)."""

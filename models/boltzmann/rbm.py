@@ -13,6 +13,8 @@ from torch import Tensor
 class RBM(LayeredBoltzmannMachine):
     """A binary RBM with weights W (n_visible, n_hidden), visible biases (n_visible,) and hidden biases (n_hidden,)."""
 
+    family = "RBM"
+
     def __init__(self, W: Tensor, vbias: Tensor, hbias: Tensor):
         super().__init__([W], [vbias, hbias])
 

@@ -23,6 +23,10 @@ class DirectedLatentModel:
     latent_dim: int
     data_dim: int
     latent_type: str = "continuous"
+    family = "directed"  # `models.contracts.Model`
+
+    def describe(self) -> str:
+        return f"{type(self).__name__}({self.latent_dim} -> {self.data_dim})"
 
     def log_prior(self, z: Tensor) -> Tensor:
         """log p(z), shaped (*batch,)."""

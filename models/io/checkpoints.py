@@ -192,7 +192,7 @@ def _boltzmann_state(model, what: str) -> tuple[str, dict[str, Tensor]]:
     """(model_type, state) of an RBM, DBM or DBN, with the key names of the module docstring."""
     if isinstance(model, RBM):
         return "rbm", dict(zip(_STATE_KEYS["rbm"], (model.W, model.vbias, model.hbias)))
-    if hasattr(model, "layers") and hasattr(model, "prepare_visible"):  # a MixedBoltzmannMachine
+    if getattr(model, "typed_layers", False):  # a MixedBoltzmannMachine (`models.contracts.BoltzmannModel`)
         return "mixed", mixed_state(model)[1]
     if isinstance(model, DBM):
         if model.weight_scale != 1.0:
@@ -213,7 +213,7 @@ def _boltzmann_state(model, what: str) -> tuple[str, dict[str, Tensor]]:
 
 
 def _pixel_means_to_save(train_pixel_means, model) -> Tensor:
-    if hasattr(model, "prepare_visible"):  # typed layers: the visible layer's training statistics
+    if model.typed_layers:  # typed layers: the visible layer's training statistics
         stats = model.layers[0].check_statistics(torch.as_tensor(train_pixel_means).detach().cpu(), "train_pixel_means")
         return stats.to(model.dtype)
     means = torch.as_tensor(train_pixel_means).detach().cpu().flatten()
@@ -317,7 +317,7 @@ def _load_raise_eval(path: Path) -> Checkpoint:
 def _pixel_means(path: Path, means, model, convert: bool) -> Optional[Tensor]:
     if means is None:
         return None
-    if hasattr(model, "prepare_visible"):  # typed layers: the visible layer's training statistics
+    if model.typed_layers:  # typed layers: the visible layer's training statistics
         try:
             stats = model.layers[0].check_statistics(torch.as_tensor(np.asarray(means)), "train_pixel_means")
         except ValueError as e:

@@ -200,7 +200,7 @@ def raise_log_likelihood(
     if unroll is not None and unroll.top.weights[0] is not model.weights[0]:
         raise ValueError("RAISE for a DBN anneals its top RBM: build the path on dbn.top")
     n_visible = unroll.n_visible if unroll is not None else model.n_visible
-    if hasattr(model, "check_visible"):  # typed layers (MixedBoltzmannMachine): states of its visible layer
+    if model.typed_layers:  # typed layers (MixedBoltzmannMachine): states of its visible layer
         model.check_visible(data, "RAISE test data")
     else:
         check_binary(data, n_visible, "RAISE test data")

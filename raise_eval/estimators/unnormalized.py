@@ -167,7 +167,7 @@ def log_unnormalized_estimate(
     start = time.perf_counter()
     v_all = data.to(device=model.device, dtype=model.dtype)
     n = v_all.shape[0]
-    is_dbn = hasattr(model, "sample_recognition")
+    is_dbn = model.family == "DBN"
     if not is_dbn and model.num_layers == 2:
         log_f = model.log_unnormalized_marginal([v_all, None]).double()
         return LogUnnormalizedEstimate(log_f, torch.zeros_like(log_f), "exact", 0, time.perf_counter() - start)

@@ -22,7 +22,7 @@ from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings,
 from raise_eval.io.datasets import check_binary
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
-from raise_eval.paths.mixed import is_mixed, make_path, mixed_data_base, mixed_uniform_base
+from raise_eval.paths.mixed import make_path, mixed_data_base, mixed_uniform_base
 from raise_eval.paths.posterior import DBNPosteriorPath
 from raise_eval.runtime import distributed
 from raise_eval.runtime.sharding import default_max_memory, default_shard_size
@@ -206,14 +206,14 @@ def plan_evaluation(
             f"exact enumeration of 2^{needed} states is out of reach (the limit is 2^{ALWAYS_EXACT_LIMIT}); "
             "use {exact} auto or never"
         )
-    if is_mixed(model):  # typed layers: the visible layer's states, from the forms users keep them in
+    if model.typed_layers:  # typed layers: the visible layer's states, from the forms users keep them in
         test = model.prepare_visible(test_data.detach(), "test data")
     else:
         test = check_binary(test_data, model.n_visible, "test data").detach().to(device=model.device, dtype=model.dtype)
     test, subset_settings = _test_subset(test, settings.test_subset, settings.seed)
     n_test = test.shape[0]
     use_exact, exact_note = _exact_decision(model, settings, n_test)
-    if is_mixed(model) and family == "DBM" and not use_exact:
+    if model.typed_layers and family == "DBM" and not use_exact:
         raise SettingsError(
             f"log f(v) of a DBM of typed layers ({model.describe()}) is computed only by enumeration, which "
             f"{exact_note or '{exact} never'} rules out here; use {{exact}} always (within 2^{ALWAYS_EXACT_LIMIT} "
@@ -260,7 +260,7 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
     estimated = plan.log_f_method != "exact"
     options = plan.log_f_options
     out = {
-        "model": f"{plan.family} {model.describe() if is_mixed(model) else '-'.join(map(str, model.layer_sizes))}",
+        "model": f"{plan.family} {model.describe() if model.typed_layers else '-'.join(map(str, model.layer_sizes))}",
         "init": s.init,
         "schedule": plan.schedule_name,
         "steps": s.steps,
@@ -287,7 +287,7 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         "processes": plan.world,
     }
     out.update(subset_settings)
-    if is_mixed(model):  # typed layers; a Gaussian visible layer's log-likelihood is a log-density
+    if model.typed_layers:  # typed layers; a Gaussian visible layer's log-likelihood is a log-density
         out["units"] = [layer.kind for layer in model.layers]
         out["likelihood"] = "density" if model.continuous else "probability"
     if plan.schedule_name == "adaptive":
@@ -324,10 +324,15 @@ def _as_test_tensor(model, test_data) -> Tensor:
 
 
 def model_family(model) -> str:
-    """'RBM', 'DBM' or 'DBN'."""
-    if isinstance(model, DBN):
-        return "DBN"
-    return "RBM" if model.num_layers == 2 else "DBM"
+    """'RBM', 'DBM' or 'DBN': the family the model's class declares (`models.contracts.Model`); a model of
+    another family (e.g. a directed model: `bdmc`) is refused here, naming it."""
+    family = getattr(model, "family", None)
+    if family not in ("RBM", "DBM", "DBN"):
+        what = f"a {family} model" if isinstance(family, str) else f"a {type(model).__name__} (it declares no family)"
+        raise TypeError(
+            f"evaluate runs on RBMs, DBMs and DBNs; this is {what}: for a VAE or decoder use raise-eval bdmc"
+        )
+    return family
 
 
 def recognition_means(model: DBN, train_data: Tensor) -> Tensor:
@@ -411,7 +416,7 @@ def _dbn_sweep_rate(model) -> tuple[float, str]:
 
 def _start_biases(annealed, family: str, init: str, train_pixel_means) -> list[Tensor]:
     """The base biases of the annealed machine's start distribution (data base rates or uniform), checked."""
-    if is_mixed(annealed):  # typed layers: train_pixel_means are the visible layer's training statistics
+    if annealed.typed_layers:  # typed layers: train_pixel_means are the visible layer's training statistics
         if init != "base-rates":
             return mixed_uniform_base(annealed)
         if train_pixel_means is None:

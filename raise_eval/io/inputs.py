@@ -222,7 +222,7 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
             "this checkpoint does not say which data it was trained on: pass {data} NAME or {data} FILE", ("data",)
         )
     inputs.check_data_request(data)
-    mixed = hasattr(ckpt.model, "prepare_visible")  # typed layers: data in the forms of its visible layer
+    mixed = ckpt.model.typed_layers  # typed layers: data in the forms of its visible layer
     alphabet = _alphabet(inputs, ckpt.model, data)
     if is_data_file(data):
         test = _read_data_file(data, alphabet, mixed)
@@ -283,7 +283,7 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
 def _alphabet(inputs: InputSettings, model, data: str) -> Optional[str]:
     """The alphabet sequence files are read with: --alphabet, else the checkpoint's; SettingsError when the two
     differ, when a sequence file has none, or when the model has no categorical visible layer to read them into."""
-    layer = model.layers[0] if hasattr(model, "prepare_visible") else None
+    layer = model.layers[0] if model.typed_layers else None
     categorical = layer is not None and layer.kind == "categorical"
     sequences = [f for f in (data, inputs.train_data) if f and is_sequence_file(f)]
     if not categorical:

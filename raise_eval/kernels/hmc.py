@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
+from raise_eval.contracts import KernelInfo
 from raise_eval.paths.directed import DirectedPath, DirectedState, select_state
 
 
@@ -102,6 +103,12 @@ class HMCKernel:
 
     def __call__(self, state: DirectedState, beta: float, generator: torch.Generator) -> DirectedState:
         return hmc_step(self.path, state, beta, self.step_size(beta, state.z), self.num_leapfrog, generator, self)
+
+    def step(self, state: DirectedState, beta: float, generator: torch.Generator) -> tuple[DirectedState, KernelInfo]:
+        """The transition and what it did (`contracts.InfoKernel`): KernelInfo(acceptance=...) holds the per-chain
+        acceptance probabilities min(1, exp(H0 - H1)), shaped (N, C)."""
+        new = self(state, beta, generator)
+        return new, KernelInfo(acceptance=self.last_accept_prob)
 
 
 def hmc_step(

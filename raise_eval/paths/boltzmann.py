@@ -65,7 +65,7 @@ class BoltzmannPath:
     def __new__(cls, model, *args, **kwargs):
         # Hook for machines of typed layers (Gaussian, categorical, spin): their path is raise_eval.paths.mixed's,
         # so that BoltzmannPath(model) serves every Boltzmann machine. Binary machines are untouched.
-        if getattr(model, "prepare_visible", None) is not None:
+        if model.typed_layers:
             from raise_eval.paths.mixed import MixedPath
 
             return MixedPath(model, *args, **kwargs)

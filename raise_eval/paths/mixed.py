@@ -30,8 +30,9 @@ from raise_eval.models.numerics import expm1_
 
 
 def is_mixed(model) -> bool:
-    """Whether `model` is a machine of typed layers (not the binary `LayeredBoltzmannMachine`)."""
-    return isinstance(model, MixedBoltzmannMachine)
+    """Whether `model` is a machine of typed layers (not the binary `LayeredBoltzmannMachine`), as it declares
+    (`models.contracts.BoltzmannModel.typed_layers`)."""
+    return bool(getattr(model, "typed_layers", False))
 
 
 def mixed_uniform_base(model: MixedBoltzmannMachine) -> list[Tensor]:

@@ -97,7 +97,7 @@ class DBMPosteriorPath:
     """
 
     def __init__(self, model: DBM):
-        if hasattr(model, "sample_recognition") or model.num_layers < 3:
+        if model.family != "DBM":
             raise ValueError("DBMPosteriorPath needs a DBM with at least two hidden layers")
         if model.weight_scale != 1.0:  # the products below leave the scale out
             raise ValueError(f"DBMPosteriorPath needs a model with weight_scale 1, got {model.weight_scale}")
@@ -380,6 +380,10 @@ class DBNPosteriorState(NamedTuple):
         return ()
 
     @property
+    def odd_probs(self) -> None:
+        return None
+
+    @property
     def probs_key(self) -> None:
         return None
 
@@ -439,7 +443,7 @@ class DBNPosteriorPath:
         bounds where they can be, CPU only), "full" (PyTorch, every logit computed: what a GPU runs) or "auto" (the
         first of these that the device, the model's weights and the machine allow). `bounded` (True or False) is
         the older spelling of "bounded" and "full"."""
-        if not hasattr(model, "sample_recognition"):
+        if model.family != "DBN":
             raise ValueError("DBNPosteriorPath needs a DBN")
         if bounded is not None:
             if sweep != "auto":
@@ -901,7 +905,7 @@ class DBNPosteriorPath:
 
 def posterior_path(model) -> DBMPosteriorPath | DBNPosteriorPath:
     """The posterior annealing path of a DBM or a DBN."""
-    if hasattr(model, "sample_recognition"):
+    if model.family == "DBN":  # declared by the class (`models.contracts.Model`)
         return DBNPosteriorPath(model)
     return DBMPosteriorPath(model)
 

@@ -71,8 +71,7 @@ def tensor_digest(tensors: Iterable[Tensor]) -> str:
 
 def model_digest(model) -> str:
     """Digest of a Boltzmann machine's or DBN's parameters (weights, biases, recognition biases)."""
-    tensors = [*model.weights, *model.biases, *getattr(model, "recognition_biases", ())]
-    scale = getattr(model, "weight_scale", 1.0)
+    tensors, scale = model.digest_parts()  # `models.contracts.BoltzmannModel` (a DBN's has its recognition biases)
     return f"{tensor_digest(tensors)}/{float(scale)!r}"
 
 

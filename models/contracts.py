@@ -1,0 +1,84 @@
+"""What a model declares (`typing.Protocol`s, checked over every family by tests/test_contracts.py).
+
+- `Model`: every model: its `family` (declared by its class, never derived by the caller), a description.
+- `BoltzmannModel`: an undirected machine on a chain of layers (binary: `LayeredBoltzmannMachine`, `RBM`, `DBM`;
+  typed: `MixedBoltzmannMachine`), everything its geometric path, exact answers, evaluation and resume files ask of
+  it. `typed_layers` says whether its layers are typed `Layer`s (with declared supports) or binary vectors.
+
+Families: 'RBM' and 'DBM' (undirected chains of two, and of three or more, layers), 'DBN' (a top RBM under directed
+layers), 'directed' (p(z) p(x | z): VAEs, sigmoid belief nets, a user's decoder).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Optional, Protocol, runtime_checkable
+
+import torch
+from torch import Tensor
+
+FAMILIES = ("RBM", "DBM", "DBN", "directed")
+
+
+@runtime_checkable
+class Model(Protocol):
+    """Every model."""
+
+    @property
+    def family(self) -> str:
+        """One of FAMILIES."""
+        ...
+
+    def describe(self) -> str:
+        """The model in a few words, e.g. 'RBM 784-500' or 'categorical(53x21) - bernoulli(20)'."""
+        ...
+
+
+@runtime_checkable
+class BoltzmannModel(Model, Protocol):
+    """An undirected machine on a chain of layers x_0 (visible), ..., x_L."""
+
+    weights: Sequence[Tensor]
+    biases: Sequence[Tensor]
+    weight_scale: float
+
+    @property
+    def typed_layers(self) -> bool:
+        """Whether the layers are typed `Layer`s (declared supports) rather than binary vectors."""
+        ...
+
+    @property
+    def layer_sizes(self) -> tuple[int, ...]: ...
+
+    @property
+    def num_layers(self) -> int: ...
+
+    @property
+    def n_visible(self) -> int: ...
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def to(self, device=None, dtype=None) -> BoltzmannModel: ...
+
+    def digest_parts(self) -> tuple[list[Tensor], float]:
+        """The tensors and weight scale that identify the parameters (a resume file's model digest)."""
+        ...
+
+    def annealed(self, beta: float, base_biases: Sequence[Tensor]) -> BoltzmannModel:
+        """The point at `beta` of the geometric path from the independent base `base_biases`."""
+        ...
+
+    def log_unnormalized_marginal(
+        self, layers: Sequence[Optional[Tensor]], odd_inputs: Optional[Sequence[Optional[Tensor]]] = None
+    ) -> Tensor:
+        """log f of the given layers with the None ones summed out, shaped (*batch,)."""
+        ...
+
+
+def undirected_family(num_layers: int) -> str:
+    """The family of an undirected chain of `num_layers` layers: an RBM has two, a DBM more."""
+    return "RBM" if num_layers == 2 else "DBM"

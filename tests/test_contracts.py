@@ -1,0 +1,135 @@
+"""Conformance of every model family to the declared contracts (raise_eval.contracts, raise_eval.models.contracts):
+the models declare their family by class, their paths offer every member the estimators use, their chain states
+what a resume file keeps, and the kernels the transition (and info) contract."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from raise_eval.models import DBM, DBN, RBM, LayeredBoltzmannMachine
+from raise_eval.models.contracts import FAMILIES, BoltzmannModel, Model
+from raise_eval.models.directed.linear_gaussian import LinearGaussianModel
+from raise_eval.models.directed.sbn import SigmoidBeliefNet
+from raise_eval.models.directed.vae import VAE, VAEConfig
+
+from raise_eval import contracts
+from raise_eval.annealing import anneal
+from raise_eval.kernels.hmc import HMCKernel
+from raise_eval.paths.directed import DirectedPath
+from raise_eval.paths.mixed import make_path
+from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath
+from raise_eval.runtime.resume import model_digest, tensor_digest
+from tests.mixed_models import tiny_dbm, tiny_pair
+
+
+def _g(seed=0):
+    return torch.Generator().manual_seed(seed)
+
+
+def boltzmann_models():
+    """(name, model, expected family) for every undirected family: binary and typed, two layers and more."""
+    chain = LayeredBoltzmannMachine(
+        [
+            torch.randn(5, 4, generator=_g(1), dtype=torch.float64),
+            torch.randn(4, 3, generator=_g(2), dtype=torch.float64),
+        ],
+        [torch.zeros(5, dtype=torch.float64), torch.zeros(4, dtype=torch.float64), torch.zeros(3, dtype=torch.float64)],
+    )
+    return [
+        ("RBM", RBM.random(6, 4, generator=_g(), dtype=torch.float64), "RBM"),
+        ("DBM", DBM.random([6, 4, 3], generator=_g(), dtype=torch.float64), "DBM"),
+        ("binary chain of 3", chain, "DBM"),
+        ("typed RBM", tiny_pair("categorical", "bernoulli"), "RBM"),
+        ("Gaussian RBM", tiny_pair("gaussian", "bernoulli"), "RBM"),
+        ("typed DBM", tiny_dbm(), "DBM"),
+    ]
+
+
+def all_models():
+    out = [(name, model, family) for name, model, family in boltzmann_models()]
+    out.append(("DBN", DBN.random([6, 4, 3], generator=_g(), dtype=torch.float64), "DBN"))
+    out.append(("SBN", SigmoidBeliefNet.random(6, 3, generator=_g()), "directed"))
+    out.append(("linear Gaussian", LinearGaussianModel.random(4, 2, generator=_g()), "directed"))
+    torch.manual_seed(0)  # nn.Linear's own initialization (a test, not library code)
+    out.append(("VAE", VAE(VAEConfig(data_dim=6, latent_dim=2, hidden=[5])), "directed"))
+    return out
+
+
+@pytest.mark.parametrize("name, model, family", all_models(), ids=[m[0] for m in all_models()])
+def test_every_model_declares_its_family(name, model, family):
+    assert isinstance(model, Model)
+    assert model.family == family and model.family in FAMILIES
+    assert isinstance(model.describe(), str) and model.describe()
+
+
+def test_the_named_classes_declare_their_family_on_the_class():
+    # never derived from a layer count: an RBM, a DBM and a DBN say what they are
+    for cls, family in ((RBM, "RBM"), (DBM, "DBM"), (DBN, "DBN")):
+        assert vars(cls)["family"] == family
+
+
+def test_evaluate_refuses_a_model_without_a_boltzmann_family():
+    from raise_eval.evaluation.plan import model_family
+
+    with pytest.raises(TypeError, match="a directed model: for a VAE or decoder use raise-eval bdmc"):
+        model_family(SigmoidBeliefNet.random(6, 3, generator=_g()))
+    with pytest.raises(TypeError, match="declares no family"):
+        model_family(object())
+
+
+@pytest.mark.parametrize("name, model, family", boltzmann_models(), ids=[m[0] for m in boltzmann_models()])
+def test_boltzmann_models_and_their_paths_conform(name, model, family):
+    assert isinstance(model, BoltzmannModel)
+    assert model.typed_layers == (name.startswith("typed") or name.startswith("Gaussian"))
+    path = make_path(model)
+    assert isinstance(path, contracts.GeometricPath)
+    assert isinstance(path, contracts.AnnealingPath)
+    state = path.sample_initial(3, _g())
+    assert isinstance(state, contracts.ChainState)
+    # the members work together as the estimators use them
+    state, log_w = anneal(path, state, torch.linspace(0, 1, 4, dtype=torch.float64), generator=_g(1))
+    assert log_w.shape == (3,) and log_w.dtype == torch.float64 and bool(torch.isfinite(log_w).all())
+    assert path.with_clamped((0,)).clamped == (0,)
+    assert path.log_base_prob(state.layers[0], 0).shape == (3,)
+
+
+def test_posterior_paths_conform_and_the_dbn_heating_state_is_what_resume_keeps():
+    dbm = DBM.random([6, 4, 3], generator=_g(), dtype=torch.float64)
+    dbn = DBN.random([6, 4, 3], generator=_g(), dtype=torch.float64)
+    v = torch.randint(0, 2, (2, 6), generator=_g(3)).double()
+    dbm_path, dbn_path = DBMPosteriorPath(dbm), DBNPosteriorPath(dbn)
+    assert isinstance(dbm_path, contracts.AnnealingPath) and isinstance(dbn_path, contracts.AnnealingPath)
+    # a DBN's RAISE heating is saved in resume files: its state is a ChainState; a DBM's posterior path serves the
+    # per-vector log f(v) estimates, which resume saves by chunk (no chain state), so it need not be one
+    assert isinstance(dbn_path.start(v, 3, _g())[0], contracts.ChainState)
+    assert not isinstance(dbm_path.start(v, 3, _g())[0], contracts.ChainState)
+
+
+def test_model_digest_is_the_declared_parameters():
+    rbm = RBM.random(6, 4, generator=_g(), dtype=torch.float64)
+    dbn = DBN.random([6, 4, 3], generator=_g(), dtype=torch.float64)
+    # the digests of 0.3's resume files: weights, biases (and a DBN's recognition biases), then the weight scale
+    assert model_digest(rbm) == f"{tensor_digest([*rbm.weights, *rbm.biases])}/1.0"
+    assert model_digest(dbn) == f"{tensor_digest([*dbn.weights, *dbn.biases, *dbn.recognition_biases])}/1.0"
+    half = rbm.annealed(0.5, [torch.zeros(6, dtype=torch.float64), torch.zeros(4, dtype=torch.float64)])
+    assert model_digest(half).endswith("/0.5")
+
+
+def test_kernels_conform_and_report_their_info_through_anneal():
+    model = LinearGaussianModel.random(3, 2, generator=_g())
+    _, x = model.sample_joint(2, _g(1))
+    path = DirectedPath(model, x)
+    kernel = HMCKernel(path, 0.3, num_leapfrog=3)
+    assert isinstance(kernel, contracts.TransitionKernel) and isinstance(kernel, contracts.InfoKernel)
+    seen = []
+    betas = torch.linspace(0, 1, 4, dtype=torch.float64)
+    start = path.sample_initial(4, _g(2))
+    _, log_w = anneal(path, start, betas, generator=_g(3), kernel=kernel,
+                      on_info=lambda step, info: seen.append((step, info["acceptance"])))  # fmt: skip
+    assert [s for s, _ in seen] == [1, 2, 3]
+    assert all(a.shape == (2, 4) and bool(((a >= 0) & (a <= 1)).all()) for _, a in seen)
+    # the info channel changes nothing: the same seed gives the same log-weights without it
+    _, plain = anneal(path, start, betas, generator=_g(3), kernel=HMCKernel(path, 0.3, num_leapfrog=3))
+    assert torch.equal(log_w, plain)
+    with pytest.raises(ValueError, match="InfoKernel"):
+        anneal(path, start, betas, generator=_g(), on_info=print)
