@@ -15,8 +15,8 @@ from raise_eval.models.directed.vae import VAE, VAEConfig
 from raise_eval import contracts
 from raise_eval.annealing import anneal
 from raise_eval.kernels.hmc import HMCKernel
+from raise_eval.paths.boltzmann import make_path
 from raise_eval.paths.directed import DirectedPath
-from raise_eval.paths.mixed import make_path
 from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath
 from raise_eval.runtime.resume import model_digest, tensor_digest
 from tests.mixed_models import tiny_dbm, tiny_pair

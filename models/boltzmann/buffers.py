@@ -20,6 +20,11 @@ class Buffers:
     def scope(self, prefix: str) -> Buffers:
         return Buffers(f"{self._prefix}{prefix}/", self._buffers)
 
+    def like(self, name: str, shape, like: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
+        """A contiguous buffer shaped `shape` on like's device, with like's dtype unless `dtype` is given (contents
+        undefined)."""
+        return self.get(name, shape, like.dtype if dtype is None else dtype, like.device)
+
     def get(self, name: str, shape, dtype: torch.dtype, device) -> Tensor:
         """A contiguous buffer (contents undefined)."""
         shape = tuple(shape)

@@ -21,8 +21,8 @@ from raise_eval.evaluation.memory import CostEstimate, check_memory, plan_memory
 from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings, evaluate_settings
 from raise_eval.io.datasets import check_binary
 from raise_eval.models.boltzmann.dbn import DBN
-from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
-from raise_eval.paths.mixed import make_path, mixed_data_base, mixed_uniform_base
+from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, make_path, uniform_base
+from raise_eval.paths.mixed import mixed_data_base, mixed_uniform_base
 from raise_eval.paths.posterior import DBNPosteriorPath
 from raise_eval.runtime import distributed
 from raise_eval.runtime.sharding import default_max_memory, default_shard_size

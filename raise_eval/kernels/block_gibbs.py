@@ -21,29 +21,11 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
+from raise_eval.models.boltzmann.buffers import Buffers
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 from raise_eval.models.sampling import sample_bernoulli_probs_
 
-
-class Scratch:
-    """Reusable temporaries for the annealing loop, one buffer per name.
-
-    A step of a 784-500 RBM with 1,000 chains handles several multi-megabyte temporaries; freshly allocated
-    each step they page-fault, which costs as much as the arithmetic. Not thread-safe: one per path.
-    """
-
-    def __init__(self):
-        self._buffers: dict[str, Tensor] = {}
-
-    def get(self, name: str, shape, like: Tensor, dtype: Optional[torch.dtype] = None) -> Tensor:
-        """A contiguous buffer shaped `shape` on like's device, with like's dtype unless `dtype` is given (contents
-        undefined)."""
-        buf = self._buffers.get(name)
-        shape = tuple(shape)
-        dtype = like.dtype if dtype is None else dtype
-        if buf is None or tuple(buf.shape) != shape or buf.dtype != dtype or buf.device != like.device:
-            buf = self._buffers[name] = torch.empty(shape, dtype=dtype, device=like.device)
-        return buf
+Scratch = Buffers  # the name of 0.3 for the one buffer class (`models.boltzmann.buffers.Buffers`)
 
 
 class BoltzmannState(NamedTuple):
@@ -126,7 +108,7 @@ def block_gibbs_step(
             layers[l] = sample_bernoulli_probs_(odd_probs[l], generator)
             continue
         inp = state.odd_inputs[l]
-        buf = None if scratch is None else scratch.get(f"odd{l}", inp.shape, inp)
+        buf = None if scratch is None else scratch.like(f"odd{l}", inp.shape, inp)
         layers[l] = model.sample_layer(layers, l, generator, unscaled_input=inp, out=buf)
     # Even layers depend only on the odd samples, so `out` may alias `state` from here on.
     # The odd layers are samples now (0. and 1.), which admits the table route for the even layers' products.

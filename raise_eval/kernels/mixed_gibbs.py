@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from raise_eval.kernels.block_gibbs import BoltzmannState
+from raise_eval.kernels.block_gibbs import BoltzmannState, clone_state  # noqa: F401 (one copy for both forms)
 from raise_eval.models.boltzmann.buffers import Buffers
 from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
 from raise_eval.models.sampling import sample_bernoulli_probs_
@@ -90,13 +90,3 @@ def mixed_gibbs_step(
         elif out is not None and out.layers[l] is not state.layers[l]:
             layers[l] = out.layers[l].copy_(state.layers[l])
     return collapse_mixed(model, layers, out=out, codes=codes, sampled=True)
-
-
-def clone_state(state: BoltzmannState) -> BoltzmannState:
-    """A copy with new contiguous tensors (what an in-place step may overwrite)."""
-
-    def copy(x):
-        return None if x is None else x.clone(memory_format=torch.contiguous_format)
-
-    probs = None if state.odd_probs is None else tuple(copy(x) for x in state.odd_probs)
-    return BoltzmannState(tuple(copy(x) for x in state.layers), tuple(copy(x) for x in state.odd_inputs), probs, None)

@@ -2,9 +2,9 @@
 geometric (temperature) path, posteriors with v clamped, directed models, and a training run's trajectory. May import
 `kernels` and the models; never the estimators or anything above them."""
 
-from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, uniform_base
+from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, make_path, uniform_base
 from raise_eval.paths.directed import DirectedPath, DirectedState
-from raise_eval.paths.mixed import MixedPath, make_path, mixed_data_base, mixed_uniform_base, visible_statistics
+from raise_eval.paths.mixed import MixedPath, mixed_data_base, mixed_uniform_base, visible_statistics
 from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath, posterior_path
 from raise_eval.paths.trajectory import TrajectoryPath, TrajectoryState, check_trajectory, trajectory_path
 

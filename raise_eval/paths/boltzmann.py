@@ -17,14 +17,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from raise_eval.kernels.block_gibbs import (
-    BoltzmannState,
-    Scratch,
-    block_gibbs_step,
-    clone_state,
-    collapse_odd_layers,
-)
+from raise_eval.kernels.block_gibbs import BoltzmannState, block_gibbs_step, collapse_odd_layers
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.paths.geometric import GeometricBoltzmannPath
+from raise_eval.paths.mixed import MixedPath
 
 
 def uniform_base(model: LayeredBoltzmannMachine) -> list[Tensor]:
@@ -52,8 +48,11 @@ def data_base_rates(model: LayeredBoltzmannMachine, train_data: Tensor, eps: flo
     return [visible.to(model.dtype).to(model.device)] + [torch.zeros_like(b) for b in model.biases[1:]]
 
 
-class BoltzmannPath:
-    """Geometric path from an independent base (beta = 0) to `model` (beta = 1) on the even layers.
+class BoltzmannPath(GeometricBoltzmannPath):
+    """Geometric path from an independent base (beta = 0) to `model` (beta = 1) on the even layers, for binary
+    layers (`paths.geometric` has what every Boltzmann path shares; this class the binary base and weight update).
+    `BoltzmannPath(model)` serves every Boltzmann machine: a machine of typed layers (it declares `typed_layers`)
+    gets a `MixedPath`.
 
     Args:
         model: the target Boltzmann machine.
@@ -63,11 +62,7 @@ class BoltzmannPath:
     """
 
     def __new__(cls, model, *args, **kwargs):
-        # Hook for machines of typed layers (Gaussian, categorical, spin): their path is raise_eval.paths.mixed's,
-        # so that BoltzmannPath(model) serves every Boltzmann machine. Binary machines are untouched.
-        if model.typed_layers:
-            from raise_eval.paths.mixed import MixedPath
-
+        if cls is BoltzmannPath and model.typed_layers:  # declared by the model (`models.contracts`)
             return MixedPath(model, *args, **kwargs)
         return super().__new__(cls)
 
@@ -77,7 +72,13 @@ class BoltzmannPath:
         base_biases: Optional[Sequence[Tensor]] = None,
         clamped: Collection[int] = (),
     ):
-        base = uniform_base(model) if base_biases is None else list(base_biases)
+        super().__init__(model, base_biases, clamped)
+
+    @staticmethod
+    def _default_base(model) -> list[Tensor]:
+        return uniform_base(model)
+
+    def _check_base(self, model, base: list) -> None:
         if len(base) != model.num_layers:
             raise ValueError(f"need {model.num_layers} base bias vectors, got {len(base)}")
         for l, (c, b) in enumerate(zip(base, model.biases)):
@@ -85,16 +86,9 @@ class BoltzmannPath:
                 raise ValueError(f"base bias {l} has shape {tuple(c.shape)}, the model's has {tuple(b.shape)}")
             if not bool(torch.isfinite(c).all()):
                 raise ValueError(f"base bias {l} has NaN or infinite entries")
-        for l in clamped:
-            if not (0 <= l < model.num_layers and l % 2 == 0):
-                raise ValueError(f"only even layers (kept in the state) can be clamped; got layer {l}")
-        self.model = model
-        self.base_biases = [c.to(dtype=model.dtype, device=model.device) for c in base]
-        self.clamped = tuple(sorted(clamped))
-        self._scratch = Scratch()
-        self._at_cache: dict[float, LayeredBoltzmannMachine] = {}
-        # Names this path (model and base) in the probabilities a state carries: no other path takes them.
-        self._token = object()
+
+    def _prepare(self) -> None:
+        model = self.model
         # d(logit)/d(beta) of a summed-out unit is s u_j + b_j - c_j, with |u_j| <= sum of |weights| into unit j
         # (binary neighbours): a host-side bound on how far a step moves the logits, computed once.
         self._logit_speed = [None] * model.num_layers
@@ -105,42 +99,13 @@ class BoltzmannPath:
             speed = abs(model.weight_scale) * fan_in.max() + (model.biases[l] - self.base_biases[l]).abs().max()
             self._logit_speed[l] = float(speed)
 
-    def at(self, beta: float) -> LayeredBoltzmannMachine:
-        """The model at inverse temperature `beta` (shares the weight tensors)."""
-        # The loop asks for each beta three times (transition, then both ends of two weight updates): keep two.
-        cached = self._at_cache.get(beta)
-        if cached is None:
-            cached = self.model.annealed(beta, self.base_biases)
-            if len(self._at_cache) >= 2:
-                self._at_cache.pop(next(iter(self._at_cache)))
-            self._at_cache[beta] = cached
-        return cached
-
-    def with_clamped(self, clamped: Collection[int]) -> BoltzmannPath:
-        """The same path (model and base) whose kernel keeps the even layers `clamped` fixed. Clamping even layers
-        leaves p(odd | even) alone, so the two paths share the odd-layer probabilities a state carries."""
-        path = BoltzmannPath(self.model, self.base_biases, clamped=clamped)
-        path._token = self._token
-        return path
-
-    def probs_key(self, beta: float, state: BoltzmannState) -> Optional[tuple]:
-        """The key (`BoltzmannState.probs_key`) of odd-layer probabilities computed by this path at `beta` from
-        `state` as it is now: (the path's token, beta, the identity and version counter of each of the state's
-        tensors), so that a state changed in place, or a new state built around the old probabilities, never
-        passes for the one they were computed from. None where tensors keep no version counter (inference
-        mode): the probabilities are then recomputed, with the same bits."""
-        stamp = _stamp(state)
-        return None if stamp is None else (self._token, float(beta), stamp)
-
     @property
     def log_partition_initial(self) -> float:
         """log Z_0 of the base: every unit independent, sum of softplus(c), in float64."""
         return float(sum(F.softplus(c.double()).sum() for c in self.base_biases))
 
-    # ---------------------------------------------------------------- states
-    def state_from_layers(self, layers: Sequence[Optional[Tensor]]) -> BoltzmannState:
-        """The state for given even layers (odd entries are ignored)."""
-        return collapse_odd_layers(self.model, list(layers))
+    def _collapse(self, layers: list) -> BoltzmannState:
+        return collapse_odd_layers(self.model, layers)
 
     def sample_base_layer(self, l: int, batch_shape: tuple, generator: torch.Generator) -> Tensor:
         """Exact samples of layer `l` under the base p_0 (its units are independent), shaped (*batch_shape, n_l)."""
@@ -148,38 +113,10 @@ class BoltzmannPath:
         u = torch.rand((*batch_shape, c.shape[0]), generator=generator, device=c.device, dtype=c.dtype)
         return (u < torch.sigmoid(c)).to(c.dtype)
 
-    def sample_initial(self, num_chains: int, generator: torch.Generator) -> BoltzmannState:
-        """`num_chains` exact samples of the base distribution p_0, batch shape (num_chains,)."""
-        layers = [
-            self.sample_base_layer(l, (num_chains,), generator) if l % 2 == 0 else None
-            for l in range(self.model.num_layers)
-        ]
-        return self.state_from_layers(layers)
-
     def log_base_prob(self, x: Tensor, l: int) -> Tensor:
         """log p_0(x_l) of layer `l` under the base (independent units), float64, shaped (*batch,)."""
         c = self.base_biases[l].double()
         return torch.mv(x.double().reshape(-1, c.shape[0]), c).reshape(x.shape[:-1]) - float(F.softplus(c).sum())
-
-    # ---------------------------------------------------------------- densities and kernel
-    def log_density(self, state: BoltzmannState, beta: float) -> Tensor:
-        """log f_beta(x_even), odd layers summed out, shaped (*batch,)."""
-        return self.at(beta).log_unnormalized_marginal(state.layers, state.odd_inputs)
-
-    def log_density_ratio(self, state: BoltzmannState, beta_from: float, beta_to: float) -> Tensor:
-        """log f_{beta_to}(x) - log f_{beta_from}(x), shaped (*batch,)."""
-        return self._log_ratio(state, beta_from, beta_to, None)[0]
-
-    def weight_update(self, state: BoltzmannState, beta_from: float, beta_to: float) -> tuple[Tensor, BoltzmannState]:
-        """(log_density_ratio, the state carrying p(odd | even) at beta_to in new tensors when the weight update
-        computed them on its way): a transition at beta_to from the returned state samples from them instead of
-        recomputing them, with the same bits. `state` is not modified."""
-        return self._log_ratio(state, beta_from, beta_to, "new")
-
-    def weight_update_(self, state: BoltzmannState, beta_from: float, beta_to: float) -> tuple[Tensor, BoltzmannState]:
-        """`weight_update` writing the probabilities into the state's own `odd_probs` buffers (see `clone_state`),
-        for loops that own their state (`anneal`)."""
-        return self._log_ratio(state, beta_from, beta_to, "own")
 
     def _log_ratio(self, state: BoltzmannState, beta_from: float, beta_to: float, keep_probs: Optional[str]):
         odd = [l for l, inp in enumerate(state.odd_inputs) if inp is not None]
@@ -195,12 +132,12 @@ class BoltzmannPath:
             elif keep:
                 probs[l] = torch.empty_like(inp)
             else:
-                probs[l] = self._scratch.get(f"ratio_to{l}", inp.shape, inp)
+                probs[l] = self._buffers.like(f"ratio_to{l}", inp.shape, inp)
             buffers += [
                 probs[l],
-                self._scratch.get(f"ratio_from{l}", inp.shape, inp),
-                self._scratch.get(f"ratio_float64_{l}", inp.shape, inp, dtype=torch.float64),
-                self._scratch.get(f"ratio_series{l}", inp.shape, inp),
+                self._buffers.like(f"ratio_from{l}", inp.shape, inp),
+                self._buffers.like(f"ratio_float64_{l}", inp.shape, inp, dtype=torch.float64),
+                self._buffers.like(f"ratio_series{l}", inp.shape, inp),
             ]
         ratio = self.at(beta_from).log_ratio_to(
             self.at(beta_to), state.layers, state.odd_inputs, buffers=buffers, small_steps=small, step_bounds=bounds
@@ -211,65 +148,13 @@ class BoltzmannPath:
             return ratio, state._replace(odd_probs=tuple(probs), probs_key=self.probs_key(beta_to, state))
         return ratio, state._replace(probs_key=None)
 
-    def _probs_at(self, state: BoltzmannState, beta: float):
-        """The state's odd-layer probabilities if this path computed them at `beta`, else None."""
-        if state.odd_probs is None or state.probs_key is None or state.probs_key != self.probs_key(beta, state):
-            return None
-        return state.odd_probs
-
-    def transition(
-        self, state: BoltzmannState, beta: float, generator: torch.Generator, clamped: Collection[int] = ()
-    ) -> BoltzmannState:
-        """Block Gibbs step at `beta` (reversible, leaves p_beta(x_even) invariant; with clamped layers, p_beta of
-        the other even layers given them). `state` is not modified."""
-        probs = self._probs_at(state, beta)
-        if probs is not None:  # the sampler overwrites the probabilities it is given: hand it copies
-            probs = [None if p is None else p.clone() for p in probs]
+    def _gibbs(self, at, state, generator, clamped, out, odd_probs) -> BoltzmannState:
         return block_gibbs_step(
-            self.at(beta),
-            state,
-            generator,
-            clamped=tuple(self.clamped) + tuple(clamped),
-            scratch=self._scratch,
-            odd_probs=probs,
+            at, state, generator, clamped=clamped, scratch=self._buffers, out=out, odd_probs=odd_probs
         )
 
-    def transition_(self, state: BoltzmannState, beta: float, generator: torch.Generator) -> BoltzmannState:
-        """`transition` writing the new state into `state`'s own tensors (no allocation per step).
 
-        For loops that own their state (`anneal` clones the start once with `clone_state`); `state` is
-        overwritten, its probability buffers included (they then hold the odd samples: probs_key is None).
-        """
-        new = block_gibbs_step(
-            self.at(beta),
-            state,
-            generator,
-            clamped=self.clamped,
-            scratch=self._scratch,
-            out=state,
-            odd_probs=self._probs_at(state, beta),
-        )
-        return new._replace(odd_probs=state.odd_probs, probs_key=None)
-
-    def clone_state(self, state: BoltzmannState) -> BoltzmannState:
-        """A copy of `state` with new contiguous tensors (what `transition_` may overwrite), with buffers for the
-        odd-layer probabilities of `weight_update_` (copied when the state has them)."""
-        key, source = state.probs_key, state
-        state = clone_state(state)
-        if key is not None and key[2] == _stamp(source):  # valid for the source: valid for its copy
-            state = state._replace(probs_key=(*key[:2], _stamp(state)))
-        else:
-            state = state._replace(probs_key=None)
-        if state.odd_probs is None:
-            buffers = tuple(None if inp is None else torch.empty_like(inp) for inp in state.odd_inputs)
-            state = state._replace(odd_probs=buffers, probs_key=None)
-        return state
-
-
-def _stamp(state: BoltzmannState) -> Optional[tuple]:
-    """The identity and version counter of each of the state's tensors (None in inference mode, where tensors keep
-    no version counter)."""
-    try:
-        return tuple((id(t), t._version) for t in (*state.layers, *state.odd_inputs) if t is not None)
-    except RuntimeError:
-        return None
+def make_path(model, base_biases: Optional[Sequence[Tensor]] = None, clamped: Collection[int] = ()):
+    """The geometric path of a Boltzmann machine: `MixedPath` for typed layers, `BoltzmannPath` for binary ones
+    (as the model declares: `typed_layers`)."""
+    return BoltzmannPath(model, base_biases, clamped)

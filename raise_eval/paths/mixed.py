@@ -22,11 +22,12 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from raise_eval.kernels.block_gibbs import BoltzmannState
-from raise_eval.kernels.mixed_gibbs import clone_state, collapse_mixed, mixed_gibbs_step
+from raise_eval.kernels.mixed_gibbs import collapse_mixed, mixed_gibbs_step
 from raise_eval.models.boltzmann.buffers import Buffers
 from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
 from raise_eval.models.boltzmann.supports import BINARY
 from raise_eval.models.numerics import expm1_
+from raise_eval.paths.geometric import GeometricBoltzmannPath
 
 
 def is_mixed(model) -> bool:
@@ -57,8 +58,12 @@ def mixed_data_base(model: MixedBoltzmannMachine, statistics: Tensor) -> list[Te
     return [visible] + mixed_uniform_base(model)[1:]
 
 
-class MixedPath:
-    """Geometric path from an independent base (beta = 0) to `model` (beta = 1) on the even layers.
+class MixedPath(GeometricBoltzmannPath):
+    """Geometric path from an independent base (beta = 0) to `model` (beta = 1) on the even layers, for typed layers
+    (`paths.geometric` has what every Boltzmann path shares; this class the typed base and weight update). The
+    weight update is float64 and term by term: each even layer's potential changes linearly in beta, each odd
+    layer's log-normalizer by `Layer.log_normalizer_increment` with the steps (beta_to - beta_from) (theta - c) and
+    (beta_to - beta_from) s u.
 
     Args:
         model: the target machine.
@@ -72,7 +77,13 @@ class MixedPath:
         base_biases: Optional[Sequence[Tensor]] = None,
         clamped: Collection[int] = (),
     ):
-        base = mixed_uniform_base(model) if base_biases is None else list(base_biases)
+        super().__init__(model, base_biases, clamped)
+
+    @staticmethod
+    def _default_base(model) -> list[Tensor]:
+        return mixed_uniform_base(model)
+
+    def _check_base(self, model, base: list) -> None:
         if len(base) != model.num_layers:
             raise ValueError(f"need {model.num_layers} base parameter tensors, got {len(base)}")
         for l, (layer, c) in enumerate(zip(model.layers, base)):
@@ -80,89 +91,28 @@ class MixedPath:
             layer.check_params(c.to(model.dtype), f"base parameters {l}")
             if not bool(torch.isfinite(c).all()):
                 raise ValueError(f"base parameters {l} have NaN or infinite entries")
-        for l in clamped:
-            if not (0 <= l < model.num_layers and l % 2 == 0):
-                raise ValueError(f"only even layers (kept in the state) can be clamped; got layer {l}")
-        self.model = model
-        self.base_biases = [torch.as_tensor(c).to(dtype=model.dtype, device=model.device) for c in base]
-        self.clamped = tuple(sorted(clamped))
+
+    def _prepare(self) -> None:
         # The parameters move along (target - base) at unit speed in beta: steps are taken as (beta' - beta) times
         # this direction, never as a difference of two nearly equal interpolated values.
-        self._direction = [b - c for b, c in zip(model.biases, self.base_biases)]
-        self._at_cache: dict[float, MixedBoltzmannMachine] = {}
-        self._buffers = Buffers()
-        self._token = object()  # names this path in the probabilities a state carries (`probs_key`)
-
-    def at(self, beta: float) -> MixedBoltzmannMachine:
-        """The model at inverse temperature `beta` (shares the weight tensors)."""
-        cached = self._at_cache.get(beta)
-        if cached is None:
-            cached = self.model.annealed(beta, self.base_biases)
-            if len(self._at_cache) >= 2:
-                self._at_cache.pop(next(iter(self._at_cache)))
-            self._at_cache[beta] = cached
-        return cached
-
-    def with_clamped(self, clamped: Collection[int]) -> MixedPath:
-        """The same path whose kernel keeps the even layers `clamped` fixed (clamping even layers leaves p(odd |
-        even) alone, so the two share the odd-layer probabilities a state carries)."""
-        path = MixedPath(self.model, self.base_biases, clamped=clamped)
-        path._token = self._token
-        return path
-
-    def probs_key(self, beta: float, state: BoltzmannState) -> Optional[tuple]:
-        """The key of odd-layer probabilities computed by this path at `beta` from `state` as it is now
-        (`BoltzmannPath.probs_key`'s protocol: the path, beta, and each state tensor's identity and version)."""
-        stamp = _stamp(state)
-        return None if stamp is None else (self._token, float(beta), stamp)
+        self._direction = [b - c for b, c in zip(self.model.biases, self.base_biases)]
 
     @property
     def log_partition_initial(self) -> float:
         """log Z_0 of the base (independent units: a sum of the layers' log-normalizers), in float64."""
         return float(sum(layer.log_normalizer(c.double()) for layer, c in zip(self.model.layers, self.base_biases)))
 
-    # ---------------------------------------------------------------- states
-    def state_from_layers(self, layers: Sequence[Optional[Tensor]]) -> BoltzmannState:
-        """The state for given even layers (odd entries are ignored)."""
-        return collapse_mixed(self.model, list(layers))
+    def _collapse(self, layers: list) -> BoltzmannState:
+        return collapse_mixed(self.model, layers)
 
     def sample_base_layer(self, l: int, batch_shape: tuple, generator: torch.Generator) -> Tensor:
         """Exact samples of layer `l` under the base, shaped (*batch_shape, width_l)."""
         return self.model.layers[l].sample(self.base_biases[l], None, generator, batch_shape=tuple(batch_shape))
 
-    def sample_initial(self, num_chains: int, generator: torch.Generator) -> BoltzmannState:
-        """`num_chains` exact samples of the base distribution p_0, batch shape (num_chains,)."""
-        layers = [
-            self.sample_base_layer(l, (num_chains,), generator) if l % 2 == 0 else None
-            for l in range(self.model.num_layers)
-        ]
-        return self.state_from_layers(layers)
-
     def log_base_prob(self, x: Tensor, l: int) -> Tensor:
         """log p_0(x_l) of layer `l` under the base, float64, shaped (*batch,)."""
         layer, c = self.model.layers[l], self.base_biases[l].double()
         return layer.log_potential(c, x.double()) - layer.log_normalizer(c)
-
-    # ---------------------------------------------------------------- densities and kernel
-    def log_density(self, state: BoltzmannState, beta: float) -> Tensor:
-        """log f_beta(x_even), odd layers summed out, float64, shaped (*batch,)."""
-        return self.at(beta).log_unnormalized_marginal(state.layers, state.odd_inputs)
-
-    def log_density_ratio(self, state: BoltzmannState, beta_from: float, beta_to: float) -> Tensor:
-        """log f_{beta_to}(x) - log f_{beta_from}(x), float64, shaped (*batch,), term by term: each even layer's
-        potential changes linearly in beta, each odd layer's log-normalizer by `Layer.log_normalizer_increment`
-        with the steps (beta_to - beta_from) (theta - c) and (beta_to - beta_from) s u."""
-        return self._log_ratio(state, beta_from, beta_to, None)[0]
-
-    def weight_update(self, state: BoltzmannState, beta_from: float, beta_to: float) -> tuple[Tensor, BoltzmannState]:
-        """(log_density_ratio, the state carrying p(x_l = 1 | even layers) at beta_to of its Bernoulli odd layers,
-        in new tensors, when the weight update computed them on its way): a transition at beta_to samples from them
-        instead of recomputing them, with the same bits. `state` is not modified."""
-        return self._log_ratio(state, beta_from, beta_to, "new")
-
-    def weight_update_(self, state: BoltzmannState, beta_from: float, beta_to: float) -> tuple[Tensor, BoltzmannState]:
-        """`weight_update` writing the probabilities into the state's own `odd_probs` buffers (`clone_state`)."""
-        return self._log_ratio(state, beta_from, beta_to, "own")
 
     def _log_ratio(self, state: BoltzmannState, beta_from: float, beta_to: float, keep: Optional[str]):
         model, at, at_to = self.model, self.at(beta_from), self.at(beta_to)
@@ -212,63 +162,7 @@ class MixedPath:
         z64 = z_to.double()
         return (F.softplus(z64) - F.softplus(z64 + neg_d.double())).sum(-1), None
 
-    def _probs_at(self, state: BoltzmannState, beta: float):
-        if state.odd_probs is None or state.probs_key is None or state.probs_key != self.probs_key(beta, state):
-            return None
-        return state.odd_probs
-
-    def transition(
-        self, state: BoltzmannState, beta: float, generator: torch.Generator, clamped: Collection[int] = ()
-    ) -> BoltzmannState:
-        """Block Gibbs step at `beta` (reversible, leaves p_beta(x_even) invariant). `state` is not modified."""
-        probs = self._probs_at(state, beta)
-        if probs is not None:  # the sampler overwrites the probabilities it is given: hand it copies
-            probs = [None if p is None else p.clone() for p in probs]
-        return mixed_gibbs_step(
-            self.at(beta), state, generator, clamped=tuple(self.clamped) + tuple(clamped), odd_probs=probs
-        )
-
-    def transition_(self, state: BoltzmannState, beta: float, generator: torch.Generator) -> BoltzmannState:
-        """`transition` writing the new state into `state`'s own tensors (no allocation per step), for loops that own
-        their state (`anneal` clones the start once with `clone_state`)."""
-        new = mixed_gibbs_step(
-            self.at(beta),
-            state,
-            generator,
-            clamped=self.clamped,
-            buffers=self._buffers,
-            out=state,
-            odd_probs=self._probs_at(state, beta),
-        )
-        return new._replace(odd_probs=state.odd_probs, probs_key=None)
-
-    def clone_state(self, state: BoltzmannState) -> BoltzmannState:
-        """A copy of `state` in new contiguous tensors (what `transition_` overwrites), with buffers for the odd
-        layers' probabilities of `weight_update_` (copied, and still valid, when the state has them)."""
-        key, source = state.probs_key, state
-        state = clone_state(state)
-        if key is not None and key[2] == _stamp(source):
-            state = state._replace(probs_key=(*key[:2], _stamp(state)))
-        else:
-            state = state._replace(probs_key=None)
-        if state.odd_probs is None:
-            buffers = tuple(None if inp is None else torch.empty_like(inp) for inp in state.odd_inputs)
-            state = state._replace(odd_probs=buffers, probs_key=None)
-        return state
-
-
-def _stamp(state: BoltzmannState) -> Optional[tuple]:
-    """The identity and version counter of each of the state's tensors (None in inference mode)."""
-    try:
-        return tuple((id(t), t._version) for t in (*state.layers, *state.odd_inputs) if t is not None)
-    except RuntimeError:
-        return None
-
-
-def make_path(model, base_biases: Optional[Sequence[Tensor]] = None, clamped: Collection[int] = ()):
-    """The geometric path of a Boltzmann machine: `MixedPath` for typed layers, `BoltzmannPath` for binary ones."""
-    if is_mixed(model):
-        return MixedPath(model, base_biases, clamped)
-    from raise_eval.paths.boltzmann import BoltzmannPath
-
-    return BoltzmannPath(model, base_biases, clamped)
+    def _gibbs(self, at, state, generator, clamped, out, odd_probs) -> BoltzmannState:
+        # the buffers serve the in-place step only: a new state must not share the path's temporaries
+        buffers = None if out is None else self._buffers
+        return mixed_gibbs_step(at, state, generator, clamped=clamped, buffers=buffers, out=out, odd_probs=odd_probs)
