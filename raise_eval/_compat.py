@@ -17,6 +17,7 @@ MOVED = {
     "raise_eval.outputs": ("raise_eval.io.outputs",),
     "raise_eval.user_model": ("raise_eval.io.user_model",),
     "raise_eval.sharding": ("raise_eval.runtime.sharding",),
+    "raise_eval.exact_mixed": ("raise_eval.exact.typed",),  # 0.3: one exact package
     "raise_eval.resume": ("raise_eval.runtime.resume",),
     "raise_eval.threads": ("raise_eval.runtime.threads",),
     "raise_eval.distributed": ("raise_eval.runtime.distributed",),

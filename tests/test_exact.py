@@ -237,7 +237,7 @@ def test_chunks_respect_max_bytes(monkeypatch):
         seen.append((n, out.shape[0]))
         return out
 
-    monkeypatch.setattr(exact, "binary_configurations", recording)
+    monkeypatch.setattr(exact.binary, "binary_configurations", recording)  # the module that enumerates
     small = 64 * 1024
     dbm = _random_dbm((784, 10, 12), seed=3, weight_std=0.1, bias_std=0.1)
     dbn = DBN.random([784, 12, 40], weight_std=0.1, bias_std=0.1, generator=torch.Generator().manual_seed(8))

@@ -233,7 +233,7 @@ def plan_memory(plan) -> list[StageCost]:
     kept = kept + [_term(f"AIS's {m:,} log-weights", m, 8, "{ais_chains}", least=2)]
     if plan.use_exact:
         cost = exact_mod.exact_cost(model, n)
-        # exact_stage's chunk budget, or less when every configuration fits in one chunk (`exact._plan`)
+        # exact_stage's chunk budget, or less when every configuration fits in one chunk (`exact.enumeration.plan_chunks`)
         budget = max(min(int(plan.max_memory) // 2, exact_mod.DEFAULT_MAX_BYTES), 1 << 20)
         units = max(cost.log_z_units, cost.log_f_units)
         per_config = 8 * (2 * units + 2 * max(model.layer_sizes) + 4)

@@ -303,7 +303,7 @@ def _exact_seconds(plan) -> float:
     b = torch.rand(units, 2048, dtype=torch.float64, device=device)
     x = torch.rand(2**18, dtype=torch.float64, device=device)
     rates = []
-    for work, op in ((1024 * units * 2048, lambda: torch.mm(a, b)), (x.numel(), lambda: exact_mod._softplus_(x))):
+    for work, op in ((1024 * units * 2048, lambda: torch.mm(a, b)), (x.numel(), lambda: exact_mod.softplus_(x))):
         op()  # warm-up
         begin, calls = clock.now(), 0
         while calls < 3 or clock.now() - begin < 0.01:

@@ -17,7 +17,7 @@ from raise_eval.models.boltzmann import supports
 from raise_eval.models.boltzmann.layer import Layer
 from raise_eval.models.boltzmann.units import BernoulliLayer, CategoricalLayer, GaussianLayer, SpinLayer
 
-from raise_eval import exact, exact_mixed
+from raise_eval import exact
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def test_exact_answers_refuse_a_continuous_layer_they_do_not_know():
     for compute in (
         lambda: exact.log_partition(model),
         lambda: exact.log_unnormalized_visible(model, torch.zeros(1, 3, dtype=torch.float64)),
-        lambda: exact_mixed.annealing_model_marginal(model, [torch.zeros(3), -torch.ones(2)], torch.tensor([0.0, 1.0])),
+        lambda: exact.annealing_model_marginal(model, [torch.zeros(3), -torch.ones(2)], torch.tensor([0.0, 1.0])),
     ):
         with pytest.raises(ValueError, match=r"layer 1, exponential\(2\) \(support nonnegative\)"):
             compute()

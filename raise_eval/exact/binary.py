@@ -25,42 +25,31 @@ chunks are kept as a running log-sum-exp per vector.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Optional
 
 import torch
 from torch import Tensor
-from tqdm.auto import tqdm
 
+from raise_eval.exact.enumeration import (
+    BYTES,
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_UNITS,
+    ExactCost,
+    RunningLogSumExp,
+    binary_configurations,
+    check_units,
+    chunks,
+    configuration_index,
+    grow_bar,
+    plan_chunks,
+    progress_bar,
+    softplus_,
+)
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
-from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
 
-DEFAULT_MAX_UNITS = 25
-# Float64 temporaries of one chunk of configurations (and of its table against the test vectors).
-DEFAULT_MAX_BYTES = 256 * 2**20
-# Below this many configurations per chunk the per-chunk overhead shows, so vectors are split into blocks instead.
-_MIN_CONFIG_CHUNK = 1024
-_BYTES = 8  # float64 (and the int64 codes of `binary_configurations`)
-# The routes of exact log f(v) (`ExactCost.log_f_route`, the `route` keyword of `log_unnormalized_visible`).
 LOG_F_ROUTES = ("even", "odd", "closed-form", "dbn")
-
-
-def binary_configurations(
-    n: int, start: int = 0, stop: int | None = None, *, dtype=torch.float64, device=None
-) -> Tensor:
-    """Rows are the binary codes of the integers start..stop-1 (bit j = column j), shaped (stop - start, n)."""
-    stop = 2**n if stop is None else stop
-    codes = torch.arange(start, stop, device=device, dtype=torch.int64)
-    bits = torch.arange(n, device=device, dtype=torch.int64)
-    return ((codes.unsqueeze(-1) >> bits) & 1).to(dtype)
-
-
-def configuration_index(x: Tensor) -> Tensor:
-    """Integer code sum_j x_j 2^j of binary vectors x shaped (*batch, n), as int64 shaped (*batch,)."""
-    weights = 2 ** torch.arange(x.shape[-1], device=x.device, dtype=torch.int64)
-    return (x.round().to(torch.int64) * weights).sum(-1)
 
 
 def _groups(model: LayeredBoltzmannMachine) -> tuple[list[int], list[int]]:
@@ -75,82 +64,6 @@ def _split(config: Tensor, layer_ids: Sequence[int], sizes: Sequence[int]) -> di
         out[l] = config[..., start : start + sizes[l]]
         start += sizes[l]
     return out
-
-
-def _check_units(units: int, max_units: int, what: str) -> None:
-    if units > max_units:
-        raise ValueError(
-            f"exact {what} would enumerate 2^{units} configurations (limit 2^{max_units}); "
-            "use AIS/RAISE, or raise max_units if you really want to wait"
-        )
-
-
-def _softplus_(x: Tensor) -> Tensor:
-    """softplus in place (F.softplus has no in-place form; this halves the chunk's temporaries)."""
-    return torch.ops.aten.softplus.out(x, 1.0, 20.0, out=x)
-
-
-# ----------------------------------------------------------------------------------------------- chunking
-def _plan(
-    n_configs: int,
-    n_rows: int,
-    per_config: int,
-    per_pair: int,
-    per_row: int,
-    max_bytes: int,
-    chunk_size: Optional[int] = None,
-) -> tuple[int, int]:
-    """(configurations per chunk c, rows per block nb) with c * per_config + nb * c * per_pair + nb * per_row
-    <= max_bytes whenever one configuration and one row fit at all (at least one of each is always used).
-
-    All rows go in one block when a chunk of at least `_MIN_CONFIG_CHUNK` configurations (or all of them) still
-    fits beside them; otherwise rows are split into blocks, so the per-configuration work is done once per chunk
-    however many vectors there are, and the chunk takes at most about half the budget (the rest is the blocks').
-    `chunk_size` caps c.
-    """
-    cap = n_configs if chunk_size is None else max(1, min(n_configs, int(chunk_size)))
-    c = (max_bytes - n_rows * per_row) // (per_config + n_rows * per_pair)
-    if c >= min(cap, _MIN_CONFIG_CHUNK):
-        return int(min(c, cap)), n_rows
-    c = max(1, min(cap, _MIN_CONFIG_CHUNK, (max_bytes // 2) // (per_config + per_pair + per_row)))
-    nb = max(1, min(n_rows, (max_bytes - c * per_config) // max(1, c * per_pair + per_row)))
-    return int(c), int(nb)
-
-
-class _RunningLogSumExp:
-    """log sum_k exp(x_rk) per row r over chunks of k: a running maximum and the sum of exp(x - maximum), so the
-    rounding does not grow with |log f| as a logaddexp per chunk would."""
-
-    def __init__(self, n: int, device):
-        self.max = torch.full((n,), float("-inf"), dtype=torch.float64, device=device)
-        self.sum = torch.zeros(n, dtype=torch.float64, device=device)
-
-    def add_(self, begin: int, end: int, table: Tensor) -> None:
-        """Fold in the columns of `table` (rows begin..end-1, shaped (end - begin, c)), overwriting it."""
-        old = self.max[begin:end]
-        new = torch.maximum(old, table.amax(1))
-        shift = torch.where(torch.isfinite(new), new, torch.zeros_like(new))  # rows with only -inf so far
-        scale = torch.exp(old - shift)
-        self.sum[begin:end] = self.sum[begin:end] * scale + table.sub_(shift.unsqueeze(1)).exp_().sum(1)
-        self.max[begin:end] = new
-
-    def result(self) -> Tensor:
-        """The log-sum-exp of everything folded in, shaped (n,)."""
-        return self.max + self.sum.log()
-
-
-def _bar(progress: bool, desc: str):
-    return tqdm(total=0, desc=desc, disable=not progress, leave=False)
-
-
-def _grow(bar, steps: int) -> None:
-    # levels of a DBN are planned one after the other, so the bar learns its total as it goes
-    bar.total += steps
-    bar.refresh()
-
-
-def _chunks(n: int, size: int) -> list[tuple[int, int]]:
-    return [(a, min(a + size, n)) for a in range(0, n, size)]
 
 
 # ----------------------------------------------------------------------------------------------- routes and costs
@@ -175,7 +88,7 @@ def _dbn_log_f_units(dbn: DBN) -> int:
 
 def _log_f_route(model, route: Optional[str] = None) -> tuple[str, int]:
     """(route, units it enumerates) for log f(v); `route` forces 'odd' or 'even' on a DBM-like chain."""
-    if isinstance(model, DBN):
+    if model.family == "DBN":
         valid, chosen, units = ("dbn",), "dbn", _dbn_log_f_units(model)
     elif model.num_layers == 2:
         valid, chosen, units = ("closed-form",), "closed-form", 0
@@ -197,68 +110,7 @@ def _log_f_route(model, route: Optional[str] = None) -> tuple[str, int]:
 def log_f_units(model) -> int:
     """Units the cheapest exact log f(v) route enumerates (2^units configurations; 0 for an RBM, whose log f(v)
     is closed-form)."""
-    if isinstance(model, MixedBoltzmannMachine):  # typed layers: raise_eval.exact_mixed
-        cost = exact_cost(model, 1)
-        if not cost.enumerable:
-            raise ValueError(cost.refusal)
-        return cost.log_f_units
     return _log_f_route(model)[1]
-
-
-# A transcendental function (softplus, exp) costs about as much as this many multiply-adds in a product.
-EXP_MACS = 10.0
-
-
-@dataclasses.dataclass(frozen=True)
-class ExactCost:
-    """What exact log Z and log f(v) of `num_vectors` vectors would take, estimated without doing the work.
-
-    log_z_units / log_f_units: units enumerated (2^units configurations) by the routes `log_partition` and
-    `log_unnormalized_visible` choose; log_z_group: the parity group log Z enumerates ('even' or 'odd' layers,
-    a DBN's top RBM's); log_f_route: 'even', 'odd', 'closed-form' (RBM) or 'dbn'. *_macs: multiply-adds;
-    *_exps: elementwise transcendental evaluations (a softplus or the exp of a log-sum-exp counts one each).
-    Time is about macs / (a measured float64 multiply-add rate) plus exps / (a measured exp rate).
-    refusal: why no exact route exists (e.g. a continuous layer that can be neither enumerated nor integrated), or
-    None; with a refusal the counts are zero and mean nothing: check `enumerable` before comparing units.
-    """
-
-    num_vectors: int
-    log_z_units: int
-    log_z_group: str
-    log_z_macs: int
-    log_z_exps: int
-    log_f_route: str
-    log_f_units: int
-    log_f_macs: int
-    log_f_exps: int
-    refusal: Optional[str] = None
-
-    @property
-    def enumerable(self) -> bool:
-        """Whether exact answers have a route at all (no `refusal`)."""
-        return self.refusal is None
-
-    @property
-    def multiply_adds(self) -> int:
-        """log_z_macs + log_f_macs: the multiply-adds of both exact answers."""
-        return self.log_z_macs + self.log_f_macs
-
-    @property
-    def log_z_work(self) -> float:
-        """Exact log Z in multiply-add equivalents (a transcendental evaluation counts EXP_MACS)."""
-        return self.log_z_macs + EXP_MACS * self.log_z_exps
-
-    @property
-    def log_f_work(self) -> float:
-        """Exact log f(v) of the vectors in multiply-add equivalents (a transcendental evaluation counts EXP_MACS)."""
-        return self.log_f_macs + EXP_MACS * self.log_f_exps
-
-    def to_dict(self) -> dict:
-        """The fields and `multiply_adds`, as plain ints and strings."""
-        out = {**dataclasses.asdict(self), "multiply_adds": self.multiply_adds}
-        if self.refusal is None:
-            del out["refusal"]  # the keys of 0.3's documents where there is a route
-        return out
 
 
 def _layered_log_z_cost(model: LayeredBoltzmannMachine) -> tuple[str, int, int, int]:
@@ -287,11 +139,7 @@ def exact_cost(model, num_vectors: int) -> ExactCost:
     """The units, routes and approximate work of exact log Z and of exact log f(v) for `num_vectors` vectors
     (RBM, DBM or DBN), without enumerating anything. See `ExactCost`."""
     n = int(num_vectors)
-    if isinstance(model, MixedBoltzmannMachine):  # typed layers: raise_eval.exact_mixed
-        from raise_eval import exact_mixed
-
-        return exact_mixed.exact_cost(model, n)
-    if isinstance(model, DBN):
+    if model.family == "DBN":
         group_name, z_units, z_macs, z_exps = _layered_log_z_cost(model.top)
     else:
         group_name, z_units, z_macs, z_exps = _layered_log_z_cost(model)
@@ -348,29 +196,23 @@ def log_partition(
         max_bytes: bound on the float64 temporaries of one chunk (None: `DEFAULT_MAX_BYTES`).
         progress: a tqdm bar over the chunks.
     """
-    if isinstance(model, DBN):
+    if model.family == "DBN":
         return log_partition(
             model.top, max_units=max_units, chunk_size=chunk_size, max_bytes=max_bytes, progress=progress
-        )
-    if isinstance(model, MixedBoltzmannMachine):  # typed layers: raise_eval.exact_mixed
-        from raise_eval import exact_mixed
-
-        return exact_mixed.log_partition(
-            model, max_units=max_units, chunk_size=chunk_size, max_bytes=max_bytes, progress=progress
         )
     max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
     m = model.to(dtype=torch.float64)
     sizes = m.layer_sizes
     _, group, units = _log_z_group(m)
-    _check_units(units, max_units, "log Z")
+    check_units(units, max_units, "log Z")
     widest = max(sizes[l] for l in range(m.num_layers) if l not in group)
     # the codes and bits of `binary_configurations`, a summed-out layer's logits and their softplus, the sums
-    per_config = _BYTES * (2 * units + 2 * widest + 4)
-    c, _ = _plan(2**units, 1, per_config, 0, 0, max_bytes, chunk_size)
-    acc = _RunningLogSumExp(1, m.device)
-    with _bar(progress, "exact log Z") as bar:
-        _grow(bar, len(_chunks(2**units, c)))
-        for start, stop in _chunks(2**units, c):
+    per_config = BYTES * (2 * units + 2 * widest + 4)
+    c, _ = plan_chunks(2**units, 1, per_config, 0, 0, max_bytes, chunk_size)
+    acc = RunningLogSumExp(1, m.device)
+    with progress_bar(progress, "exact log Z") as bar:
+        grow_bar(bar, len(chunks(2**units, c)))
+        for start, stop in chunks(2**units, c):
             parts = _split(binary_configurations(units, start, stop, device=m.device), group, sizes)
             layers = [parts.get(l) for l in range(m.num_layers)]
             acc.add_(0, 1, m.log_unnormalized_marginal(layers).unsqueeze(0))
@@ -408,15 +250,9 @@ def log_unnormalized_visible(
         route: None (the cheaper), 'odd' or 'even' for DBMs; 'closed-form' for RBMs and 'dbn' for DBNs are
             accepted too.
     """
-    if isinstance(model, MixedBoltzmannMachine):  # typed layers: raise_eval.exact_mixed (its own route)
-        from raise_eval import exact_mixed
-
-        return exact_mixed.log_unnormalized_visible(
-            model, v, max_units=max_units, chunk_size=chunk_size, max_bytes=max_bytes, progress=progress
-        )
     chosen, units = _log_f_route(model, route)
     max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
-    _check_units(units, max_units, "a DBN's log f(v)" if chosen == "dbn" else "log f(v)")
+    check_units(units, max_units, "a DBN's log f(v)" if chosen == "dbn" else "log f(v)")
     m = model.to(dtype=torch.float64)
     v = v.to(dtype=torch.float64, device=m.device)
     batch, v_flat = v.shape[:-1], v.reshape(-1, v.shape[-1])
@@ -432,28 +268,14 @@ def log_unnormalized_visible(
     return out.reshape(batch)
 
 
-def log_likelihood(
-    model: LayeredBoltzmannMachine,
-    v: Tensor,
-    *,
-    max_units: int = DEFAULT_MAX_UNITS,
-    max_bytes: Optional[int] = None,
-    progress: bool = False,
-) -> Tensor:
-    """Exact log p(v) = log f(v) - log Z in float64, shaped (*batch,) (RBM, DBM or DBN); keywords as in
-    `log_unnormalized_visible`."""
-    log_f = log_unnormalized_visible(model, v, max_units=max_units, max_bytes=max_bytes, progress=progress)
-    return log_f - log_partition(model, max_units=max_units, max_bytes=max_bytes, progress=progress)
-
-
 def _closed_form_log_f(m: LayeredBoltzmannMachine, v: Tensor, max_bytes: int, progress: bool) -> Tensor:
     """An RBM's log f(v) for v shaped (N, n_visible), shaped (N,), in blocks of vectors."""
     n = v.shape[0]
-    block = max(1, max_bytes // (_BYTES * (2 * m.layer_sizes[1] + 2)))  # hidden logits and their softplus
+    block = max(1, max_bytes // (BYTES * (2 * m.layer_sizes[1] + 2)))  # hidden logits and their softplus
     out = torch.empty(n, dtype=torch.float64, device=m.device)
-    with _bar(progress, "exact log f(v)") as bar:
-        _grow(bar, len(_chunks(n, block)))
-        for a, b in _chunks(n, block):
+    with progress_bar(progress, "exact log f(v)") as bar:
+        grow_bar(bar, len(chunks(n, block)))
+        for a, b in chunks(n, block):
             out[a:b] = m.log_unnormalized_marginal([v[a:b], None])
             bar.update(1)
     return out
@@ -475,19 +297,19 @@ def _log_f_odd(
     a = torch.mm(v, m.weights[0]).mul_(m.weight_scale)  # (N, n_1)
     widest = max(sizes[l] for l in even_hidden)
     # codes and bits, one even layer's logits (softplus in place), G and a bias product; the table: one per pair
-    per_config = _BYTES * (2 * units + widest + 4)
-    c, nb = _plan(2**units, n, per_config, _BYTES, 0, max_bytes, chunk_size)
-    acc = _RunningLogSumExp(n, m.device)
-    with _bar(progress, "exact log f(v)") as bar:
-        _grow(bar, len(_chunks(2**units, c)))
-        for start, stop in _chunks(2**units, c):
+    per_config = BYTES * (2 * units + widest + 4)
+    c, nb = plan_chunks(2**units, n, per_config, BYTES, 0, max_bytes, chunk_size)
+    acc = RunningLogSumExp(n, m.device)
+    with progress_bar(progress, "exact log f(v)") as bar:
+        grow_bar(bar, len(chunks(2**units, c)))
+        for start, stop in chunks(2**units, c):
             parts = _split(binary_configurations(units, start, stop, device=m.device), odd, sizes)
             layers = [parts.get(l) for l in range(m.num_layers)]
             g = sum(torch.mv(parts[l], m.biases[l]) for l in odd)
             for l in even_hidden:
-                g = g + _softplus_(m.layer_logits(layers, l)).sum(-1)
+                g = g + softplus_(m.layer_logits(layers, l)).sum(-1)
             x1t = parts[1].t()
-            for r0, r1 in _chunks(n, nb):
+            for r0, r1 in chunks(n, nb):
                 acc.add_(r0, r1, torch.addmm(g.unsqueeze(0), a[r0:r1], x1t))
             del parts, layers, g, x1t  # one chunk alive at a time
             bar.update(1)
@@ -512,22 +334,22 @@ def _log_f_even(
     widest = max([sizes[l] for l in odd[1:]], default=0)
     # codes and bits, x_2's input to x_1, one upper odd layer's logits, H and a bias product; per pair the
     # (vector, configuration, x_1 unit) logits and the table
-    per_config = _BYTES * (2 * units + sizes[1] + widest + 4)
-    per_pair = _BYTES * (sizes[1] + 1)
-    c, nb = _plan(2**units, n, per_config, per_pair, 0, max_bytes, chunk_size)
-    acc = _RunningLogSumExp(n, m.device)
-    with _bar(progress, "exact log f(v)") as bar:
-        _grow(bar, len(_chunks(2**units, c)))
-        for start, stop in _chunks(2**units, c):
+    per_config = BYTES * (2 * units + sizes[1] + widest + 4)
+    per_pair = BYTES * (sizes[1] + 1)
+    c, nb = plan_chunks(2**units, n, per_config, per_pair, 0, max_bytes, chunk_size)
+    acc = RunningLogSumExp(n, m.device)
+    with progress_bar(progress, "exact log f(v)") as bar:
+        grow_bar(bar, len(chunks(2**units, c)))
+        for start, stop in chunks(2**units, c):
             parts = _split(binary_configurations(units, start, stop, device=m.device), even_hidden, sizes)
             layers = [parts.get(l) for l in range(m.num_layers)]
             h = sum(torch.mv(parts[l], m.biases[l]) for l in even_hidden)
             for l in odd[1:]:
-                h = h + _softplus_(m.layer_logits(layers, l)).sum(-1)
+                h = h + softplus_(m.layer_logits(layers, l)).sum(-1)
             from_x2 = torch.mm(parts[2], m.weights[1].t()).mul_(m.weight_scale)  # (c, n_1)
-            for r0, r1 in _chunks(n, nb):
+            for r0, r1 in chunks(n, nb):
                 # the (nb, c, n_1) logits stay unnamed, so they are freed before the next block's are made
-                acc.add_(r0, r1, _softplus_(a[r0:r1].unsqueeze(1) + from_x2).sum(-1).add_(h))
+                acc.add_(r0, r1, softplus_(a[r0:r1].unsqueeze(1) + from_x2).sum(-1).add_(h))
             del parts, layers, h, from_x2  # one chunk alive at a time
             bar.update(1)
     return acc.result() + base
@@ -558,18 +380,18 @@ def _dbn_level(
     n_l, n_above = sizes[l], sizes[l + 1]
     weight, bias = dbn.weights[l], dbn.biases[l]
     # codes and bits of x_{l+1}, the generative logits (their sum with the bias, softplus in place), the column
-    per_config = _BYTES * (2 * n_above + 2 * n_l + 3) + w_bytes
+    per_config = BYTES * (2 * n_above + 2 * n_l + 3) + w_bytes
     # y W_l and y.b_l per row (and the generated rows themselves)
-    per_row = _BYTES * (n_above + 2 + (2 * n_l if rows_generated else 0))
-    c, nb = _plan(2**n_above, n_rows, per_config, _BYTES, per_row, max_bytes, chunk_size)
-    blocks = _chunks(n_rows, nb)
+    per_row = BYTES * (n_above + 2 + (2 * n_l if rows_generated else 0))
+    c, nb = plan_chunks(2**n_above, n_rows, per_config, BYTES, per_row, max_bytes, chunk_size)
+    blocks = chunks(n_rows, nb)
     base = torch.empty(n_rows, dtype=torch.float64, device=dbn.device)
     cached = None  # y W_l of the only block: computed once
-    acc = _RunningLogSumExp(n_rows, dbn.device)
-    _grow(bar, len(_chunks(2**n_above, c)))
-    for i, (start, stop) in enumerate(_chunks(2**n_above, c)):
+    acc = RunningLogSumExp(n_rows, dbn.device)
+    grow_bar(bar, len(chunks(2**n_above, c)))
+    for i, (start, stop) in enumerate(chunks(2**n_above, c)):
         above = binary_configurations(n_above, start, stop, device=dbn.device)
-        column = log_w(start, stop, above) - _softplus_(dbn.generative_logits(above, l)).sum(-1)  # (c,)
+        column = log_w(start, stop, above) - softplus_(dbn.generative_logits(above, l)).sum(-1)  # (c,)
         for r0, r1 in blocks:
             if cached is None or len(blocks) > 1:
                 cached = None  # the previous block's product goes before this one's is made
@@ -602,13 +424,13 @@ def _dbn_log_f(
     sizes = dbn.layer_sizes
     top = len(dbn.weights) - 1  # x_top is the top RBM's visible layer
     n_top_hidden = sizes[top + 1]
-    with _bar(progress, "exact log f(v)") as bar:
+    with progress_bar(progress, "exact log f(v)") as bar:
         if log_top is None and top == 1:
             # f_top computed per chunk of x_1: no table over x_1 at all
             def log_w(start, stop, above):
                 return dbn.top.log_unnormalized_prob(above)
 
-            w_bytes = _BYTES * (2 * n_top_hidden + 2)
+            w_bytes = BYTES * (2 * n_top_hidden + 2)
         else:
             if log_top is None:
                 log_top = _top_marginal_table(dbn, max_bytes, chunk_size, bar)
@@ -641,10 +463,10 @@ def _top_marginal_table(dbn: DBN, max_bytes: int, chunk_size: Optional[int], bar
     """log f_top(x_{L-1}) for every configuration of x_{L-1} (index = `configuration_index`), in chunks."""
     top = dbn.top
     n, n_hidden = top.n_visible, top.n_hidden
-    c, _ = _plan(2**n, 1, _BYTES * (2 * n + 2 * n_hidden + 2), 0, 0, max_bytes, chunk_size)
+    c, _ = plan_chunks(2**n, 1, BYTES * (2 * n + 2 * n_hidden + 2), 0, 0, max_bytes, chunk_size)
     out = torch.empty(2**n, dtype=torch.float64, device=top.device)
-    _grow(bar, len(_chunks(2**n, c)))
-    for start, stop in _chunks(2**n, c):
+    grow_bar(bar, len(chunks(2**n, c)))
+    for start, stop in chunks(2**n, c):
         # nothing of a chunk is named, so it is freed before the next one is built
         out[start:stop] = top.log_unnormalized_prob(binary_configurations(n, start, stop, device=top.device))
         bar.update(1)
@@ -688,14 +510,10 @@ def annealing_model_marginal(
     For a DBN, `base_biases` are those of the top RBM's path: its annealing model over x_{L-1} is pushed down
     through the directed layers (the unrolled annealing model).
     """
-    if isinstance(model, MixedBoltzmannMachine):  # typed layers: raise_eval.exact_mixed (index: the visible layer's
-        from raise_eval import exact_mixed  # configuration_index)
-
-        return exact_mixed.annealing_model_marginal(model, base_biases, betas, max_units=max_units)
-    if isinstance(model, DBN):
+    if model.family == "DBN":
         p_top = annealing_model_marginal(model.top, base_biases, betas, max_units=max_units)
-        _check_units(model.n_visible, max_units, "p_ann")
-        _check_units(_dbn_log_f_units(model), max_units, "a DBN's directed layers")
+        check_units(model.n_visible, max_units, "p_ann")
+        check_units(_dbn_log_f_units(model), max_units, "a DBN's directed layers")
         m = model.to(dtype=torch.float64)
         return _dbn_log_f(m, None, p_top.log(), DEFAULT_MAX_BYTES, None, False).exp()
     m = model.to(dtype=torch.float64)
@@ -711,7 +529,7 @@ def annealing_model_marginal_along(models: Sequence[LayeredBoltzmannMachine], *,
     if len(models) < 1:
         raise ValueError("need at least the start")
     first = models[0].to(dtype=torch.float64)
-    _check_units(sum(first.layer_sizes), max_units, "p_ann")
+    check_units(sum(first.layer_sizes), max_units, "p_ann")
     table0, e, _ = _joint_table(first)
     p = torch.softmax(table0.flatten(), dim=0).reshape(table0.shape).sum(1)  # p_0 over even configurations
     for model in models[1:]:
@@ -723,9 +541,5 @@ def annealing_model_marginal_along(models: Sequence[LayeredBoltzmannMachine], *,
 
 def log_annealing_model(model, base_biases: Sequence[Tensor], betas: Tensor, v: Tensor) -> Tensor:
     """log p_ann(v) at the rows of v (N, n_visible), float64 shaped (N,): what RAISE's weights are unbiased for.
-    A log-density for a machine with a Gaussian visible layer (`raise_eval.exact_mixed.log_annealing_model`)."""
-    if isinstance(model, MixedBoltzmannMachine):
-        from raise_eval import exact_mixed
-
-        return exact_mixed.log_annealing_model(model, base_biases, betas, v)
+    (Typed layers: `exact.typed.log_annealing_model`.)"""
     return annealing_model_marginal(model, base_biases, betas)[configuration_index(v)].log()

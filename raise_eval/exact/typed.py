@@ -1,5 +1,5 @@
 """Exact answers for machines of typed layers (`MixedBoltzmannMachine`): the ground truth of their tests, and the
-exact values of their evaluations. `raise_eval.exact`'s functions hand such machines to these.
+exact values of their evaluations. `raise_eval.exact`'s functions hand such machines (`typed_layers`) to these.
 
 - `log_partition`: log Z, enumerating the parity group of layers (even or odd) that is all discrete and has fewer
   configurations (q^n for a categorical layer, 2^n for Bernoulli and spin layers), the other group summed out by
@@ -27,18 +27,19 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from raise_eval.exact import (
+from raise_eval.exact.enumeration import (
+    BYTES,
     DEFAULT_MAX_BYTES,
     DEFAULT_MAX_UNITS,
     ExactCost,
-    _bar,
-    _chunks,
-    _grow,
-    _RunningLogSumExp,
+    RunningLogSumExp,
+    chunks,
+    grow_bar,
+    plan_chunks,
+    progress_bar,
 )
 from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
 
-_BYTES = 8
 GAUSS_HERMITE_NODES = 64  # per Gaussian unit; the integrands are smooth (products of sigmoids or softmaxes)
 
 
@@ -177,12 +178,12 @@ def log_partition(
         return _gaussian_log_partition(m)
     _check(count, max_units, "log Z")
     max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
-    per_config = _BYTES * (4 * sum(m.layer_sizes) + 8)
-    c = max(1, min(count, max_bytes // per_config, count if chunk_size is None else int(chunk_size)))
-    acc = _RunningLogSumExp(1, m.device)
-    with _bar(progress, "exact log Z") as bar:
-        _grow(bar, len(_chunks(count, c)))
-        for start, stop in _chunks(count, c):
+    per_config = BYTES * (4 * sum(m.layer_sizes) + 8)
+    c, _ = plan_chunks(count, 1, per_config, 0, 0, max_bytes, chunk_size)
+    acc = RunningLogSumExp(1, m.device)
+    with progress_bar(progress, "exact log Z") as bar:
+        grow_bar(bar, len(chunks(count, c)))
+        for start, stop in chunks(count, c):
             parts = group_configurations(m, group, start, stop)
             layers = [parts.get(l) for l in range(m.num_layers)]
             acc.add_(0, 1, m.log_unnormalized_marginal(layers).unsqueeze(0))
@@ -209,16 +210,15 @@ def log_unnormalized_visible(
     _check(count, max_units, "log f(v)")
     max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
     n = flat.shape[0]
-    per_pair = _BYTES * (3 * sum(m.layer_sizes) + 8)
-    c = max(1, min(count, max_bytes // (per_pair * max(1, n)), count if chunk_size is None else int(chunk_size)))
-    rows = max(1, min(n, max_bytes // (per_pair * c)))
-    acc = _RunningLogSumExp(n, m.device)
-    with _bar(progress, "exact log f(v)") as bar:
-        _grow(bar, len(_chunks(count, c)))
-        for start, stop in _chunks(count, c):
+    per_pair = BYTES * (3 * sum(m.layer_sizes) + 8)
+    c, rows = plan_chunks(count, max(1, n), 0, per_pair, 0, max_bytes, chunk_size)
+    acc = RunningLogSumExp(n, m.device)
+    with progress_bar(progress, "exact log f(v)") as bar:
+        grow_bar(bar, len(chunks(count, c)))
+        for start, stop in chunks(count, c):
             parts = group_configurations(m, group, start, stop)
             k = stop - start
-            for r0, r1 in _chunks(n, rows):
+            for r0, r1 in chunks(n, rows):
                 layers = [flat[r0:r1].unsqueeze(1).expand(-1, k, -1)]
                 for l in range(1, m.num_layers):
                     layers.append(parts[l].unsqueeze(0).expand(r1 - r0, -1, -1) if l in parts else None)
