@@ -123,7 +123,7 @@ def cache_folder() -> Path:
         xdg = os.environ.get("XDG_CACHE_HOME", "").strip()
         base = xdg if os.path.isabs(xdg) else os.path.join(os.path.expanduser("~"), ".cache")
         root = os.path.join(base, "raise-eval")
-    return Path(root) / "native"
+    return Path(os.path.expanduser(root)) / "native"
 
 
 @contextlib.contextmanager
@@ -234,7 +234,18 @@ def _cpu_identity() -> str:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
         return f"{platform.machine()} {platform.processor()}"
-    return f"{platform.machine()}\n" + text.split("\n\n")[0].replace("\t", "").replace("cpu MHz", "")
+    return _cpu_summary(text)
+
+
+def _cpu_summary(cpuinfo: str) -> str:
+    """The lines of /proc/cpuinfo's first entry that say what the CPU is and can run."""
+    lines = [line.split(":", 1) for line in cpuinfo.split("\n\n")[0].splitlines() if ":" in line]
+    # what the CPU is and can run, not what it does now (cpu MHz, bogomips) or the kernel's patches (microcode, bugs)
+    return platform.machine() + "".join(f"\n{k.strip()}:{v.strip()}" for k, v in lines if k.strip() in _CPU_KEYS)
+
+
+_CPU_KEYS = {"vendor_id", "cpu family", "model", "model name", "stepping", "flags", "Features", "CPU implementer",
+             "CPU architecture", "CPU variant", "CPU part", "CPU revision", "isa", "uarch", "cpu"}  # fmt: skip
 
 
 def _load(path: Path, name: str) -> tuple[Optional[ctypes.CDLL], Optional[str]]:

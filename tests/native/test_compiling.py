@@ -93,6 +93,9 @@ def test_an_unwritable_cache_folder_leaves_a_temporary_one(fresh, monkeypatch, t
 def test_the_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv(native.CACHE_ENV, str(tmp_path / "mine"))
     assert native.cache_folder() == tmp_path / "mine" / "native"
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv(native.CACHE_ENV, "~/kernels")  # quoted, so the shell left the ~
+    assert native.cache_folder() == tmp_path / "home" / "kernels" / "native"
     monkeypatch.delenv(native.CACHE_ENV)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert native.cache_folder() == tmp_path / "xdg" / "raise-eval" / "native"
@@ -209,3 +212,13 @@ def test_the_useful_line_of_a_failed_compile():
     assert native._useful_line(link) == "/usr/bin/ld: cannot find -lm: No such file or directory"
     assert native._useful_line("something odd\nthe end\n") == "the end"
     assert native._useful_line("\n") is None
+
+
+def test_the_cache_key_follows_what_the_cpu_can_run_not_its_clock():
+    """A key that took the CPU's current MHz would compile again in every run."""
+    entry = "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel\t\t: 207\ncpu MHz\t\t: {mhz}\nflags\t\t: {flags}\n"
+    entry += "bogomips\t: {mhz}\n\nprocessor\t: 1\ncpu MHz\t\t: 1.0\n"
+    summary = native._cpu_summary(entry.format(mhz="2299.998", flags="fpu avx2"))
+    assert summary == native._cpu_summary(entry.format(mhz="3100.5", flags="fpu avx2"))
+    assert summary != native._cpu_summary(entry.format(mhz="2299.998", flags="fpu avx2 avx512f"))
+    assert "model:207" in summary and "MHz" not in summary
