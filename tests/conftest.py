@@ -37,6 +37,19 @@ def make_multimodal_rbm(n_visible: int, n_hidden: int, seed: int, weight_std: fl
     return model
 
 
+@pytest.fixture(scope="session", autouse=True)
+def native_cache_in_a_temporary_folder(tmp_path_factory):
+    """The C kernels compiled by the tests (and by the commands they start, which inherit the environment) are kept
+    in a folder of the test session, never in the user's cache folder (raise_eval.native.cache_folder)."""
+    previous = os.environ.get("RAISE_EVAL_CACHE_DIR")
+    os.environ["RAISE_EVAL_CACHE_DIR"] = str(tmp_path_factory.mktemp("raise_eval_cache"))
+    yield
+    if previous is None:
+        os.environ.pop("RAISE_EVAL_CACHE_DIR", None)
+    else:
+        os.environ["RAISE_EVAL_CACHE_DIR"] = previous
+
+
 @pytest.fixture(scope="session")
 def tiny_rbm() -> RBM:
     """An 8-6 RBM in float64 whose visible distribution has several separated modes."""

@@ -128,7 +128,12 @@ _forced: Optional[str] = None  # set by force_route; overrides the environment v
 
 def requested_route() -> Optional[str]:
     """The forced route (force_route, else the environment variable), or None for timing."""
-    route = _forced if _forced is not None else os.environ.get(ROUTE_ENV, "auto").strip().lower() or "auto"
+    return _forced if _forced is not None else environment_route()
+
+
+def environment_route() -> Optional[str]:
+    """The route RAISE_EVAL_PRODUCT_ROUTE forces (None: unset or auto), whatever `force_route` says."""
+    route = os.environ.get(ROUTE_ENV, "auto").strip().lower() or "auto"
     if route == "auto":
         return None
     if route not in ROUTES:

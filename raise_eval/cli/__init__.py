@@ -9,12 +9,14 @@ To add a subcommand: a module with `add_parser(sub)` (its options from the decla
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import warnings
 
 import torch
 
+from raise_eval import native
 from raise_eval._version import __version__
 from raise_eval.cli import bdmc, evaluate, trajectory
 from raise_eval.cli.options import attach_dash_values, die
@@ -73,8 +75,11 @@ def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(attach_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
     warnings.showwarning = _show_warning
+    # A C kernel compiled (not found in the cache) says so on stderr, as the progress bars do (rank 0 of torchrun's)
+    announce = vars(args).get("progress", True) and os.environ.get("RANK", "0") in ("", "0")
     try:
-        code = args.run(args)
+        with native.announcing_compiles(announce):
+            code = args.run(args)
         if args.command == "evaluate" and code in (0, evaluate.EXIT_OPEN):
             shutdown_process_group()  # a finished run (not Ctrl-C): leave a torchrun process group cleanly
         return code

@@ -9,7 +9,7 @@ import sys
 from raise_eval.bidirectional.report import BDMCFailed, BDMCInterrupted
 from raise_eval.bidirectional.run import check_bdmc_model, evaluate_bdmc
 from raise_eval.bidirectional.settings import BDMCSettings
-from raise_eval.cli.common import announce_null_outputs, configure_threads, write_report
+from raise_eval.cli.common import announce_null_outputs, check_environment, configure_threads, write_report
 from raise_eval.cli.options import add_subcommand, die, flags, settings_from
 from raise_eval.io.inputs import BDMCInputSettings, load_directed_model, load_real_data, load_simulated
 from raise_eval.io.run_files import OutputSettings
@@ -54,6 +54,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_environment()
     inputs = settings_from(args, BDMCInputSettings)
     settings = settings_from(args, BDMCSettings)
     outputs = settings_from(args, OutputSettings)

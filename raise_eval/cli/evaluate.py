@@ -14,7 +14,7 @@ import torch
 from raise_eval.certification.report import CertifyInterrupted
 from raise_eval.certification.run import certify
 from raise_eval.certification.settings import CERTIFY_HELP, CertifySettings
-from raise_eval.cli.common import announce_null_outputs, configure_threads, write_report
+from raise_eval.cli.common import announce_null_outputs, check_environment, configure_threads, write_report
 from raise_eval.cli.options import add_subcommand, die, flags, given, settings_from
 from raise_eval.evaluation.plan import plan_evaluation
 from raise_eval.evaluation.report import EvaluationInterrupted
@@ -95,6 +95,7 @@ def _settings(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    check_environment()
     inputs, evaluation, outputs, cert_settings = _settings(args)
     announce_null_outputs(outputs, FLAGS)
     evaluation = evaluation.replace(threads=configure_threads(evaluation.threads))

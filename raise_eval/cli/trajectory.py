@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 
-from raise_eval.cli.common import configure_threads, write_report
+from raise_eval.cli.common import check_environment, configure_threads, write_report
 from raise_eval.cli.options import add_subcommand, flags, settings_from
 from raise_eval.io.run_files import OutputSettings
 from raise_eval.io.trajectory_files import TrajectoryInputSettings, load_trajectory_inputs
@@ -62,6 +62,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_environment()
     inputs = settings_from(args, TrajectoryInputSettings)
     settings = settings_from(args, TrajectorySettings)
     outputs = settings_from(args, OutputSettings)

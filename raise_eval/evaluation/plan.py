@@ -20,6 +20,7 @@ from raise_eval import exact as exact_mod
 from raise_eval.evaluation.memory import CostEstimate, check_memory, plan_memory
 from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings, evaluate_settings
 from raise_eval.io.datasets import check_binary
+from raise_eval.models.boltzmann import products
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, make_path, uniform_base
 from raise_eval.paths.mixed import mixed_data_base, mixed_uniform_base
@@ -278,7 +279,7 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         "device": str(model.device),
         "dtype": str(model.dtype).replace("torch.", ""),
         "threads": torch.get_num_threads(),
-        "product_route": s.product_route,
+        **_product_route(s.product_route),
         "torch": torch.__version__,
         "data": "",
         "split": "",
@@ -296,6 +297,18 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         out["schedule_betas"] = list(s.betas)  # a named schedule is its name and K: not these
     out.update(labels or {})
     return out
+
+
+def _product_route(setting: str) -> dict[str, Any]:
+    """The run's product route as it will be taken: product_route (the setting's, else the one that
+    RAISE_EVAL_PRODUCT_ROUTE forces, else "auto": timed) and product_route_forced_by ("setting", the variable's
+    name, or None)."""
+    if setting != "auto":
+        return {"product_route": setting, "product_route_forced_by": "setting"}
+    route = products.environment_route()
+    if route is None:
+        return {"product_route": "auto", "product_route_forced_by": None}
+    return {"product_route": route, "product_route_forced_by": products.ROUTE_ENV}
 
 
 def _as_test_tensor(model, test_data) -> Tensor:

@@ -185,6 +185,7 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             if plan.settings.product_route == "amx" and kernels["amx_products"] != "in use":
                 if not any(n.startswith("the amx route") for n in notes):
                     notes.append(f"the amx route cannot run here ({kernels['amx_products']}): torch.mm ran instead")
+        _note_a_forced_route_unused(all_settings, notes)
         ais_result, log_f_est, raise_result, cv = (done.get(k) for k in ("ais", "log_f", "raise", "cv"))
         ais_mean = None
         if ais_result is not None and log_f_est is not None:
@@ -308,6 +309,30 @@ RESUME_KEYS = (
     "log_f_samples", "log_f_ais_steps", "log_f_ais_chains", "seed", "device", "dtype", "shard_size", "pilot_chains",
     "pilot_grid", "test_subset", "dbn_start",
 )  # fmt: skip
+
+
+# What each route computes (models.boltzmann.products), for the note on a forced route that computed nothing
+_ROUTE_TAKES = {
+    "onednn": "float32 products",
+    "table": "products of 0/1 inputs whose tables fit in memory",
+    "amx": "float32 products of 0/1 inputs",
+}
+
+
+def _note_a_forced_route_unused(all_settings: dict, notes: list[str]) -> None:
+    """A forced product route that could compute none of the run's products (amx or onednn in float64, ...): say
+    that torch.mm ran them all (the route's own unavailability, e.g. no AMX tiles, has its note already)."""
+    route, by = all_settings.get("product_route"), all_settings.get("product_route_forced_by")
+    choices = all_settings.get("product_routes") or []
+    if by is None or route == "mm" or any(n.startswith(f"the {route} route") for n in notes):
+        return
+    if choices and not any(c["how"] == "forced" for c in choices):
+        source = "{product_route}" if by == "setting" else f"{by}={route}"
+        dtypes = ", ".join(sorted({c["dtype"] for c in choices}))
+        notes.append(
+            f"the {route} route ({source}) computes {_ROUTE_TAKES.get(route, 'other products')}, and this run's "
+            f"products ({dtypes}) are not: torch.mm ran them all"
+        )
 
 
 def _resume_settings(all_settings: dict, model, test: Tensor, path: BoltzmannPath, betas) -> dict[str, Any]:

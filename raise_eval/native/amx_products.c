@@ -13,6 +13,8 @@
  * bytes, row kk holding columns nb 16 + n (n < 16) at bytes 4 n + r for inputs k = 4 kk + r (TDPBUSD's B layout).
  * kpad (a multiple of 64) pads the inputs with zero rows, the last block's columns with zero columns.
  */
+#include "export.h"
+
 #include <cpuid.h>
 #include <immintrin.h>
 #include <stdint.h>
@@ -25,7 +27,7 @@
 #define ROWS 32 /* rows per block: two A tiles of 16 */
 
 /* 1 where the CPU has AMX tiles with int8 products and Linux grants this process their state, else 0. */
-int amx_int8_ready(void) {
+RAISE_EVAL_EXPORT int amx_int8_ready(void) {
     unsigned a, b, c, d;
     if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return 0;
     if (!((d >> 24) & 1u) || !((d >> 25) & 1u)) return 0; /* AMX-TILE, AMX-INT8 */
@@ -42,9 +44,10 @@ typedef struct {
  * where bias is NULL. xs[t]: float32 rows of widths[t] values 0. or 1., contiguous; the inputs of the terms follow
  * each other in the packed weights. stage: room for the rows' inputs as uint8, kpad bytes per row and the rows
  * rounded up to a multiple of 32, 64-byte aligned (kept by the caller between calls: fresh pages would fault). */
-void amx_binary_product(int64_t nterms, const float *const *xs, const int64_t *widths, const int8_t *packed,
-                        int64_t kpad, int64_t nblocks, const double *scales, int64_t cols, const float *bias,
-                        double alpha, float *out, int64_t row_start, int64_t row_end, uint8_t *stage) {
+RAISE_EVAL_EXPORT void amx_binary_product(int64_t nterms, const float *const *xs, const int64_t *widths,
+                                          const int8_t *packed, int64_t kpad, int64_t nblocks, const double *scales,
+                                          int64_t cols, const float *bias, double alpha, float *out,
+                                          int64_t row_start, int64_t row_end, uint8_t *stage) {
     const int64_t nrows = row_end - row_start, nrpad = (nrows + ROWS - 1) / ROWS * ROWS;
     if (nrows <= 0) return;
     /* the inputs of these rows as uint8, kpad per row, zero-padded to a whole block of rows */

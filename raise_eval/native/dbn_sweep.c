@@ -17,6 +17,8 @@
  * Rows are independent, each swept with its own thresholds, so the result does not depend on how rows are split
  * between calls or threads. Rows go in tiles whose moments stay in the L1 cache while every unit visits them.
  */
+#include "export.h"
+
 #include <math.h>
 #include <stdint.h>
 

@@ -60,6 +60,7 @@ static double NAME(_log_ratio)(const T *q, const T *p, const T *e, const int64_t
  * terms; thr (rows, n): the thresholds; p, q (rows, m): the moments of the layer below, moved where a unit flips;
  * e (n, 2, m): e^w and e^-w per unit; the plan's group_ends and take_log (n_groups); fragile (rows,) or NULL: per
  * row, whether a moment is below tiny; wt (n, m) = W^T and bias (m,): the layer below's logits, for fragile rows. */
+RAISE_EVAL_EXPORT
 void NAME()(int64_t row_begin, int64_t row_end, int64_t n, int64_t m, T *x, const T *lin, const double *thr, T *p,
             T *q, const T *e, double beta, const int64_t *group_ends, const uint8_t *take_log, int64_t n_groups,
             int64_t tile, double tiny_value, uint8_t *fragile, const T *wt, const T *bias) {

@@ -4,6 +4,8 @@
  * with the probabilities of the next draw). Portable C (the AVX-512 intrinsics of the Philox rounds have a scalar
  * twin with the same results): the compiler vectorizes the loops for the CPU at hand.
  */
+#include "export.h"
+
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -49,6 +51,7 @@ static inline float sigmoid_float(float x) {
  * guarantees: within a quarter of the model dtype's epsilon of e^m - 1 (so a float32 model's terms carry a truncation
  * of up to 2^-26 relative, always of one sign, as on the PyTorch path); the log of each block's product of factors. */
 #define LOG1P_EXPM1(T, NAME)                                                                                      \
+    RAISE_EVAL_EXPORT                                                                                             \
     void NAME(int64_t row_start, int64_t row_end, int64_t n, const T *u, const T *probs, const T *base, double ds, \
               int64_t degree, double *out) {                                                                      \
         double inverse[32];                                                                                       \
@@ -87,6 +90,7 @@ LOG1P_EXPM1(double, log1p_expm1_float64)
 
 /* log1p_expm1_float32 with the probabilities computed on the way, in the same pass: probs[r, j] = sigmoid(z'_rj)
  * (sigmoid_float) of z' = b_to_j + s_to u_rj (formed in double, then rounded to float32). */
+RAISE_EVAL_EXPORT
 void weight_update_float32(int64_t row_start, int64_t row_end, int64_t n, const float *u, const float *b_to,
                            double s_to, const float *base, double ds, int64_t degree, float *probs, double *out) {
     double inverse[32];
@@ -135,7 +139,7 @@ void weight_update_float32(int64_t row_start, int64_t row_end, int64_t n, const 
 #define PHILOX_W1 0xBB67AE85u
 #define WAYS 16 /* counters run side by side (the loops over them vectorize) */
 
-void philox4x32_10(const uint32_t *counter, const uint32_t *key, uint32_t *out) {
+RAISE_EVAL_EXPORT void philox4x32_10(const uint32_t *counter, const uint32_t *key, uint32_t *out) {
     uint32_t c0 = counter[0], c1 = counter[1], c2 = counter[2], c3 = counter[3], k0 = key[0], k1 = key[1];
     for (int round = 0; round < 10; round++) {
         const uint64_t a = (uint64_t)PHILOX_M0 * c0, b = (uint64_t)PHILOX_M1 * c2;
@@ -208,6 +212,7 @@ static inline double philox_tie_uniform(uint64_t i, uint32_t key0, uint32_t key1
  * same samples. No
  * ties are handed back: each is resolved here. from_logits: p = sigmoid_float(x) (float32). out may be x. */
 #define BERNOULLI_PHILOX(T, I, NAME, LOGITS, FLOAT64)                                                            \
+    RAISE_EVAL_EXPORT                                                                                           \
     void NAME(int64_t n, const T *x, T *out, uint32_t key0, uint32_t key1, int64_t first) {                    \
         const T minus_one = (T)-1.0;                                                                            \
         I threshold;                                                                                            \
