@@ -19,12 +19,12 @@ import math
 
 import pytest
 import torch
+from raise_eval.models import DBM, DBN
+from raise_eval.models.boltzmann.dbm import mean_field_logits
 
 import raise_eval.estimators.unnormalized as unnormalized
 from raise_eval import anneal, exact, native
 from raise_eval.estimators.unnormalized import log_unnormalized_estimate
-from raise_eval.models import DBM, DBN
-from raise_eval.models.boltzmann.dbm import mean_field_logits
 from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath, posterior_path, softplus_increment
 from raise_eval.stats import summarize_log_weights
 from tests.statistics import assert_counts_match, assert_unbiased
@@ -517,7 +517,7 @@ def test_the_bounded_sweeps_samples_do_not_depend_on_its_block_of_bounds(block, 
     """The bounds only decide which draws are computed exactly, so the samples are the same bits whatever the number
     of units whose bounds are computed at once (and moved after each flip in the block): a wrong move of the later
     units' bounds after a flip would show as a different sample somewhere in 6 sweeps of 2 layers x 200 chains."""
-    import raise_eval.paths.posterior as posterior
+    import raise_eval.paths.posterior.sweeps as posterior  # the sweeps' module: _BOUND_BLOCK
 
     model = DBN.random((60, 40, 30, 20), weight_std=1.5, bias_std=1.0, generator=torch.Generator().manual_seed(1))
     v = (torch.rand(20, 60, generator=torch.Generator().manual_seed(2)) < 0.4).float()

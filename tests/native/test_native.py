@@ -10,7 +10,7 @@ import pytest
 import torch
 from raise_eval.models import DBN
 
-import raise_eval.paths.posterior as posterior
+import raise_eval.paths.posterior.sweeps as posterior  # the sweeps' module: its constants and plan
 from raise_eval import native
 from raise_eval.paths.posterior import DBNPosteriorPath
 
