@@ -59,3 +59,14 @@ def test_names_and_alphabets():
     assert resolve_alphabet("XYZ") == "XYZ"
     with pytest.raises(ValueError, match="repeats"):
         resolve_alphabet("AAB")
+
+
+def test_a_damaged_gzip_alignment_is_refused_naming_the_file(tmp_path):
+    """Issue 45, bug 1: a gzip header over damaged compressed data raised zlib.error."""
+    data = bytearray(gzip.compress(b"".join(b">s%d\nACGTACGTAC\n" % i for i in range(200))))
+    for i in range(20, len(data) - 10):  # the header stays intact, the deflate stream does not
+        data[i] ^= 0x5A
+    path = tmp_path / "corrupt.fasta.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"corrupt\.fasta\.gz: its gzip-compressed data are damaged"):
+        read_alignment(path, "-ACGT")

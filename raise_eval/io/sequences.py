@@ -18,6 +18,7 @@ alphabet that holds it). Alphabets: `protein` (-ACDEFGHIKLMNPQRSTVWY, q = 21, th
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
 from typing import Union
 
@@ -75,6 +76,8 @@ def _records(path: Path):
                     raise DataError(f"{path}: sequence text before the first '>' header; is this a FASTA file?")
                 else:
                     parts.append(line)
+    except zlib.error as e:  # a gzip header over damaged compressed data (gzip raises neither OSError nor EOFError)
+        raise DataError(f"{path}: its gzip-compressed data are damaged ({e}); get the file again") from None
     except (UnicodeDecodeError, OSError, EOFError) as e:
         raise DataError(f"{path} cannot be read as a text alignment ({type(e).__name__}: {e})") from None
     if name is not None:
