@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from torch import Tensor
 from raise_eval.models import DBM, DBN, RBM
 from raise_eval.models.io.checkpoints import CheckpointError, load_checkpoint, save_checkpoint, save_npz
 from raise_eval.models.io.matfile import MatFileError, read_mat
@@ -501,3 +502,53 @@ def test_a_failed_save_leaves_the_old_file_whole(tmp_path, monkeypatch, writer):
     buffer = io.BytesIO()  # an open buffer is written as torch.save and np.savez write one
     save(buffer, new)
     assert buffer.tell() > 0
+
+
+def _potts_npz(path, **extra):
+    rng = np.random.default_rng(0)
+    np.savez(path, W=rng.normal(size=(4, 3, 2)), vbias=np.zeros((4, 3)), hbias=np.zeros(2), visible="categorical",
+             hidden="bernoulli", **extra)  # fmt: skip
+    return path
+
+
+@pytest.mark.parametrize("typed", [False, True])
+@pytest.mark.parametrize(
+    "extra,says",
+    [
+        ({"logZ_exact": [1.0, 2.0]}, r"logZ_exact must be one finite real number .* shape \(2,\)"),
+        ({"logZ_exact": "abc"}, r"logZ_exact must be one finite real number .*, got a <U3 array"),
+        ({"logZ_exact": np.inf}, r"logZ_exact must be one finite real number"),
+        ({"train_pixel_means": "abc"}, r"train_pixel_means is a <U3 array of shape \(\); it must hold real numbers"),
+    ],
+)
+def test_an_optional_npz_array_of_the_wrong_type_names_the_file_and_key(tmp_path, typed, extra, says):
+    """Issue 45, bug 4: a logZ_exact with two values or a train_pixel_means that is text raised TypeError."""
+    path = tmp_path / "b.npz"
+    if typed:
+        _potts_npz(path, **extra)
+    else:
+        np.savez(path, W=np.zeros((4, 2)), vbias=np.zeros(4), hbias=np.zeros(2), **extra)
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(path))}: {says}"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize(
+    "means,says",
+    [
+        ("abc", r"train_pixel_means is a <U3 array of shape \(\); it must hold real numbers"),
+        ([[1.0, 2.0], [3.0]], r"train_pixel_means is not an array of numbers"),
+        (-torch.ones(12) / 3, r"train_pixel_means has 12 entries outside the range of a categorical\(4x3\) layer's"),
+    ],
+)
+def test_a_typed_pt_checkpoints_bad_means_are_refused_naming_file_and_key(tmp_path, means, says):
+    """Issue 45, bug 4 (typed .pt), and a Potts .pt whose means are negative, which was accepted."""
+    model = load_checkpoint(_potts_npz(tmp_path / "p.npz")).model
+    save_checkpoint(tmp_path / "p.pt", model)
+    payload = torch.load(tmp_path / "p.pt", weights_only=True)
+    payload["train_pixel_means"] = means
+    torch.save(payload, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(tmp_path / 'bad.pt'))}: {says}"):
+        load_checkpoint(tmp_path / "bad.pt")
+    if isinstance(means, Tensor):  # save_checkpoint refuses what load_checkpoint would
+        with pytest.raises(ValueError, match="outside the range"):
+            save_checkpoint(tmp_path / "again.pt", model, train_pixel_means=means)
