@@ -71,7 +71,7 @@ from raise_eval.models.io.builders import (
 )
 from raise_eval.models.io.files import check_magic, why_unusable
 from raise_eval.models.io.matfile import read_mat
-from raise_eval.models.io.metadata import _storable
+from raise_eval.models.io.metadata import _storable, metadata_problem
 from torch import Tensor
 
 FORMAT = "raise-eval-checkpoint"
@@ -310,7 +310,18 @@ def _load_raise_eval(path: Path) -> Checkpoint:
     else:
         model, _ = _make_layered(path, model_type, state, strict=True)
     means = _pixel_means(path, payload.get("train_pixel_means"), model, convert=False)
-    return Checkpoint(model, dict(payload.get("metadata") or {}), means, str(path), "raise-eval")
+    return Checkpoint(model, _metadata(path, payload), means, str(path), "raise-eval")
+
+
+def _metadata(path: Path, payload: dict) -> dict:
+    """A .pt checkpoint's metadata (a dict; {} when absent), its fields of `metadata.FIELDS` of their types."""
+    metadata = payload.get("metadata")
+    if metadata is None:
+        return {}
+    problem = metadata_problem(metadata)
+    if problem:
+        raise CheckpointError(f"{path}: {problem} (raise_eval.save_checkpoint checks these fields)")
+    return dict(metadata)
 
 
 def _pixel_means(path: Path, means, model, convert: bool) -> Optional[Tensor]:
@@ -418,7 +429,7 @@ def _load_vae(path: Path, payload: dict) -> Checkpoint:
             raise CheckpointError(
                 f"{path}: train_pixel_means has {means.numel()} entries but the VAE has {model.config.data_dim} inputs"
             )
-    return Checkpoint(model, dict(payload.get("metadata") or {}), means, str(path), "raise-eval")
+    return Checkpoint(model, _metadata(path, payload), means, str(path), "raise-eval")
 
 
 def _load_npz(path: Path) -> Checkpoint:

@@ -198,13 +198,42 @@ def input_files(inputs: InputSettings, metadata: dict) -> list[tuple[str, Option
     """The files an evaluation reads, which no output may name: the checkpoint, the data files, or the files of a
     named dataset (every split: the training split may give the base rates)."""
     files = [("the checkpoint", inputs.checkpoint), ("the --train-data file", inputs.train_data)]
-    data = inputs.data or metadata.get("dataset")
+    data = inputs.data or _known_dataset(metadata)
     if data is not None and is_data_file(data):
         files.append(("the --data file", data))
     elif data in DATASET_SPECS:
         for split in DATASET_SPECS[data].splits:
             files += [(f"a file of the {data} dataset", str(f)) for f in dataset_files(data, split, inputs.data_root)]
     return files
+
+
+def _known_dataset(metadata: dict) -> Optional[str]:
+    """The dataset a checkpoint's metadata names, when it is one raise-eval knows; else None."""
+    name = metadata.get("dataset")
+    return name if isinstance(name, str) and name in DATASET_SPECS else None
+
+
+def _dataset_of(checkpoint: str, metadata: dict) -> str:
+    """The default --data: the dataset the checkpoint's metadata names. Metadata names a dataset, never a file to
+    read (a checkpoint from elsewhere must not make the command open a path of its choosing), so anything but a
+    known dataset's name is refused, saying to pass --data."""
+    name = metadata.get("dataset")
+    if name is None:
+        raise SettingsError(
+            "this checkpoint does not say which data it was trained on: pass {data} NAME or {data} FILE", ("data",)
+        )
+    known = _known_dataset(metadata)
+    if known is not None:
+        return known
+    if isinstance(name, str) and is_data_file(name):
+        fix = f"to evaluate on that file, pass {{data}} {name}"
+    else:
+        fix = "pass {data} NAME or {data} FILE"
+    raise SettingsError(
+        f"{checkpoint}'s metadata names the dataset {name!r:.80}, which is not a dataset raise-eval knows "
+        f"({', '.join(DATASET_SPECS)}); a checkpoint's metadata names a dataset, never a file to read: {fix}",
+        ("data",),
+    )
 
 
 def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> EvaluationInputs:
@@ -216,11 +245,7 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
 
     ckpt = load_model(inputs) if ckpt is None else ckpt
     metadata = ckpt.metadata
-    data = inputs.data or metadata.get("dataset")
-    if data is None:
-        raise SettingsError(
-            "this checkpoint does not say which data it was trained on: pass {data} NAME or {data} FILE", ("data",)
-        )
+    data = inputs.data or _dataset_of(inputs.checkpoint, metadata)
     inputs.check_data_request(data)
     mixed = hasattr(ckpt.model, "prepare_visible")  # typed layers: data in the forms of its visible layer
     alphabet = _alphabet(inputs, ckpt.model, data)

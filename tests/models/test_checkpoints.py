@@ -552,3 +552,38 @@ def test_a_typed_pt_checkpoints_bad_means_are_refused_naming_file_and_key(tmp_pa
     if isinstance(means, Tensor):  # save_checkpoint refuses what load_checkpoint would
         with pytest.raises(ValueError, match="outside the range"):
             save_checkpoint(tmp_path / "again.pt", model, train_pixel_means=means)
+
+
+@pytest.mark.parametrize(
+    "metadata,says",
+    [
+        ({"dataset": 5}, r"metadata\['dataset'\] is an int \(5\); it must be a dataset's name"),
+        ({"dataset": ["digits"]}, r"metadata\['dataset'\] is a list"),
+        ({"dataset": {"a": 1}}, r"metadata\['dataset'\] is a dict"),
+        ({"dataset": True}, r"metadata\['dataset'\] is a bool"),
+        ({"dataset": 1.5}, r"metadata\['dataset'\] is a float"),
+        ({"log_z_exact": "x"}, r"metadata\['log_z_exact'\] is a str \('x'\); it must be a real number"),
+        ({"ignored_variables": 5}, r"metadata\['ignored_variables'\] is an int \(5\); it must be a list of strings"),
+    ],
+)
+def test_metadata_fields_of_the_wrong_type_are_refused_saving_and_loading(tmp_path, rbm, metadata, says):
+    """Issue 45, bug 5: save_checkpoint accepted metadata={'dataset': 5}, and evaluate then raised TypeError."""
+    with pytest.raises(TypeError, match=f"^save_checkpoint: {says}"):
+        save_checkpoint(tmp_path / "m.pt", rbm, metadata=metadata)
+    assert not (tmp_path / "m.pt").exists()
+    save_checkpoint(tmp_path / "ok.pt", rbm)
+    payload = torch.load(tmp_path / "ok.pt", weights_only=True)
+    payload["metadata"] = metadata  # a file written by other code
+    torch.save(payload, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(tmp_path / 'bad.pt'))}: {says}"):
+        load_checkpoint(tmp_path / "bad.pt")
+
+
+def test_metadata_that_is_not_a_dict_is_refused_when_loading(tmp_path, rbm):
+    """Issue 45, bug 5: a .pt whose metadata is a list gave "dictionary update sequence element #0 ..."."""
+    save_checkpoint(tmp_path / "ok.pt", rbm)
+    payload = torch.load(tmp_path / "ok.pt", weights_only=True)
+    payload["metadata"] = ["digits"]
+    torch.save(payload, tmp_path / "bad.pt")
+    with pytest.raises(CheckpointError, match=r"bad\.pt: metadata is a list \(\['digits'\]\); it must be a dict"):
+        load_checkpoint(tmp_path / "bad.pt")
