@@ -250,7 +250,7 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
     mixed = hasattr(ckpt.model, "prepare_visible")  # typed layers: data in the forms of its visible layer
     alphabet = _alphabet(inputs, ckpt.model, data)
     if is_data_file(data):
-        test = _read_data_file(data, alphabet, mixed)
+        test = _read_data_file(data, alphabet, mixed, ckpt.model)
     else:
         test = load_dataset(data, inputs.split, inputs.data_root, inputs.pixel_order)
     labels: dict[str, Any] = {
@@ -267,7 +267,7 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
         is_dbn = isinstance(ckpt.model, DBN)
         train = None
         if inputs.train_data:
-            train = _read_data_file(inputs.train_data, alphabet, mixed)
+            train = _read_data_file(inputs.train_data, alphabet, mixed, ckpt.model)
             if not mixed:
                 train = check_binary(train, ckpt.model.n_visible, "training data")
             labels["base_rates_from"] = f"--train-data {inputs.train_data}"
@@ -340,11 +340,12 @@ def _alphabet(inputs: InputSettings, model, data: str) -> Optional[str]:
     return alphabet
 
 
-def _read_data_file(path: str, alphabet: Optional[str], mixed: bool) -> Tensor:
+def _read_data_file(path: str, alphabet: Optional[str], mixed: bool, model=None) -> Tensor:
     """An array file (float64 kept for a machine of typed layers, whose real-valued data keep their precision) or
-    an alignment's integer codes."""
+    an alignment's integer codes (as many columns as the model's visible layer has sites)."""
     if is_sequence_file(path):
-        return read_alignment(path, alphabet)
+        sites = model.layers[0].size if model is not None and hasattr(model, "prepare_visible") else None
+        return read_alignment(path, alphabet, sites)
     return load_array_file(path, keep_float64=mixed)
 
 
