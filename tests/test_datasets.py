@@ -363,3 +363,10 @@ def test_a_truncated_or_damaged_gzip_idx_file_is_named(tmp_path):
         (tmp_path / name).write_bytes(data)
         with pytest.raises(DataError, match=f"{name} cannot be read: it is truncated or damaged"):
             read_idx(tmp_path / name)
+
+
+def test_complex_data_are_refused_not_cast(tmp_path):
+    """Issue 45: complex .npy data were cast to real with only numpy's ComplexWarning."""
+    np.save(tmp_path / "c.npy", np.ones((3, 4)) + 1j)
+    with pytest.raises(DataError, match=r"c\.npy holds complex numbers \(complex128\); the data must be real"):
+        load_array_file(tmp_path / "c.npy", keep_float64=True)

@@ -256,9 +256,29 @@ def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None,
         )
     if dtype is not None or device is not None:
         ckpt.model = ckpt.model.to(device=device, dtype=dtype)  # nn.Module.to for VAEs (in place, returns self)
+        if dtype is not None and hasattr(ckpt.model, "prepare_visible"):
+            _check_converted(path, ckpt.model, dtype)
         if ckpt.train_pixel_means is not None:
             ckpt.train_pixel_means = ckpt.train_pixel_means.to(device=device, dtype=dtype)
     return ckpt
+
+
+def _check_converted(path: Path, model, dtype: torch.dtype) -> None:
+    """A machine of typed layers converted to `dtype` still has finite parameters that fit its layers (a Gaussian
+    layer's precisions 1 / sigma^2 of 1e-60 or 1e50 are 0 or inf in float32); CheckpointError naming the array."""
+    named = [(f"weights_{l}", w, None) for l, w in enumerate(model.weights)]
+    named += [(f"biases_{l}", b, layer) for l, (b, layer) in enumerate(zip(model.biases, model.layers))]
+    for name, t, layer in named:
+        try:
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"{name} has {int((~torch.isfinite(t)).sum())} entries that overflow")
+            if layer is not None:
+                layer.check_params(t, name)
+        except ValueError as e:
+            raise CheckpointError(
+                f"{path}: in {str(dtype).replace('torch.', '')}, {e}; its values are out of that precision's range "
+                "(e.g. Gaussian standard deviations far from 1): use float64, or rescale the data and the model"
+            ) from None
 
 
 def _check_file(path: Path, kind: str) -> None:

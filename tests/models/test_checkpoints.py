@@ -587,3 +587,41 @@ def test_metadata_that_is_not_a_dict_is_refused_when_loading(tmp_path, rbm):
     torch.save(payload, tmp_path / "bad.pt")
     with pytest.raises(CheckpointError, match=r"bad\.pt: metadata is a list \(\['digits'\]\); it must be a dict"):
         load_checkpoint(tmp_path / "bad.pt")
+
+
+def _gaussian_npz(path, sigmas, dtype=np.float64, **replace):
+    arrays = dict(W=np.full((3, 2), 0.1, dtype=dtype), vbias=np.zeros(3), hbias=np.zeros(2), visible="gaussian",
+                  hidden="bernoulli", sigma=np.asarray(sigmas, dtype=float))  # fmt: skip
+    np.savez(path, **{**arrays, **replace})
+    return path
+
+
+@pytest.mark.parametrize(
+    "sigma,dtype,says",
+    [
+        ([1.0, np.inf, -1.0], np.float64, r"sigma must be positive and finite .*; 2 entries are not"),
+        ([1e30, 1.0, 1.0], np.float32, r"sigma has 1 entries \(e.g. 1e\+30 at index 0\) whose precision 1 / sigma\^2 "
+                                       r"is 0 in float32"),  # fmt: skip
+        ([1e-25, 1.0, 1.0], np.float32, r"sigma has 1 entries .* is infinite in float32"),
+    ],
+)
+def test_gaussian_sigmas_out_of_range_are_refused_when_loading(tmp_path, sigma, dtype, says):
+    """Issue 45: an inf sigma was not counted; 1e30 was called "not positive" and 1e-25 failed late in the run."""
+    path = _gaussian_npz(tmp_path / "g.npz", sigma, dtype)
+    with pytest.raises(CheckpointError, match=rf"^{re.escape(str(path))}: {says}"):
+        load_checkpoint(path)
+
+
+@pytest.mark.parametrize("sigma,says", [(1e30, "must be positive"), (1e-25, "biases_0 has 1 entries that overflow")])
+def test_a_float64_gaussian_machine_that_float32_cannot_hold_is_refused_when_converted(tmp_path, sigma, says):
+    path = _gaussian_npz(tmp_path / "g.npz", [sigma, 1.0, 1.0])
+    assert load_checkpoint(path, dtype=torch.float64).model.dtype == torch.float64
+    with pytest.raises(CheckpointError, match=rf"g\.npz: in float32, .*{says}.*: use float64"):
+        load_checkpoint(path, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("key", ["W", "sigma"])
+def test_a_typed_npz_array_of_text_names_the_file_and_key(tmp_path, key):
+    path = _gaussian_npz(tmp_path / "g.npz", [1.0, 1.0, 1.0], **{key: np.array("abc")})
+    with pytest.raises(CheckpointError, match=rf"g\.npz: {key} is a <U3 array of shape \(\); expected real numbers"):
+        load_checkpoint(path)
