@@ -63,7 +63,6 @@ def test_bad_pixel_order_is_refused_before_any_work(capsys):
 def test_a_checkpoints_metadata_never_names_a_file_to_read(tmp_path, capsys, monkeypatch, dataset, fix):
     """Issue 45, bug 5: metadata={'dataset': 'greal.npy'} made evaluate read that file from the working folder."""
     import torch
-
     from raise_eval.models import RBM
     from raise_eval.models.io.checkpoints import save_checkpoint
 

@@ -59,8 +59,8 @@ from __future__ import annotations
 
 import gzip
 import math
-import zlib
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union

@@ -14,7 +14,6 @@ from torch import Tensor
 @pytest.fixture()
 def rbm():
     return RBM.random(5, 3, generator=torch.Generator().manual_seed(0))
-    assert buffer.tell() > 0
 
 
 def _potts_npz(path, **extra):
@@ -113,8 +112,12 @@ def _gaussian_npz(path, sigmas, dtype=np.float64, **replace):
     "sigma,dtype,says",
     [
         ([1.0, np.inf, -1.0], np.float64, r"sigma must be positive and finite .*; 2 entries are not"),
-        ([1e30, 1.0, 1.0], np.float32, r"sigma has 1 entries \(e.g. 1e\+30 at index 0\) whose precision 1 / sigma\^2 "
-                                       r"is 0 in float32"),  # fmt: skip
+        (
+            [1e30, 1.0, 1.0],
+            np.float32,
+            r"sigma has 1 entries \(e.g. 1e\+30 at index 0\) whose precision 1 / sigma\^2 "
+            r"is 0 in float32",
+        ),  # fmt: skip
         ([1e-25, 1.0, 1.0], np.float32, r"sigma has 1 entries .* is infinite in float32"),
     ],
 )
