@@ -56,3 +56,26 @@ def test_bad_pixel_order_is_refused_before_any_work(capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", str(DEFAULT), "--pixel-order", "column-major"])
     assert "--pixel-order must be one of row-major, fortran, got 'column-major'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("dataset,fix", [("greal.npy", "to evaluate on that file, pass --data greal.npy"),
+                                         ("my_own_data", "pass --data NAME or --data FILE")])  # fmt: skip
+def test_a_checkpoints_metadata_never_names_a_file_to_read(tmp_path, capsys, monkeypatch, dataset, fix):
+    """Issue 45, bug 5: metadata={'dataset': 'greal.npy'} made evaluate read that file from the working folder."""
+    import torch
+    from raise_eval.models import RBM
+    from raise_eval.models.io.checkpoints import save_checkpoint
+
+    monkeypatch.chdir(tmp_path)
+    np.save(tmp_path / "greal.npy", np.zeros((4, 6), dtype=np.float32))
+    save_checkpoint(tmp_path / "m.pt", RBM.random(6, 2, generator=torch.Generator().manual_seed(0)),
+                    metadata={"dataset": dataset})  # fmt: skip
+    opened = []
+    real_load = np.load
+    monkeypatch.setattr(np, "load", lambda f, *a, **k: opened.append(str(f)) or real_load(f, *a, **k))
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(tmp_path / "m.pt"), "--init", "uniform", *FAST, "--threads", "1"])
+    err = capsys.readouterr().err
+    assert f"m.pt's metadata names the dataset {dataset!r}, which is not a dataset raise-eval knows" in err
+    assert "never a file to read" in err and fix in err
+    assert not any("greal" in f for f in opened)

@@ -154,3 +154,16 @@ def test_a_failed_resume_save_is_warned_once_and_the_run_finishes(tmp_path, caps
     warned = [line for line in err.splitlines() if line.startswith("raise-eval: warning:")]
     assert len(warned) == 1 and f"could not write {resume}" in warned[0] and "The run goes on" in warned[0]
     assert list(tmp_path.iterdir()) == []  # no 0-byte or partial resume file, no temporary file
+
+
+@pytest.mark.parametrize("option", ["--json", "--plot", "--resume-file"])
+def test_a_dash_is_refused_not_written_as_a_file_named_dash(tmp_path, capsys, monkeypatch, option):
+    """Issue 45: `--json -` wrote a file named '-' (the convention is standard output, which carries the table)."""
+    monkeypatch.chdir(tmp_path)
+    extra = ["--until-gap", "0.5"] if option == "--plot" else []
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", str(DEFAULT), *FAST, "--threads", "1", *extra, option, "-"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert f"{option} -: raise-eval writes its outputs to files, not to standard output" in err
+    assert "./- for a file named '-'" in err and not (tmp_path / "-").exists()

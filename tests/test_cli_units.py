@@ -162,3 +162,21 @@ def test_a_spin_rbm_takes_binary_data(tmp_path):
     ]
     assert main(argv) == 0
     assert json.loads(out.read_text())["settings"]["model"] == "RBM spin(6) - spin(3)"
+
+
+def test_an_alphabet_that_starts_with_the_gap_is_a_value_not_an_option(tmp_path):
+    """Issue 45: `--alphabet -ACGT...` was taken by argparse for an option ("expected one argument")."""
+    model, fasta = _potts(tmp_path, alphabet=None)
+    out = tmp_path / "r.json"
+    argv = ["evaluate", str(model), "--data", str(fasta), "--init", "uniform", *FAST, "--json", str(out)]
+    assert main([*argv, "--alphabet", PROTEIN]) == 0
+    assert json.loads(out.read_text())["settings"]["alphabet"] == PROTEIN
+
+
+def test_an_alignment_of_the_wrong_length_for_the_model_names_the_file(tmp_path, capsys):
+    model, _ = _potts(tmp_path)
+    long = tmp_path / "long.fasta"
+    long.write_text(">a\nACDEFG\n")
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(model), "--data", str(long), "--init", "uniform", *FAST])
+    assert f"{long}: the sequences have 6 aligned positions but the model has 5 sites" in capsys.readouterr().err

@@ -351,3 +351,22 @@ def test_a_data_root_or_file_that_is_no_folder_or_file_says_what_it_is(tmp_path)
         load_array_file(tmp_path / "x.npy")
     with pytest.raises(FileNotFoundError, match="does not exist"):
         load_array_file(tmp_path / "absent.npy")
+
+
+def test_a_truncated_or_damaged_gzip_idx_file_is_named(tmp_path):
+    """Issue 45, bug 1 (MNIST's idx files too): damaged compressed data raised zlib.error or EOFError."""
+    raw = gzip.compress(np.zeros(4 + 4 * 3 + 2 * 28 * 28, dtype=np.uint8).tobytes())
+    damaged = bytearray(raw)
+    for i in range(20, len(damaged) - 10):
+        damaged[i] ^= 0x5A
+    for name, data in (("damaged-idx3-ubyte.gz", bytes(damaged)), ("cut-idx3-ubyte.gz", raw[: len(raw) // 2])):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(DataError, match=f"{name} cannot be read: it is truncated or damaged"):
+            read_idx(tmp_path / name)
+
+
+def test_complex_data_are_refused_not_cast(tmp_path):
+    """Issue 45: complex .npy data were cast to real with only numpy's ComplexWarning."""
+    np.save(tmp_path / "c.npy", np.ones((3, 4)) + 1j)
+    with pytest.raises(DataError, match=r"c\.npy holds complex numbers \(complex128\); the data must be real"):
+        load_array_file(tmp_path / "c.npy", keep_float64=True)

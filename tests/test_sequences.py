@@ -59,3 +59,32 @@ def test_names_and_alphabets():
     assert resolve_alphabet("XYZ") == "XYZ"
     with pytest.raises(ValueError, match="repeats"):
         resolve_alphabet("AAB")
+
+
+def test_a_damaged_gzip_alignment_is_refused_naming_the_file(tmp_path):
+    """Issue 45, bug 1: a gzip header over damaged compressed data raised zlib.error."""
+    data = bytearray(gzip.compress(b"".join(b">s%d\nACGTACGTAC\n" % i for i in range(200))))
+    for i in range(20, len(data) - 10):  # the header stays intact, the deflate stream does not
+        data[i] ^= 0x5A
+    path = tmp_path / "corrupt.fasta.gz"
+    path.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=r"corrupt\.fasta\.gz: its gzip-compressed data are damaged"):
+        read_alignment(path, "-ACGT")
+
+
+@pytest.mark.parametrize("suffix", [".fasta", ".a2m"])
+def test_a_lower_case_alphabet_reads_the_upper_case_columns(tmp_path, suffix):
+    """Issue 45: a lower-case alphabet refused every residue, though letters are read without regard to case."""
+    path = _write(tmp_path / f"a{suffix}", ">one\nAC-G\n>two\nAC-T\n")
+    assert torch.equal(read_alignment(path, "-acgt"), read_alignment(path, "-ACGT"))
+    with pytest.raises(DataError, match="symbols that differ only in case"):
+        read_alignment(path, "-aAGT")
+
+
+def test_an_alignment_of_the_wrong_length_names_the_file_and_both_lengths(tmp_path):
+    """Issue 45: the model's size check named neither the file nor the length, and suggested a fix for arrays."""
+    path = _write(tmp_path / "long.fasta", ">one\nACGTACG\n")
+    with pytest.raises(DataError, match=r"long\.fasta: the sequences have 7 aligned positions but the model has 5 "
+                                         "sites; give an alignment of the model's 5 columns"):  # fmt: skip
+        read_alignment(path, "-ACGT", sites=5)
+    assert read_alignment(path, "-ACGT", sites=7).shape == (1, 7)

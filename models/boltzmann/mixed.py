@@ -395,7 +395,11 @@ class MixedBoltzmannMachine:
 
 # ----------------------------------------------------------------------------------------------- conventions
 def _as_tensor(x, name: str) -> Tensor:
-    t = x if isinstance(x, Tensor) else torch.as_tensor(np.asarray(x))
+    if not isinstance(x, Tensor):
+        x = np.asarray(x)
+        if x.dtype.kind not in "biufc":  # text or objects: torch's words would name neither the key nor the fix
+            raise ValueError(f"{name} is a {x.dtype} array of shape {x.shape}; expected real numbers")
+    t = x if isinstance(x, Tensor) else torch.as_tensor(x)
     if (
         t.is_complex()
         or t.dtype == torch.bool
@@ -457,12 +461,22 @@ def rbm_from_arrays(
             s = _as_tensor(s, sigma_name).to(dtype).reshape(-1)
             if s.numel() != bias.shape[0]:
                 raise ValueError(f"{sigma_name} has {s.numel()} entries for {bias.shape[0]} {side} units")
-            if not bool(torch.isfinite(s).all()) or not bool((s > 0).all()):
+            bad = ~torch.isfinite(s) | ~(s > 0)
+            if bool(bad.any()):
                 raise ValueError(
                     f"{sigma_name} must be positive and finite (standard deviations); "
-                    f"{int((~(s > 0)).sum())} entries are not: fix or drop those units"
+                    f"{int(bad.sum())} entries are not: fix or drop those units"
                 )
-            lam = 1.0 / s.square()
+            lam = (1.0 / s.double().square()).to(dtype)  # in float64 first: 1e30 squared is inf in float32
+            bad = ~torch.isfinite(lam) | ~(lam > 0)
+            if bool(bad.any()):
+                i = int(torch.nonzero(bad)[0][0])
+                precision = str(dtype).replace("torch.", "")
+                raise ValueError(
+                    f"{sigma_name} has {int(bad.sum())} entries (e.g. {s[i].item():g} at index {i}) whose precision "
+                    f"1 / sigma^2 is {'0' if lam[i] == 0 else 'infinite'} in {precision}: rescale the data and the "
+                    "model to standard deviations nearer 1, or save W in float64"
+                )
             params[side] = torch.stack([bias * lam, lam])
             scales[side] = s
         elif s is not None:

@@ -71,7 +71,7 @@ from raise_eval.models.io.builders import (
 )
 from raise_eval.models.io.files import check_magic, why_unusable
 from raise_eval.models.io.matfile import read_mat
-from raise_eval.models.io.metadata import _storable
+from raise_eval.models.io.metadata import _storable, metadata_problem
 from torch import Tensor
 
 FORMAT = "raise-eval-checkpoint"
@@ -214,8 +214,7 @@ def _boltzmann_state(model, what: str) -> tuple[str, dict[str, Tensor]]:
 
 def _pixel_means_to_save(train_pixel_means, model) -> Tensor:
     if model.typed_layers:  # typed layers: the visible layer's training statistics
-        stats = model.layers[0].check_statistics(torch.as_tensor(train_pixel_means).detach().cpu(), "train_pixel_means")
-        return stats.to(model.dtype)
+        return _typed_statistics(model, torch.as_tensor(train_pixel_means).detach().cpu()).to(model.dtype)
     means = torch.as_tensor(train_pixel_means).detach().cpu().flatten()
     if means.numel() != model.n_visible:
         raise ValueError(
@@ -257,9 +256,29 @@ def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None,
         )
     if dtype is not None or device is not None:
         ckpt.model = ckpt.model.to(device=device, dtype=dtype)  # nn.Module.to for VAEs (in place, returns self)
+        if dtype is not None and hasattr(ckpt.model, "prepare_visible"):
+            _check_converted(path, ckpt.model, dtype)
         if ckpt.train_pixel_means is not None:
             ckpt.train_pixel_means = ckpt.train_pixel_means.to(device=device, dtype=dtype)
     return ckpt
+
+
+def _check_converted(path: Path, model, dtype: torch.dtype) -> None:
+    """A machine of typed layers converted to `dtype` still has finite parameters that fit its layers (a Gaussian
+    layer's precisions 1 / sigma^2 of 1e-60 or 1e50 are 0 or inf in float32); CheckpointError naming the array."""
+    named = [(f"weights_{l}", w, None) for l, w in enumerate(model.weights)]
+    named += [(f"biases_{l}", b, layer) for l, (b, layer) in enumerate(zip(model.biases, model.layers))]
+    for name, t, layer in named:
+        try:
+            if not bool(torch.isfinite(t).all()):
+                raise ValueError(f"{name} has {int((~torch.isfinite(t)).sum())} entries that overflow")
+            if layer is not None:
+                layer.check_params(t, name)
+        except ValueError as e:
+            raise CheckpointError(
+                f"{path}: in {str(dtype).replace('torch.', '')}, {e}; its values are out of that precision's range "
+                "(e.g. Gaussian standard deviations far from 1): use float64, or rescale the data and the model"
+            ) from None
 
 
 def _check_file(path: Path, kind: str) -> None:
@@ -311,19 +330,31 @@ def _load_raise_eval(path: Path) -> Checkpoint:
     else:
         model, _ = _make_layered(path, model_type, state, strict=True)
     means = _pixel_means(path, payload.get("train_pixel_means"), model, convert=False)
-    return Checkpoint(model, dict(payload.get("metadata") or {}), means, str(path), "raise-eval")
+    return Checkpoint(model, _metadata(path, payload), means, str(path), "raise-eval")
+
+
+def _metadata(path: Path, payload: dict) -> dict:
+    """A .pt checkpoint's metadata (a dict; {} when absent), its fields of `metadata.FIELDS` of their types."""
+    metadata = payload.get("metadata")
+    if metadata is None:
+        return {}
+    problem = metadata_problem(metadata)
+    if problem:
+        raise CheckpointError(f"{path}: {problem} (raise_eval.save_checkpoint checks these fields)")
+    return dict(metadata)
 
 
 def _pixel_means(path: Path, means, model, convert: bool) -> Optional[Tensor]:
     if means is None:
         return None
+    means = _real_array(path, "train_pixel_means", means)
     if model.typed_layers:  # typed layers: the visible layer's training statistics
         try:
-            stats = model.layers[0].check_statistics(torch.as_tensor(np.asarray(means)), "train_pixel_means")
+            stats = _typed_statistics(model, means)
         except ValueError as e:
             raise CheckpointError(f"{path}: {e}") from None
         return stats.to(model.dtype)
-    means = torch.as_tensor(np.asarray(means) if not isinstance(means, Tensor) else means).flatten()
+    means = means.flatten()
     if means.numel() != model.n_visible:
         raise CheckpointError(f"{path}: train_pixel_means has {means.numel()} entries for {model.n_visible} units")
     problem = _means_problem(means)
@@ -333,6 +364,46 @@ def _pixel_means(path: Path, means, model, convert: bool) -> Optional[Tensor]:
             "checkpoint again with them, or without train_pixel_means and evaluate with --init uniform)"
         )
     return means.to(model.dtype) if convert else means
+
+
+def _real_array(path: Path, key: str, value) -> Tensor:
+    """An optional array of a checkpoint as a tensor of real numbers; CheckpointError naming the file and `key` when
+    it is text, ragged lists, complex or otherwise not numbers."""
+    if isinstance(value, Tensor):
+        array = value
+    else:
+        try:
+            array = np.asarray(value)
+        except (TypeError, ValueError) as e:  # ragged nested lists
+            raise CheckpointError(f"{path}: {key} is not an array of numbers ({e})") from None
+        if array.dtype.kind not in "biuf":
+            raise CheckpointError(
+                f"{path}: {key} is a {array.dtype} array of shape {array.shape}; it must hold real numbers"
+            )
+        array = torch.as_tensor(array)
+    if array.is_complex():
+        raise CheckpointError(f"{path}: {key} has dtype {array.dtype}; it must hold real numbers")
+    return array
+
+
+# The range of each typed layer's training statistics (one row for Gaussian units' means, one for their variances).
+_STATISTICS_RANGES = {"bernoulli": (0.0, 1.0), "categorical": (0.0, 1.0), "spin": (-1.0, 1.0)}
+
+
+def _typed_statistics(model, means: Tensor) -> Tensor:
+    """The visible layer's training statistics checked for shape, finiteness and range (means of one-hot codes and
+    of binary units in [0, 1], of spins in [-1, 1], Gaussian variances >= 0); ValueError naming train_pixel_means."""
+    layer = model.layers[0]
+    stats = layer.check_statistics(means, "train_pixel_means")
+    low, high = _STATISTICS_RANGES.get(layer.kind, (None, None))
+    outside = ((stats < low) | (stats > high)) if low is not None else (stats[1] < 0)
+    if bool(outside.any()):
+        what = f"in [{low:g}, {high:g}]" if low is not None else "with variances (the second row) >= 0"
+        raise ValueError(
+            f"train_pixel_means has {int(outside.sum())} entries outside the range of a {layer.describe()} layer's "
+            f"training statistics; they must be {what}"
+        )
+    return stats
 
 
 def _means_problem(means: Tensor) -> str:
@@ -373,12 +444,12 @@ def _load_vae(path: Path, payload: dict) -> Checkpoint:
     model.requires_grad_(False).eval()
     means = payload.get("train_pixel_means")
     if means is not None:
-        means = torch.as_tensor(means).float().flatten()
+        means = _real_array(path, "train_pixel_means", means).float().flatten()
         if means.numel() != model.config.data_dim:
             raise CheckpointError(
                 f"{path}: train_pixel_means has {means.numel()} entries but the VAE has {model.config.data_dim} inputs"
             )
-    return Checkpoint(model, dict(payload.get("metadata") or {}), means, str(path), "raise-eval")
+    return Checkpoint(model, _metadata(path, payload), means, str(path), "raise-eval")
 
 
 def _load_npz(path: Path) -> Checkpoint:
@@ -397,7 +468,7 @@ def _load_npz(path: Path) -> Checkpoint:
     means = arrays.pop("train_pixel_means", None)
     layered = sorted(k for k in arrays if _LAYERED_KEY.match(k))
     if is_typed_npz(arrays):  # visible/hidden unit types: never read as a binary RBM
-        metadata = {"log_z_exact": float(arrays.pop("logZ_exact"))} if "logZ_exact" in arrays else {}
+        metadata = {"log_z_exact": _log_z_exact(path, arrays.pop("logZ_exact"))} if "logZ_exact" in arrays else {}
         model = make_typed_rbm(path, arrays)
         if arrays:
             metadata["ignored_variables"] = sorted(arrays)
@@ -422,13 +493,25 @@ def _load_npz(path: Path) -> Checkpoint:
             )
         model = _make_rbm(path, arrays.pop("W"), arrays.pop("vbias"), arrays.pop("hbias"))
         if "logZ_exact" in arrays:
-            metadata["log_z_exact"] = float(arrays.pop("logZ_exact"))
+            metadata["log_z_exact"] = _log_z_exact(path, arrays.pop("logZ_exact"))
         ignored = sorted(arrays)
     else:
         model, ignored = _make_layered(path, model_type, arrays, strict=False)
     if ignored:
         metadata["ignored_variables"] = ignored
     return Checkpoint(model, metadata, _pixel_means(path, means, model, convert=True), str(path), "npz")
+
+
+def _log_z_exact(path: Path, value: np.ndarray) -> float:
+    """An .npz's logZ_exact: one finite real number; CheckpointError naming the file and the key otherwise."""
+    value = np.asarray(value)
+    if value.size != 1 or value.dtype.kind not in "iuf" or not np.isfinite(value).all():
+        shown = f" ({np.array2string(value.ravel()[:3], threshold=3)})" if value.dtype.kind in "iufcb" else ""
+        raise CheckpointError(
+            f"{path}: logZ_exact must be one finite real number (the exact log partition function), got a "
+            f"{value.dtype} array of shape {value.shape}{shown}; save it as a number or leave it out"
+        )
+    return float(value.reshape(()))
 
 
 def _npz_model_type(path: Path, value: np.ndarray) -> str:

@@ -1,6 +1,10 @@
 """Checkpoint metadata in types that torch.load(weights_only=True) reads back (`save_checkpoint`'s conversions):
 NumPy scalars become Python numbers, NumPy arrays nested lists, paths strings, dates ISO 8601 strings, tensors
-detached CPU copies; anything else the loader would refuse is refused, naming its key, before anything is written."""
+detached CPU copies; anything else the loader would refuse is refused, naming its key, before anything is written.
+
+Metadata is free-form except for the fields raise-eval reads (`FIELDS`), whose types `metadata_problem` checks when
+saving and when loading: "dataset" names a dataset (a string; a command reads it only when it is a dataset
+raise-eval knows, never as a file), "log_z_exact" is a number, "ignored_variables" a list of strings."""
 
 from __future__ import annotations
 
@@ -24,7 +28,42 @@ def _storable(values: Optional[Mapping], where: str) -> dict:
         raise TypeError(f"save_checkpoint: {where} must be a dict, got a {type(values).__name__}")
     converted = _convert(dict(values))
     _check_loadable(converted, where)
+    problem = metadata_problem(converted) if where == "metadata" else None
+    if problem:
+        raise TypeError(f"save_checkpoint: {problem}")
     return converted
+
+
+FIELDS = {
+    "dataset": "a dataset's name, a string such as 'binarized_mnist' (the default of --data)",
+    "log_z_exact": "a real number (the exact log partition function)",
+    "ignored_variables": "a list of strings (the arrays of an imported file that were not read)",
+}
+
+
+def metadata_problem(metadata) -> Optional[str]:
+    """What is wrong with the metadata fields raise-eval reads (`FIELDS`), e.g. "metadata['dataset'] is an int
+    (5); it must be a dataset's name, ..."; None when they are of their types (or absent)."""
+    if not isinstance(metadata, Mapping):
+        return f"metadata is a {type(metadata).__name__} ({metadata!r:.60}); it must be a dict"
+    for key, ok in (("dataset", _is_name), ("log_z_exact", _is_real), ("ignored_variables", _is_names)):
+        if key in metadata and not ok(metadata[key]):
+            kind = type(metadata[key]).__name__
+            article = "an" if kind[0] in "aeiou" else "a"
+            return f"metadata[{key!r}] is {article} {kind} ({metadata[key]!r:.60}); it must be {FIELDS[key]}"
+    return None
+
+
+def _is_name(value) -> bool:
+    return isinstance(value, str) and value.strip() != ""
+
+
+def _is_real(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _is_names(value) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
 
 
 def _convert(value):

@@ -112,25 +112,32 @@ def fail(error: SettingsError, names: dict[str, str]) -> None:
 # A value that starts with '-' but is not a plain negative number ('-1GB', '-5m', '-1e3'): argparse takes it for an
 # option and says only "expected one argument".
 _DASH_VALUE = re.compile(r"-\.?\d")
+# Options whose values may start with '-': an alphabet's symbols begin with the gap ('--alphabet -ACGT').
+_SYMBOL_OPTIONS = ("--alphabet",)
 
 
 def attach_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
     """`--max-memory -1GB` read as `--max-memory=-1GB`, for every option that takes one value, so that the option's
-    own check says what is wrong with the value."""
-    takes_value = set()
+    own check says what is wrong with the value; and `--alphabet -ACGT` as `--alphabet=-ACGT` (any value after it
+    that starts with a single '-' and is not an option)."""
+    takes_value, options = set(), set()
     parsers = [parser]
     while parsers:
         for action in parsers.pop()._actions:
             if isinstance(action, argparse._SubParsersAction):
                 parsers.extend(action.choices.values())
-            elif action.option_strings and action.nargs is None:
-                takes_value.update(action.option_strings)
+            else:
+                options.update(action.option_strings)
+                if action.option_strings and action.nargs is None:
+                    takes_value.update(action.option_strings)
     out: list[str] = []
     i = 0
     while i < len(argv):
         if argv[i] == "--":  # what follows is positional
             return out + argv[i:]
-        if argv[i] in takes_value and i + 1 < len(argv) and _DASH_VALUE.match(argv[i + 1]):
+        symbols = argv[i] in _SYMBOL_OPTIONS and i + 1 < len(argv) and argv[i + 1][:1] == "-" \
+            and not argv[i + 1].startswith("--") and argv[i + 1] not in options  # fmt: skip
+        if symbols or (argv[i] in takes_value and i + 1 < len(argv) and _DASH_VALUE.match(argv[i + 1])):
             out.append(f"{argv[i]}={argv[i + 1]}")
             i += 2
         else:

@@ -71,6 +71,9 @@ def load_array_file(path: Union[str, Path], *, keep_float64: bool = False) -> Te
         array = array.astype(np.uint8)
     if not np.issubdtype(array.dtype, np.number):
         raise DataError(f"{path} holds {array.dtype} values; expected numbers 0 and 1")
+    if np.iscomplexobj(array):  # a cast to float would drop the imaginary parts with only numpy's ComplexWarning
+        raise DataError(f"{path} holds complex numbers ({array.dtype}); the data must be real: save x.real if the "
+                        "imaginary parts are zero")  # fmt: skip
     dtype = np.float64 if keep_float64 and array.dtype == np.float64 else np.float32
     return torch.from_numpy(np.ascontiguousarray(array).astype(dtype, copy=False))
 

@@ -60,6 +60,7 @@ from __future__ import annotations
 import gzip
 import math
 import os
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional, Union
@@ -128,8 +129,11 @@ def resolve_data_root(data_root: Optional[Union[str, Path]] = None) -> Path:
 def read_idx(path: Union[str, Path]) -> np.ndarray:
     """Read an idx file (optionally gzipped), the format of the original MNIST files."""
     opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rb") as f:
-        raw = f.read()
+    try:
+        with opener(path, "rb") as f:
+            raw = f.read()
+    except (zlib.error, EOFError, gzip.BadGzipFile) as e:  # truncated or damaged compressed data
+        raise DataError(f"{path} cannot be read: it is truncated or damaged ({type(e).__name__}: {e})") from None
     if len(raw) < 4 or raw[0] != 0 or raw[1] != 0:
         raise DataError(f"{path} is not an idx file (bad magic number)")
     dtypes = {0x08: np.uint8, 0x09: np.int8, 0x0B: ">i2", 0x0C: ">i4", 0x0D: ">f4", 0x0E: ">f8"}

@@ -198,13 +198,42 @@ def input_files(inputs: InputSettings, metadata: dict) -> list[tuple[str, Option
     """The files an evaluation reads, which no output may name: the checkpoint, the data files, or the files of a
     named dataset (every split: the training split may give the base rates)."""
     files = [("the checkpoint", inputs.checkpoint), ("the --train-data file", inputs.train_data)]
-    data = inputs.data or metadata.get("dataset")
+    data = inputs.data or _known_dataset(metadata)
     if data is not None and is_data_file(data):
         files.append(("the --data file", data))
     elif data in DATASET_SPECS:
         for split in DATASET_SPECS[data].splits:
             files += [(f"a file of the {data} dataset", str(f)) for f in dataset_files(data, split, inputs.data_root)]
     return files
+
+
+def _known_dataset(metadata: dict) -> Optional[str]:
+    """The dataset a checkpoint's metadata names, when it is one raise-eval knows; else None."""
+    name = metadata.get("dataset")
+    return name if isinstance(name, str) and name in DATASET_SPECS else None
+
+
+def _dataset_of(checkpoint: str, metadata: dict) -> str:
+    """The default --data: the dataset the checkpoint's metadata names. Metadata names a dataset, never a file to
+    read (a checkpoint from elsewhere must not make the command open a path of its choosing), so anything but a
+    known dataset's name is refused, saying to pass --data."""
+    name = metadata.get("dataset")
+    if name is None:
+        raise SettingsError(
+            "this checkpoint does not say which data it was trained on: pass {data} NAME or {data} FILE", ("data",)
+        )
+    known = _known_dataset(metadata)
+    if known is not None:
+        return known
+    if isinstance(name, str) and is_data_file(name):
+        fix = f"to evaluate on that file, pass {{data}} {name}"
+    else:
+        fix = "pass {data} NAME or {data} FILE"
+    raise SettingsError(
+        f"{checkpoint}'s metadata names the dataset {name!r:.80}, which is not a dataset raise-eval knows "
+        f"({', '.join(DATASET_SPECS)}); a checkpoint's metadata names a dataset, never a file to read: {fix}",
+        ("data",),
+    )
 
 
 def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> EvaluationInputs:
@@ -216,16 +245,12 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
 
     ckpt = load_model(inputs) if ckpt is None else ckpt
     metadata = ckpt.metadata
-    data = inputs.data or metadata.get("dataset")
-    if data is None:
-        raise SettingsError(
-            "this checkpoint does not say which data it was trained on: pass {data} NAME or {data} FILE", ("data",)
-        )
+    data = inputs.data or _dataset_of(inputs.checkpoint, metadata)
     inputs.check_data_request(data)
     mixed = ckpt.model.typed_layers  # typed layers: data in the forms of its visible layer
     alphabet = _alphabet(inputs, ckpt.model, data)
     if is_data_file(data):
-        test = _read_data_file(data, alphabet, mixed)
+        test = _read_data_file(data, alphabet, mixed, ckpt.model)
     else:
         test = load_dataset(data, inputs.split, inputs.data_root, inputs.pixel_order)
     labels: dict[str, Any] = {
@@ -242,7 +267,7 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
         is_dbn = isinstance(ckpt.model, DBN)
         train = None
         if inputs.train_data:
-            train = _read_data_file(inputs.train_data, alphabet, mixed)
+            train = _read_data_file(inputs.train_data, alphabet, mixed, ckpt.model)
             if not mixed:
                 train = check_binary(train, ckpt.model.n_visible, "training data")
             labels["base_rates_from"] = f"--train-data {inputs.train_data}"
@@ -315,11 +340,12 @@ def _alphabet(inputs: InputSettings, model, data: str) -> Optional[str]:
     return alphabet
 
 
-def _read_data_file(path: str, alphabet: Optional[str], mixed: bool) -> Tensor:
+def _read_data_file(path: str, alphabet: Optional[str], mixed: bool, model=None) -> Tensor:
     """An array file (float64 kept for a machine of typed layers, whose real-valued data keep their precision) or
-    an alignment's integer codes."""
+    an alignment's integer codes (as many columns as the model's visible layer has sites)."""
     if is_sequence_file(path):
-        return read_alignment(path, alphabet)
+        sites = model.layers[0].size if model is not None and hasattr(model, "prepare_visible") else None
+        return read_alignment(path, alphabet, sites)
     return load_array_file(path, keep_float64=mixed)
 
 

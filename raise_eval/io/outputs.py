@@ -213,6 +213,11 @@ def check_output_path(path: PathLike, option: str = "the output") -> bool:
     otherwise; raises OutputError (one line naming the option, the path and the fix) for anything else."""
     text = os.fspath(path)
     shown = f"{option} {text}"
+    if text == "-":  # the convention for standard output, which carries the table: never a file named '-'
+        raise OutputError(
+            f"{shown}: raise-eval writes its outputs to files, not to standard output (which carries the table); give "
+            "a file name, e.g. result.json, or ./- for a file named '-' (nothing was computed)"
+        )
     _check_name_lengths(text, shown)
     try:
         st = os.stat(text)  # follows symbolic links, as writing would

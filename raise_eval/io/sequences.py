@@ -18,8 +18,9 @@ alphabet that holds it). Alphabets: `protein` (-ACDEFGHIKLMNPQRSTVWY, q = 21, th
 from __future__ import annotations
 
 import gzip
+import zlib
 from pathlib import Path
-from typing import Union
+from typing import Optional, Union
 
 import numpy as np
 import torch
@@ -75,6 +76,8 @@ def _records(path: Path):
                     raise DataError(f"{path}: sequence text before the first '>' header; is this a FASTA file?")
                 else:
                     parts.append(line)
+    except zlib.error as e:  # a gzip header over damaged compressed data (gzip raises neither OSError nor EOFError)
+        raise DataError(f"{path}: its gzip-compressed data are damaged ({e}); get the file again") from None
     except (UnicodeDecodeError, OSError, EOFError) as e:
         raise DataError(f"{path} cannot be read as a text alignment ({type(e).__name__}: {e})") from None
     if name is not None:
@@ -87,9 +90,10 @@ def _aligned(text: str, fmt: str) -> str:
     return "".join(c for c in text if not (c.islower() or c == "."))  # a2m, a3m: insertions removed
 
 
-def read_alignment(path: Union[str, Path], alphabet: str) -> Tensor:
+def read_alignment(path: Union[str, Path], alphabet: str, sites: Optional[int] = None) -> Tensor:
     """Integer codes (N, L), int64, of the aligned sequences in a FASTA, A2M or A3M file (see the module
-    docstring): code a is the a-th symbol of `alphabet` (a name or the symbols). DataError says what is wrong."""
+    docstring): code a is the a-th symbol of `alphabet` (a name or the symbols; its letters matched without regard
+    to case). With `sites`, L must be that many (the model's). DataError says what is wrong."""
     path = Path(path)
     unusable = why_unusable(path)
     if unusable == "does not exist":
@@ -102,7 +106,12 @@ def read_alignment(path: Union[str, Path], alphabet: str) -> Tensor:
     for code, symbol in enumerate(symbols):
         if len(symbol.encode()) != 1 or ord(symbol) >= 128:
             raise DataError(f"the alphabet's symbols must be single ASCII characters, got {symbol!r}")
-        lookup[ord(symbol)] = code
+        lookup[ord(symbol.upper())] = code  # the aligned columns are upper case: so is a lower-case alphabet's match
+    if len(set(symbols.upper())) != len(symbols):
+        raise DataError(
+            f"the alphabet {symbols!r} has symbols that differ only in case; alignments are read without regard to "
+            "case (and in A2M and A3M files lower case marks insertions): give an alphabet of distinct letters"
+        )
     rows, length = [], None
     for i, (name, text) in enumerate(_records(path)):
         seq = _aligned(text, fmt)
@@ -127,4 +136,10 @@ def read_alignment(path: Union[str, Path], alphabet: str) -> Tensor:
         raise DataError(f"{path} holds no sequences")
     if length == 0:
         raise DataError(f"{path}: the sequences have no aligned positions")
+    if sites is not None and length != sites:
+        raise DataError(
+            f"{path}: the sequences have {length} aligned positions"
+            + (" (after removing the lower-case and '.' insertions)" if fmt != "fasta" else "")
+            + f" but the model has {sites} sites; give an alignment of the model's {sites} columns"
+        )
     return torch.from_numpy(np.stack(rows))
