@@ -256,7 +256,7 @@ def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None,
         )
     if dtype is not None or device is not None:
         ckpt.model = ckpt.model.to(device=device, dtype=dtype)  # nn.Module.to for VAEs (in place, returns self)
-        if dtype is not None and hasattr(ckpt.model, "prepare_visible"):
+        if dtype is not None and getattr(ckpt.model, "typed_layers", False):
             _check_converted(path, ckpt.model, dtype)
         if ckpt.train_pixel_means is not None:
             ckpt.train_pixel_means = ckpt.train_pixel_means.to(device=device, dtype=dtype)

@@ -344,7 +344,7 @@ def _read_data_file(path: str, alphabet: Optional[str], mixed: bool, model=None)
     """An array file (float64 kept for a machine of typed layers, whose real-valued data keep their precision) or
     an alignment's integer codes (as many columns as the model's visible layer has sites)."""
     if is_sequence_file(path):
-        sites = model.layers[0].size if model is not None and hasattr(model, "prepare_visible") else None
+        sites = model.layers[0].size if model is not None and model.typed_layers else None
         return read_alignment(path, alphabet, sites)
     return load_array_file(path, keep_float64=mixed)
 
