@@ -239,3 +239,25 @@ def test_training_scripts_leave_nothing_on_a_full_disk(script, argv, data_root, 
         load_checkpoint(kept)  # the trained model was kept
     finally:
         os.remove(kept)
+
+
+# The benchmarks' JSON files: (script, its arguments before the option, the option)
+JSON_SCRIPTS = [
+    ("benchmark_cost_estimate", [], "--json"),
+    ("benchmark_trajectory_monitor", [], "--out"),
+    ("compare_dbn_starts", [str(PROJECT_ROOT / "checkpoints" / "dbn_mnist_20-500.pt")], "--json"),
+    ("measure_log_f", [str(PROJECT_ROOT / "checkpoints" / "dbn_mnist_20-500.pt")], "--json"),
+]
+
+
+@pytest.mark.parametrize("script, args, option", JSON_SCRIPTS, ids=[s[0] for s in JSON_SCRIPTS])
+def test_the_benchmarks_check_their_json_file_first(script, args, option, tmp_path, capsys):
+    existing = tmp_path / "notes.json"
+    existing.write_text("precious\n")
+    err = _refused(capsys, script, [*args, option, str(existing)])
+    assert f"{option} {existing} exists (" in err and "pass --overwrite to replace it" in err
+    assert existing.read_text() == "precious\n"
+    assert f"{option} {tmp_path} is a folder" in _refused(capsys, script, [*args, option, str(tmp_path)])
+    if args:
+        err = _refused(capsys, script, [*args, option, args[0], "--overwrite"])
+        assert "is the checkpoint" in err and "an input of this run" in err
