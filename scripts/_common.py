@@ -93,9 +93,13 @@ def check_outputs_first(parser: argparse.ArgumentParser, outputs, inputs=(), ove
     from raise_eval.io.outputs import Output, OutputError, check_outputs
 
     for option, path in outputs:
+        if not str(path).strip():
+            parser.error(f"{option} is empty; name a file (nothing was computed)")
         folder = Path(path).parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            parser.error(f"{option} {path}: {folder} is a file, or lies under one, not a folder (nothing was computed)")
         except OSError as e:
             why = e.strerror or e
             parser.error(f"{option} {path}: cannot create the folder {folder} ({why}) (nothing was computed)")
@@ -139,17 +143,19 @@ def dataset_inputs_first(parser: argparse.ArgumentParser, datasets, data_root) -
     return inputs
 
 
-def write_output(path, content, what: str = "the result", keep_on_failure: bool = True) -> None:
+def write_output(path, content, what: str = "the result", keep_on_failure: bool = True) -> bool:
     """`content` (text, bytes, or a function that writes a file at the path it is given) written to `path` whole or
     not at all (`raise_eval.io.writing.write_file`); a failed write (a full disk, ...) ends the script with its one
-    line, the file at `path` left as it was (and the content kept in the temporary folder when `keep_on_failure`)."""
+    line, the file at `path` left as it was (and the content kept in the temporary folder when `keep_on_failure`).
+    Returns False when `path` is the null device (nothing written)."""
     from raise_eval.io.outputs import OutputError, OutputWriteError
     from raise_eval.io.writing import write_file
 
     try:
-        write_file(path, content, what=what, keep_on_failure=keep_on_failure)
+        written = write_file(path, content, what=what, keep_on_failure=keep_on_failure)
     except (OutputError, OutputWriteError) as e:
         raise SystemExit(f"error: {e}") from None
+    return written is not None
 
 
 def save_checkpoint_or_exit(path, model, **kwargs) -> None:

@@ -97,8 +97,10 @@ def main(argv=None) -> None:
     else:
         content = fasta_text(pf00014_split(args.split, root), prefix=f"pf00014_{args.split}_")
     # Cheap to rebuild: nothing is kept in the temporary folder when the write fails.
-    write_output(args.out, content, what="the data", keep_on_failure=False)
-    print(f"wrote {args.out}")
+    if write_output(args.out, content, what="the data", keep_on_failure=False):
+        print(f"wrote {args.out}")
+    else:
+        print(f"nothing written: --out {args.out} is the null device")
 
 
 if __name__ == "__main__":

@@ -261,3 +261,11 @@ def test_the_benchmarks_check_their_json_file_first(script, args, option, tmp_pa
     if args:
         err = _refused(capsys, script, [*args, option, args[0], "--overwrite"])
         assert "is the checkpoint" in err and "an input of this run" in err
+
+
+def test_an_empty_name_or_a_file_for_a_folder_is_refused_first(data_root, tmp_path, capsys):
+    argv = ["pf00014", "--data-root", str(data_root), "--out"]
+    assert "--out is empty; name a file" in _refused(capsys, "unit_data", [*argv, ""])
+    (tmp_path / "afile").write_text("x")
+    err = _refused(capsys, "unit_data", [*argv, str(tmp_path / "afile" / "x.fasta")])
+    assert f"{tmp_path / 'afile'} is a file, or lies under one, not a folder" in err
