@@ -269,3 +269,21 @@ def test_an_empty_name_or_a_file_for_a_folder_is_refused_first(data_root, tmp_pa
     (tmp_path / "afile").write_text("x")
     err = _refused(capsys, "unit_data", [*argv, str(tmp_path / "afile" / "x.fasta")])
     assert f"{tmp_path / 'afile'} is a file, or lies under one, not a folder" in err
+
+
+def test_the_comparison_scripts_check_their_folders_files_first(tmp_path, capsys):
+    """compare_schedules and compare_trajectory write several files into --out: each is checked before any work."""
+    (tmp_path / "table.md").write_text("notes of mine\n")
+    argv = ["--checkpoint", str(CHECKPOINT), "--data", "digits", "--out", str(tmp_path)]
+    err = _refused(capsys, "compare_schedules", argv)
+    assert f"--out {tmp_path / 'table.md'} exists (" in err and "pass --overwrite" in err
+    run = tmp_path / "run"
+    run.mkdir()
+    shutil.copy(CHECKPOINT, run / "step_0000001.pt")
+    err = _refused(capsys, "compare_trajectory", [str(run), "--out", str(tmp_path)])
+    assert f"--out {tmp_path / 'table.md'} exists (" in err
+    (tmp_path / "table.md").unlink()
+    (run / "table.md").mkdir()
+    err = _refused(capsys, "compare_trajectory", [str(run), "--out", str(run)])
+    assert f"--out {run / 'table.md'} is a folder" in err
+    assert (tmp_path / "table.md").exists() is False
