@@ -287,3 +287,14 @@ def test_the_comparison_scripts_check_their_folders_files_first(tmp_path, capsys
     err = _refused(capsys, "compare_trajectory", [str(run), "--out", str(run)])
     assert f"--out {run / 'table.md'} is a folder" in err
     assert (tmp_path / "table.md").exists() is False
+
+
+def test_reproduce_raise_tables_leaves_no_temporary_file_on_a_full_disk(tmp_path, monkeypatch):
+    """Its results and cached runs were written through a '.tmp' file of its own, left behind by a failed write."""
+    out = tmp_path / "runs" / "result.json"
+    out.parent.mkdir()
+    _full_disk(monkeypatch, out.parent)
+    with pytest.raises(SystemExit) as exit_:
+        load_script("reproduce_raise_tables").write_atomic(out, '{"x": 1}')
+    assert str(exit_.value.code).startswith(f"error: could not write {out} (")
+    assert os.listdir(out.parent) == []
