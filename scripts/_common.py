@@ -231,7 +231,10 @@ class TrajectorySaver:
         from raise_eval.io.trajectory_files import MANIFEST
 
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SystemExit(f"error: --save-trajectory {folder}: cannot create the folder ({e.strerror or e})") from None
         stale = sorted(self.folder.glob("step_*.pt")) + [p for p in [self.folder / MANIFEST] if p.exists()]
         if stale:
             raise SystemExit(f"{self.folder} already holds a trajectory ({stale[0].name}, ...): choose an empty folder")

@@ -54,9 +54,9 @@ def write_manifest(folder, entries: list[tuple[str, int]], metadata: Optional[di
         "metadata": dict(metadata or {}),
     }
     path = folder / MANIFEST
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    from raise_eval.io.writing import write_file  # whole or not at all: no '.tmp' left by a failed write
+
+    write_file(path, json.dumps(document, indent=1) + "\n", what="the manifest", keep_on_failure=False)
     return path
 
 

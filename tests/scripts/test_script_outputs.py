@@ -298,3 +298,21 @@ def test_reproduce_raise_tables_leaves_no_temporary_file_on_a_full_disk(tmp_path
         load_script("reproduce_raise_tables").write_atomic(out, '{"x": 1}')
     assert str(exit_.value.code).startswith(f"error: could not write {out} (")
     assert os.listdir(out.parent) == []
+
+
+def test_a_trajectory_manifest_is_written_whole_or_not_at_all(tmp_path, monkeypatch):
+    from raise_eval.io.outputs import OutputWriteError
+    from raise_eval.io.trajectory_files import write_manifest
+
+    _full_disk(monkeypatch, tmp_path)
+    with pytest.raises(OutputWriteError, match=r"could not write .*trajectory.json .*\[ENOSPC\]"):
+        write_manifest(tmp_path, [("step_0000000.pt", 0)])
+    assert os.listdir(tmp_path) == []
+
+
+def test_save_trajectory_in_a_file_is_one_line(tmp_path):
+    import _common
+
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(SystemExit, match="error: --save-trajectory .*afile/run: cannot create the folder"):
+        _common.TrajectorySaver(tmp_path / "afile" / "run", {}, None)
