@@ -14,7 +14,7 @@ from typing import Callable, Optional
 
 import torch
 
-from raise_eval.io.datasets import load_dataset
+from raise_eval.io.datasets import DATA_ROOT_ENV, load_dataset
 
 # Short names in checkpoint file names.
 SHORT_NAMES = {"binarized_mnist": "mnist", "omniglot": "omniglot"}
@@ -76,12 +76,13 @@ def positive_int(text: str) -> int:
     return value
 
 
-def add_overwrite_argument(parser: argparse.ArgumentParser) -> None:
+def add_overwrite_argument(
+    parser: argparse.ArgumentParser, what: str = "the checkpoint, and the monitor's CSV and PNG beside it"
+) -> None:
     parser.add_argument(
         "--overwrite",
         action="store_true",
-        help="replace existing output files (the checkpoint, and the monitor's CSV and PNG beside it); without it "
-        "the script refuses them before any work",
+        help=f"replace existing output files ({what}); without it the script refuses them before any work",
     )
 
 
@@ -92,9 +93,13 @@ def check_outputs_first(parser: argparse.ArgumentParser, outputs, inputs=(), ove
     from raise_eval.io.outputs import Output, OutputError, check_outputs
 
     for option, path in outputs:
+        if not str(path).strip():
+            parser.error(f"{option} is empty; name a file (nothing was computed)")
         folder = Path(path).parent
         try:
             folder.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError):
+            parser.error(f"{option} {path}: {folder} is a file, or lies under one, not a folder (nothing was computed)")
         except OSError as e:
             why = e.strerror or e
             parser.error(f"{option} {path}: cannot create the folder {folder} ({why}) (nothing was computed)")
@@ -102,6 +107,67 @@ def check_outputs_first(parser: argparse.ArgumentParser, outputs, inputs=(), ove
         check_outputs([Output(option, path, "protected") for option, path in outputs], inputs, overwrite=overwrite)
     except OutputError as e:
         parser.error(str(e))
+
+
+def check_inputs_first(parser: argparse.ArgumentParser, inputs) -> None:
+    """Before any work: each (what, path) a script reads must be a file (the parser's one-line error otherwise, which
+    names the data root's option)."""
+    for what, path in inputs:
+        path = Path(path)
+        if not path.is_file():
+            why = "is a folder, not a file" if path.is_dir() else "does not exist"
+            parser.error(
+                f"{what} {path} {why}: give the data root that holds it (--data-root or ${DATA_ROOT_ENV}) "
+                "(nothing was computed)"
+            )
+
+
+def resolve_data_root_first(parser: argparse.ArgumentParser, data_root) -> Path:
+    """The data root (`raise_eval.io.datasets.resolve_data_root`), or the parser's one-line error when there is
+    none (nothing was read or written yet)."""
+    from raise_eval.io.datasets import resolve_data_root
+
+    try:
+        return resolve_data_root(data_root)
+    except (OSError, ValueError) as e:
+        parser.error(f"{e} (nothing was computed)")
+
+
+def dataset_inputs_first(parser: argparse.ArgumentParser, datasets, data_root) -> list[tuple[str, Path]]:
+    """The files the named datasets' splits are read from (`data_inputs`), after refusing a missing data root or a
+    missing file with the parser's one-line error."""
+    if any(name != "digits" for name in datasets):
+        resolve_data_root_first(parser, data_root)
+    inputs = [pair for name in dict.fromkeys(datasets) for pair in data_inputs(name, data_root)]
+    check_inputs_first(parser, inputs)
+    return inputs
+
+
+def write_output(path, content, what: str = "the result", keep_on_failure: bool = True) -> bool:
+    """`content` (text, bytes, or a function that writes a file at the path it is given) written to `path` whole or
+    not at all (`raise_eval.io.writing.write_file`); a failed write (a full disk, ...) ends the script with its one
+    line, the file at `path` left as it was (and the content kept in the temporary folder when `keep_on_failure`).
+    Returns False when `path` is the null device (nothing written)."""
+    from raise_eval.io.outputs import OutputError, OutputWriteError
+    from raise_eval.io.writing import write_file
+
+    try:
+        written = write_file(path, content, what=what, keep_on_failure=keep_on_failure)
+    except (OutputError, OutputWriteError) as e:
+        raise SystemExit(f"error: {e}") from None
+    return written is not None
+
+
+def save_checkpoint_or_exit(path, model, **kwargs) -> None:
+    """raise_eval.save_checkpoint (which writes whole or not at all, and keeps the checkpoint in the temporary folder
+    when it cannot write it); a failed write ends the script with its one line instead of a traceback."""
+    from raise_eval import save_checkpoint
+    from raise_eval.io.outputs import OutputError, OutputWriteError
+
+    try:
+        save_checkpoint(path, model, **kwargs)
+    except (OutputError, OutputWriteError) as e:
+        raise SystemExit(f"error: {e}") from None
 
 
 def data_inputs(dataset: str, data_root) -> list[tuple[str, Path]]:
@@ -165,7 +231,10 @@ class TrajectorySaver:
         from raise_eval.io.trajectory_files import MANIFEST
 
         self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise SystemExit(f"error: --save-trajectory {folder}: cannot create the folder ({e.strerror or e})") from None
         stale = sorted(self.folder.glob("step_*.pt")) + [p for p in [self.folder / MANIFEST] if p.exists()]
         if stale:
             raise SystemExit(f"{self.folder} already holds a trajectory ({stale[0].name}, ...): choose an empty folder")
@@ -275,4 +344,3 @@ def train_monitored(monitor, train: Callable[[Optional[MonitorCallback]], object
     if callback is not None:
         callback.finish(model)
     return model, seconds
-

@@ -31,6 +31,7 @@ import torch
 from raise_eval import DBN, estimate_cost, load_checkpoint, plan_evaluation, run_evaluation
 from raise_eval.io.datasets import load_dataset
 from raise_eval.runtime.threads import default_threads
+from _common import add_overwrite_argument, check_outputs_first, write_output
 
 ROOT = Path(__file__).resolve().parents[1]
 TIMING_KEYS = {
@@ -91,7 +92,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     parser.add_argument("--steps", type=int, help="K for every case (default: each case's own)")
     parser.add_argument("--threads", type=int, help="torch threads (default: the idle cores)")
     parser.add_argument("--json", help="also write the rows as JSON to this file")
+    add_overwrite_argument(parser, "the --json file")
     args = parser.parse_args(argv)
+    outputs = [("--json", args.json)] if args.json else []
+    check_outputs_first(parser, outputs, (), args.overwrite)
+
     torch.set_num_threads(args.threads or default_threads(torch.get_num_threads()))
     results = []
     print(f"{args.device}, threads {torch.get_num_threads()}; ratio = measured / predicted")
@@ -105,7 +110,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             print(f"{name:10}{row['stage']:14}{p:13.2f}{m if m is not None else float('nan'):12.2f}{ratio}")
         print(f"{name:10}{'(estimating took ' + format(result['timing_seconds'], '.2f') + ' s)'}", flush=True)
     if args.json:
-        Path(args.json).write_text(json.dumps(results, indent=1))
+        write_output(args.json, json.dumps(results, indent=1), what="the results")
     return results
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from pathlib import Path
 
 import torch
 from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
@@ -25,6 +24,7 @@ from raise_eval import LikelihoodMonitor
 from raise_eval.integrations.hooks import MONITOR_EVALUATION
 from raise_eval.io.datasets import load_dataset
 from raise_eval.trajectory import TrackSettings
+from _common import add_overwrite_argument, check_outputs_first, write_output
 
 
 def run(kind: str, train, test, args) -> tuple[float, LikelihoodMonitor]:
@@ -56,7 +56,11 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--out", default=None, help="a JSON file for the times and the monitors' histories")
+    add_overwrite_argument(parser, "the --out file")
     args = parser.parse_args(argv)
+    outputs = [("--out", args.out)] if args.out else []
+    check_outputs_first(parser, outputs, (), args.overwrite)
+
     torch.set_num_threads(args.threads)
     train = load_dataset("binarized_mnist", "train", args.data_root)
     if args.train_size is not None:
@@ -97,7 +101,8 @@ def main(argv=None) -> None:
         f"{last_full.ais:.3f}, RAISE {last_full.raise_:.3f})"
     )
     if args.out:
-        Path(args.out).write_text(
+        write_output(
+            args.out,
             json.dumps(
                 {
                     "args": vars(args),
@@ -108,7 +113,8 @@ def main(argv=None) -> None:
                 },
                 indent=1,
                 default=str,
-            )
+            ),
+            what="the results",
         )
         print(f"wrote {args.out}")
 

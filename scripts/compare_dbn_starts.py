@@ -18,7 +18,6 @@ import json
 import math
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -34,6 +33,7 @@ from raise_eval import (
 )
 
 from _products import random_subset
+from _common import add_overwrite_argument, check_outputs_first, write_output
 
 
 def main(argv=None) -> list[dict]:
@@ -48,7 +48,11 @@ def main(argv=None) -> list[dict]:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--data-root", default=None)
     p.add_argument("--json", default=None)
+    add_overwrite_argument(p, "the --json file")
     args = p.parse_args(argv)
+    outputs = [("--json", args.json)] if args.json else []
+    check_outputs_first(p, outputs, [("the checkpoint", args.checkpoint)], args.overwrite)
+
     torch.set_num_threads(args.threads)
     model = load_checkpoint(args.checkpoint).model
     test = load_dataset("binarized_mnist", "test", args.data_root)
@@ -89,11 +93,10 @@ def main(argv=None) -> list[dict]:
             print(f"{k:>6} {start:>9} {row['raise_minus_exact']:>+14.4f} {row['stderr']:>7.4f} {row['worst']:>+8.3f} "
                   f"{seconds:>8.1f}", flush=True)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         doc = {"checkpoint": args.checkpoint, "model": repr(model), "vectors": v.shape[0], "chains": args.chains,
                "seed": args.seed, "init": args.init, "threads": args.threads, "test_indices": pick.tolist(),
                "rows": rows}  # fmt: skip
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        write_output(args.json, json.dumps(doc, indent=2) + "\n", what="the results")
         print(f"wrote {args.json}")
     return rows
 

@@ -24,11 +24,11 @@ import time
 from pathlib import Path
 
 import torch
+from _common import add_overwrite_argument, check_outputs_first, write_output
 from tqdm.auto import tqdm
 
-from raise_eval import load_checkpoint
+from raise_eval import evaluate, load_checkpoint
 from raise_eval.io.datasets import DATASET_SPECS, load_dataset
-from raise_eval import evaluate
 from raise_eval.runtime.threads import default_threads
 
 DEFAULT_CHECKPOINT = "../shared/data/checkpoints/rbm_mnist_sgd_grosse_salakhutdinov_2015.npz"
@@ -125,7 +125,7 @@ def plot(rows: list[dict], path: Path) -> bool:
     by_time.set_title("against wall time (equal-time runs included)")
     by_k.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_output(path, lambda p: fig.savefig(p, format="png", dpi=120), what="the figure")
     plt.close(fig)
     return True
 
@@ -162,20 +162,23 @@ def main(argv=None) -> None:
         metavar="FILE",
         help="redraw the figure from a results.json of an earlier run into --out (nothing is computed)",
     )
+    add_overwrite_argument(p, "results.json, table.md and gap_vs_time.png in --out")
     args = p.parse_args(argv)
     out = Path(args.out)
+    if not args.from_json and not Path(args.checkpoint).exists():
+        p.error(f"checkpoint {args.checkpoint} does not exist")
+    # Before any work: the files written in --out (only the figure with --from-json), never an input.
+    names = ["gap_vs_time.png"] if args.from_json else ["results.json", "table.md", "gap_vs_time.png"]
+    inputs = [("--from-json", args.from_json)] if args.from_json else [("the checkpoint", args.checkpoint)]
+    check_outputs_first(p, [("--out", out / name) for name in names], inputs, args.overwrite)
     if args.from_json:
         rows = json.loads(Path(args.from_json).read_text())
-        out.mkdir(parents=True, exist_ok=True)
         drew = plot(rows, out / "gap_vs_time.png")
         print(f"redrew {out / 'gap_vs_time.png'}" if drew else "no figure")
         return
-    if not Path(args.checkpoint).exists():
-        p.error(f"checkpoint {args.checkpoint} does not exist")
     if min(args.steps) < 1:
         p.error("--steps must be positive")
     torch.set_num_threads(args.threads or default_threads(torch.get_num_threads()))
-    out.mkdir(parents=True, exist_ok=True)
 
     ckpt = load_checkpoint(args.checkpoint)
     test = load_dataset(args.data, "test", args.data_root)
@@ -197,9 +200,9 @@ def main(argv=None) -> None:
             row, log_f = one_run(ckpt.model, test, means, schedule, k_equal, args, log_f)
             rows.append({"comparison": f"equal time (adaptive K={k})", **row})
             bar.update(1)
-        (out / "results.json").write_text(json.dumps(rows, indent=1))
+        write_output(out / "results.json", json.dumps(rows, indent=1), what="the results")
     bar.close()
-    (out / "table.md").write_text(markdown(rows, args))
+    write_output(out / "table.md", markdown(rows, args), what="the table")
     drew = plot(rows, out / "gap_vs_time.png")
     print(markdown(rows, args))
     print(f"wrote {out / 'results.json'}, {out / 'table.md'}" + (f", {out / 'gap_vs_time.png'}" if drew else ""))

@@ -29,12 +29,14 @@ import time
 from pathlib import Path
 
 import torch
+from _common import add_overwrite_argument, check_outputs_first, write_output
 
 from raise_eval import exact
 from raise_eval.estimators.ais import ais
 from raise_eval.evaluation.plan import _start_biases
+from raise_eval.io.outputs import OutputWriteError
 from raise_eval.io.results import dump_json
-from raise_eval.io.trajectory_files import TrajectoryInputSettings, load_trajectory_inputs
+from raise_eval.io.trajectory_files import TrajectoryInputSettings, list_trajectory, load_trajectory_inputs
 from raise_eval.paths.boltzmann import BoltzmannPath
 from raise_eval.schedules import linear_schedule
 from raise_eval.trajectory import evaluate_trajectory
@@ -135,7 +137,7 @@ def plot_errors(rows: list[dict], steps: list[int], path: Path, k: str) -> None:
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    write_output(path, lambda p: fig.savefig(p, format="png", dpi=120), what="the figure")
 
 
 def main(argv=None) -> None:
@@ -155,10 +157,19 @@ def main(argv=None) -> None:
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default="results/trajectory/run")
+    add_overwrite_argument(parser, "table.md, results.json, errors.png and trajectory.png in --out")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    # Before any work: the files written in --out, never a checkpoint of the run (its exact log Z cache is read back,
+    # and rewritten, as the script's own).
+    try:
+        saved = list_trajectory(args.folder)
+    except (OSError, ValueError) as e:
+        parser.error(str(e))
+    names = ["table.md", "results.json", "errors.png", "trajectory.png"]
+    inputs = [("a checkpoint of the run", entry.path) for entry in saved]
+    check_outputs_first(parser, [("--out", out / name) for name in names], inputs, args.overwrite)
     inputs = TrajectoryInputSettings(folder=args.folder, data=args.data, data_root=args.data_root, dtype=args.dtype)
     loaded = load_trajectory_inputs(inputs, args.init)
     models, steps = loaded.models, loaded.steps
@@ -172,7 +183,7 @@ def main(argv=None) -> None:
     else:
         t0 = time.perf_counter()
         truth = [exact.log_partition(m) for m in models]
-        cache.write_text(json.dumps({"steps": steps, "log_z": truth}))
+        write_output(cache, json.dumps({"steps": steps, "log_z": truth}), what="the exact log Z")
         print(f"exact log Z of {len(models)} checkpoints: {time.perf_counter() - t0:.1f} s", flush=True)
     rows, reports = [], {}
     for k in args.steps:
@@ -225,13 +236,15 @@ def main(argv=None) -> None:
         "flagged": [f"{link.start} -> {link.end}: {'; '.join(link.problems)}" for link in report.coarse_links],
         "exact_log_z": truth,
     }  # fmt: skip
-    (out / "table.md").write_text(markdown(rows, meta))
-    dump_json({"meta": meta, "rows": rows, "report": report.to_dict()}, str(out / "results.json"))
+    write_output(out / "table.md", markdown(rows, meta), what="the table")
     try:
+        dump_json({"meta": meta, "rows": rows, "report": report.to_dict()}, str(out / "results.json"))
         plot_errors(rows, steps, out / "errors.png", str(k))
-        report.plot(str(out / "trajectory.png"))
+        report.plot(str(out / "trajectory.png"))  # through raise-eval's writer, as dump_json
     except ImportError:
         print("no plots: matplotlib is not installed")
+    except OutputWriteError as e:  # a full disk: the file as it was, the result kept in the temporary folder
+        raise SystemExit(f"error: {e}") from None
     print(markdown(rows, meta))
     print(report.format_table())
     print(f"wrote {out}/table.md, results.json, errors.png, trajectory.png")

@@ -9,9 +9,11 @@ and 360 test images. The file holds `images` (uint8, 1797 x 64), `labels` (uint8
     python scripts/make_digits_dataset.py
 """
 
+import io
 from pathlib import Path
 
 import numpy as np
+from _common import write_output
 
 OUT = Path(__file__).resolve().parents[1] / "raise_eval" / "data" / "digits.npz"
 
@@ -25,8 +27,9 @@ def main() -> None:
     perm = np.random.default_rng(0).permutation(len(images))
     n_test = 360
     test_index, train_index = np.sort(perm[:n_test]), np.sort(perm[n_test:])
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(OUT, images=images, labels=labels, train_index=train_index, test_index=test_index)
+    buffer = io.BytesIO()  # written whole or not at all: the library's default dataset is never left half-written
+    np.savez_compressed(buffer, images=images, labels=labels, train_index=train_index, test_index=test_index)
+    write_output(OUT, buffer.getvalue(), what="the digits", keep_on_failure=False)
     print(
         f"wrote {OUT}: {len(train_index)} train / {len(test_index)} test images of {images.shape[1]} pixels, "
         f"mean pixel {images.mean():.3f}"

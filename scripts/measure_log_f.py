@@ -17,7 +17,6 @@ import argparse
 import json
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -26,6 +25,7 @@ from raise_eval.io.datasets import load_dataset
 from raise_eval.models.boltzmann.dbn import DBN
 
 from _products import bare_products_seconds, random_subset
+from _common import add_overwrite_argument, check_outputs_first, write_output
 
 
 def error_summary(err: torch.Tensor) -> dict:
@@ -48,7 +48,11 @@ def main(argv=None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--data-root", default=None)
     p.add_argument("--json", default=None)
+    add_overwrite_argument(p, "the --json file")
     args = p.parse_args(argv)
+    outputs = [("--json", args.json)] if args.json else []
+    check_outputs_first(p, outputs, [("the checkpoint", args.checkpoint)], args.overwrite)
+
     torch.set_num_threads(args.threads)
     model = load_checkpoint(args.checkpoint).model
     test = load_dataset("binarized_mnist", "test", args.data_root)
@@ -89,10 +93,9 @@ def main(argv=None) -> int:
               f"{e['mean']:+.4f}, 5% {e['q05']:+.4f}, worst {e['worst']:+.4f}; mean reported s.e. "
               f"{row['mean_reported_stderr']:.4f}", flush=True)
     if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         doc = {"checkpoint": args.checkpoint, "model": repr(model), "vectors": v.shape[0], "threads": args.threads,
                "family": "DBN" if isinstance(model, DBN) else "DBM", "exact_seconds": exact_seconds, "rows": rows}
-        Path(args.json).write_text(json.dumps(doc, indent=2) + "\n")
+        write_output(args.json, json.dumps(doc, indent=2) + "\n", what="the results")
         print(f"wrote {args.json}")
     return 0
 

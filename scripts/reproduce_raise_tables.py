@@ -33,7 +33,6 @@ import argparse
 import hashlib
 import json
 import math
-import os
 import subprocess
 import sys
 import time
@@ -41,6 +40,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from _common import write_output
 from tqdm.auto import tqdm
 
 from raise_eval import DBN, evaluate, load_checkpoint
@@ -191,10 +191,9 @@ def run_key(entry: dict, init: str, steps: int, settings: dict, checkpoint_diges
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and a rename, so that a killed job never leaves a half-written file."""
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    """Write whole or not at all (raise-eval's writer: a killed job or a full disk never leaves a half-written or
+    temporary file); a failed write ends the script with its one line."""
+    write_output(path, text, what="the result")
 
 
 def read_cached(path: Path) -> Optional[dict]:
@@ -610,7 +609,7 @@ def plot(results: list[dict], names: list[str], path: Path, title: str) -> bool:
     axes.flat[0].legend(fontsize=7, loc="lower right")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    write_output(path, lambda p: fig.savefig(p, format="png", dpi=110), what="the figure")
     plt.close(fig)
     return True
 

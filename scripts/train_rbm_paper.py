@@ -39,16 +39,19 @@ from pathlib import Path
 import torch
 from _common import (
     add_monitor_arguments,
+    add_overwrite_argument,
     add_trajectory_arguments,
     budget_minutes,
+    check_outputs_first,
+    dataset_inputs_first,
     load_splits,
     make_monitor,
     make_trajectory_saver,
+    monitor_outputs,
+    save_checkpoint_or_exit,
     train_monitored,
 )
 from raise_eval.models.training.rbm import RBMTrainingConfig, train_rbm
-
-from raise_eval import save_checkpoint
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,6 @@ def train_one(name: str, args) -> None:
     config = spec.config if args.epochs is None else RBMTrainingConfig(**{**asdict(spec.config), "epochs": args.epochs})
     train, test = load_splits(spec.dataset, args.data_root, args.train_size)
     out_dir = Path(args.out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     out = out_dir / checkpoint_name(name)
 
     monitor = make_monitor(args, test, train.mean(0), out_dir / f"rbm_{name}", init="base-rates")
@@ -124,7 +126,7 @@ def train_one(name: str, args) -> None:
             f"{name}: saved {len(saver.entries)} checkpoints of the trajectory to {saver.folder} "
             f"({saver.seconds:.1f} s)"
         )
-    save_checkpoint(out, model, metadata=metadata, train_pixel_means=train.mean(0))
+    save_checkpoint_or_exit(out, model, metadata=metadata, train_pixel_means=train.mean(0))
     print(f"{name}: trained in {seconds:.0f} s; wrote {out} ({os.path.getsize(out) / 1e6:.1f} MB)", flush=True)
 
 
@@ -139,13 +141,21 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--out-dir", default="checkpoints")
     parser.add_argument("--no-progress", action="store_true")
+    add_overwrite_argument(parser, "the checkpoints, and the monitor's CSV and PNG beside them")
     add_monitor_arguments(parser)
     add_trajectory_arguments(parser)
     args = parser.parse_args(argv)
     if args.save_trajectory is not None and (len(args.models) > 1 or "all" in args.models):
         parser.error("--save-trajectory saves one run: name one model")
+    names = list(dict.fromkeys(MODELS if "all" in args.models else args.models))
+    # Before any model is trained: every model's outputs, and the data they all read.
+    inputs = dataset_inputs_first(parser, [MODELS[name].dataset for name in names], args.data_root)
+    outputs = []
+    for name in names:
+        out = Path(args.out_dir) / checkpoint_name(name)
+        outputs += [("--out-dir", out)] + monitor_outputs(args, Path(args.out_dir) / f"rbm_{name}")
+    check_outputs_first(parser, outputs, inputs, args.overwrite)
     torch.set_num_threads(args.threads)
-    names = list(MODELS) if "all" in args.models else args.models
     for name in names:
         train_one(name, args)
 

@@ -22,10 +22,18 @@ import time
 from dataclasses import asdict
 
 import torch
+from _common import (
+    add_overwrite_argument,
+    check_inputs_first,
+    check_outputs_first,
+    dataset_inputs_first,
+    resolve_data_root_first,
+    save_checkpoint_or_exit,
+)
 from raise_eval.models.boltzmann.units import PROTEIN_ALPHABET, CategoricalLayer, GaussianLayer, SpinLayer
 from raise_eval.models.training.mixed import MixedRBMTrainingConfig, train_mixed_rbm
 
-from raise_eval import exact, save_checkpoint, visible_statistics
+from raise_eval import exact, visible_statistics
 from raise_eval.io.datasets import load_dataset
 
 KINDS = {
@@ -66,6 +74,21 @@ def load(kind: str, data_root=None):
     return layer, layer.prepare(train).float(), layer.prepare(test).float()
 
 
+def input_files(parser: argparse.ArgumentParser, kind: str, data_root) -> list:
+    """The (what, path) files `kind`'s data is read from, each checked to be there (the parser's error otherwise)."""
+    if kind == "spin":
+        return dataset_inputs_first(parser, ["binarized_mnist"], data_root)
+    import unit_data
+
+    root = resolve_data_root_first(parser, data_root)
+    dataset = "mnist-continuous" if kind == "gaussian" else "pf00014"
+    inputs = list(
+        dict.fromkeys(unit_data.input_files(dataset, "train", root) + unit_data.input_files(dataset, "test", root))
+    )
+    check_inputs_first(parser, inputs)
+    return inputs
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("kind", choices=list(KINDS))
@@ -75,7 +98,11 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_overwrite_argument(parser, "the checkpoint")
     args = parser.parse_args(argv)
+    out = args.out or KINDS[args.kind]["out"]
+    inputs = input_files(parser, args.kind, args.data_root)
+    check_outputs_first(parser, [("--out", out)], inputs, args.overwrite)
     torch.set_num_threads(args.threads)
     spec = KINDS[args.kind]
     config = (
@@ -109,8 +136,7 @@ def main(argv=None) -> None:
     }
     if args.kind == "spin":
         metadata["dataset"] = "binarized_mnist"
-    out = args.out or spec["out"]
-    save_checkpoint(out, model, metadata=metadata, train_pixel_means=visible_statistics(model, train))
+    save_checkpoint_or_exit(out, model, metadata=metadata, train_pixel_means=visible_statistics(model, train))
     print(
         f"trained in {seconds:.1f} s; exact log Z {log_z:.4f} ({exact_seconds:.1f} s); exact average "
         f"log-likelihood: train {train_ll:.4f}, test {test_ll:.4f} nats"

@@ -11,9 +11,10 @@ import argparse
 import time
 
 import torch
+from _common import add_overwrite_argument, check_outputs_first, dataset_inputs_first, save_checkpoint_or_exit
 from raise_eval.models.training.vae import train_vae
 
-from raise_eval import VAE, VAEConfig, elbo, iwae, save_checkpoint
+from raise_eval import VAE, VAEConfig, elbo, iwae
 from raise_eval.io.datasets import load_dataset
 
 
@@ -24,7 +25,10 @@ def main(argv=None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--out", default="checkpoints/vae_mnist_z10.pt")
+    add_overwrite_argument(parser, "the checkpoint")
     args = parser.parse_args(argv)
+    inputs = dataset_inputs_first(parser, ["binarized_mnist"], args.data_root)
+    check_outputs_first(parser, [("--out", args.out)], inputs, args.overwrite)
     train = load_dataset("binarized_mnist", "train", args.data_root)
     test = load_dataset("binarized_mnist", "test", args.data_root)
     torch.manual_seed(args.seed)  # nn.Linear's initialization uses the global RNG; training uses `g` below
@@ -39,7 +43,7 @@ def main(argv=None) -> None:
     q = model.posterior_approximation()
     test_elbo = elbo(model, subset, q, 10, generator=g).mean().item()
     test_iwae = iwae(model, subset, q, 1000, generator=g).mean().item()
-    save_checkpoint(
+    save_checkpoint_or_exit(
         args.out,
         model,
         metadata={

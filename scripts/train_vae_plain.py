@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+from _common import add_overwrite_argument, check_inputs_first, check_outputs_first, write_output
 from torch import nn
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,10 +39,16 @@ DEFAULT_OUT = {
 
 
 def data_root(arg: str | None) -> Path:
-    root = Path(arg or os.environ.get("RAISE_EVAL_DATA") or ROOT.parent / "shared" / "data")
-    if not root.is_dir():
-        raise SystemExit(f"data root {root} not found: pass --data-root or set $RAISE_EVAL_DATA")
-    return root
+    return Path(arg or os.environ.get("RAISE_EVAL_DATA") or ROOT.parent / "shared" / "data")
+
+
+def input_files(likelihood: str, root: Path) -> list[tuple[str, Path]]:
+    """The (what, path) data files the script reads for `likelihood`."""
+    if likelihood == "bernoulli":
+        folder, names = root / "binarized_mnist", ["binarized_mnist_train.amat", "binarized_mnist_test.amat"]
+    else:
+        folder, names = root / "MNIST" / "raw", ["train-images-idx3-ubyte.gz", "t10k-images-idx3-ubyte.gz"]
+    return [("the data file", folder / name) for name in names]
 
 
 def read_amat(path: Path) -> np.ndarray:
@@ -107,9 +114,16 @@ def main(argv=None) -> None:
     parser.add_argument("--train-size", type=int, default=None, help="first N training images only (default: all)")
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--out", default=None, help="default: checkpoints/plain_vae_mnist[_gaussian]_z50.pt")
+    # The model is plain PyTorch; its file goes through raise-eval's output checks and writer, like every script's.
+    add_overwrite_argument(parser, "the state_dict file")
     args = parser.parse_args(argv)
     out = Path(args.out or ROOT / DEFAULT_OUT[args.likelihood])
     root = data_root(args.data_root)
+    if not root.is_dir():
+        parser.error(f"data root {root} not found: pass --data-root or set $RAISE_EVAL_DATA (nothing was computed)")
+    inputs = input_files(args.likelihood, root)
+    check_outputs_first(parser, [("--out", out)], inputs, args.overwrite)
+    check_inputs_first(parser, inputs)
     torch.manual_seed(args.seed)
     rng = np.random.default_rng(args.seed)
     if args.likelihood == "bernoulli":
@@ -142,8 +156,8 @@ def main(argv=None) -> None:
     with torch.no_grad():
         test_elbo = torch.stack([model.elbo(subset) for _ in range(10)]).mean().item()
     test_iwae = torch.cat([model.iwae(subset[i : i + 100], 100) for i in range(0, 1000, 100)]).mean().item()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    torch.save(model.state_dict(), out)
+    state = model.state_dict()
+    write_output(out, lambda path: torch.save(state, path), what="the trained model")
     print(f"trained {args.epochs} epochs in {seconds:.0f} s on {torch.get_num_threads()} thread(s)")
     print(f"1,000 test images: ELBO {test_elbo:.2f}, IWAE-100 {test_iwae:.2f} nats")
     print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")

@@ -16,13 +16,21 @@
 from __future__ import annotations
 
 import argparse
+import io
 from pathlib import Path
 
 import numpy as np
 import torch
+from _common import (
+    add_overwrite_argument,
+    check_inputs_first,
+    check_outputs_first,
+    resolve_data_root_first,
+    write_output,
+)
 from raise_eval.models.boltzmann.units import PROTEIN_ALPHABET
 
-from raise_eval.io.datasets import mnist_images, resolve_data_root
+from raise_eval.io.datasets import dataset_files, mnist_images, resolve_data_root
 from raise_eval.io.sequences import read_alignment
 
 DEQUANTIZATION_SEEDS = {"train": 11, "test": 12}
@@ -48,10 +56,22 @@ def pf00014_split(split: str, data_root=None) -> torch.Tensor:
     return torch.from_numpy(distinct[np.sort(part)])
 
 
-def write_fasta(path, codes: torch.Tensor, alphabet: str = PROTEIN_ALPHABET, prefix: str = "seq") -> None:
-    with open(path, "w", encoding="ascii") as f:
-        for i, row in enumerate(codes.tolist()):
-            f.write(f">{prefix}{i}\n{''.join(alphabet[c] for c in row)}\n")
+def fasta_text(codes: torch.Tensor, alphabet: str = PROTEIN_ALPHABET, prefix: str = "seq") -> str:
+    """Integer codes (N, L) as FASTA text, one record '>{prefix}{i}' per row."""
+    return "".join(f">{prefix}{i}\n{''.join(alphabet[c] for c in row)}\n" for i, row in enumerate(codes.tolist()))
+
+
+def npy_bytes(array: np.ndarray) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array)
+    return buffer.getvalue()
+
+
+def input_files(dataset: str, split: str, root: Path) -> list[tuple[str, Path]]:
+    """The (what, path) files `dataset`'s `split` is rebuilt from, under the data root `root`."""
+    if dataset == "pf00014":
+        return [("the PF00014 alignment", root / PF00014)]
+    return [(f"the MNIST {split} images", path) for path in dataset_files("mnist", split, root)]
 
 
 def main(argv=None) -> None:
@@ -59,15 +79,28 @@ def main(argv=None) -> None:
     parser.add_argument("dataset", choices=["mnist-continuous", "pf00014"])
     parser.add_argument("--split", choices=["train", "test"], default="test")
     parser.add_argument("--out", required=True, help=".npy for mnist-continuous; .fasta or .npy for pf00014")
-    parser.add_argument("--data-root", default=None)
+    parser.add_argument("--data-root", default=None, help="folder holding MNIST/ and protein/ (else $RAISE_EVAL_DATA)")
+    add_overwrite_argument(parser, "the --out file")
     args = parser.parse_args(argv)
+    as_npy = args.dataset == "mnist-continuous" or args.out.endswith(".npy")
+    # Before any work: where the output goes, that it is none of the inputs, and that the inputs are there.
+    root = resolve_data_root_first(parser, args.data_root)
+    inputs = input_files(args.dataset, args.split, root)
+    check_outputs_first(parser, [("--out", args.out)], inputs, args.overwrite)
+    if args.dataset == "mnist-continuous" and not args.out.endswith(".npy"):
+        parser.error(f"--out {args.out}: mnist-continuous is written as a .npy file; name one (nothing was computed)")
+    check_inputs_first(parser, inputs)
     if args.dataset == "mnist-continuous":
-        np.save(args.out, continuous_mnist(args.split, args.data_root).numpy())
-    elif args.out.endswith(".npy"):
-        np.save(args.out, pf00014_split(args.split, args.data_root).numpy())
+        content = npy_bytes(continuous_mnist(args.split, root).numpy())
+    elif as_npy:
+        content = npy_bytes(pf00014_split(args.split, root).numpy())
     else:
-        write_fasta(args.out, pf00014_split(args.split, args.data_root), prefix=f"pf00014_{args.split}_")
-    print(f"wrote {args.out}")
+        content = fasta_text(pf00014_split(args.split, root), prefix=f"pf00014_{args.split}_")
+    # Cheap to rebuild: nothing is kept in the temporary folder when the write fails.
+    if write_output(args.out, content, what="the data", keep_on_failure=False):
+        print(f"wrote {args.out}")
+    else:
+        print(f"nothing written: --out {args.out} is the null device")
 
 
 if __name__ == "__main__":

@@ -229,3 +229,13 @@ def test_the_command_reference_lists_every_option_with_its_declared_default(comm
             declared = " ".join(str(v) for v in spec.default) if spec.kind == "counts" else str(spec.default)
             declared = declared[:-2] if declared.endswith(".0") else declared
             assert stated == declared, f"docs/cli.md says {spec.flag} defaults to {stated!r}; it is {declared!r}"
+
+
+def test_the_version_the_docs_show_is_the_packages():
+    """docs/cli.md's `raise-eval --version` example names the version being documented (it showed 0.2.0 in 0.3)."""
+    from raise_eval import __version__
+
+    text = (DOCS / "cli.md").read_text(encoding="utf-8")
+    shown = re.findall(r"`raise-eval (\d+\.\d+\.\d+\S*) \(torch ", text)
+    assert shown, "docs/cli.md no longer shows the output of `raise-eval --version`: update this test"
+    assert shown == [__version__] * len(shown), f"docs/cli.md shows raise-eval {shown}, the package is {__version__}"

@@ -5,11 +5,13 @@ options are `InputSettings`'), `TrajectorySettings` and `OutputSettings`."""
 from __future__ import annotations
 
 import argparse
+import sys
 
 from raise_eval.cli.common import check_environment, configure_threads, write_report
 from raise_eval.cli.options import add_subcommand, flags, settings_from
 from raise_eval.io.run_files import OutputSettings
 from raise_eval.io.trajectory_files import TrajectoryInputSettings, load_trajectory_inputs
+from raise_eval.trajectory.report import TrajectoryInterrupted
 from raise_eval.trajectory.run import evaluate_trajectory
 from raise_eval.trajectory.settings import TrajectorySettings
 
@@ -69,15 +71,22 @@ def run(args: argparse.Namespace) -> int:
     settings = settings.replace(threads=configure_threads(settings.threads))
     loaded = load_trajectory_inputs(inputs, settings.init)
     outputs.check_against(loaded.files)
-    report = evaluate_trajectory(
-        loaded.models,
-        loaded.test,
-        settings,
-        training_steps=loaded.steps,
-        names=loaded.names,
-        train_pixel_means=loaded.train_pixel_means,
-        labels=loaded.labels,
-    )
+    try:
+        report = evaluate_trajectory(
+            loaded.models,
+            loaded.test,
+            settings,
+            training_steps=loaded.steps,
+            names=loaded.names,
+            train_pixel_means=loaded.train_pixel_means,
+            labels=loaded.labels,
+        )
+    except TrajectoryInterrupted as stop:
+        # Ctrl-C or SIGTERM part-way: no traceback; show and keep what finished, as evaluate and bdmc do.
+        print("\n" + stop.report.format_table(FLAGS))
+        write_report(stop.report, outputs.json, None, FLAGS, "marked incomplete: the stages that finished")
+        print(f"raise-eval: interrupted during {stop.report.interrupted}", file=sys.stderr)
+        return 130
     print(report.format_table(FLAGS))
     write_report(report, outputs.json, outputs.plot_path, FLAGS)
     return 0 if report.closed else EXIT_OPEN

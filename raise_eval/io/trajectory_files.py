@@ -27,6 +27,7 @@ from typing import Any, Optional
 from torch import Tensor
 
 from raise_eval.io.inputs import InputSettings, input_files, load_evaluation_inputs
+from raise_eval.models.io.files import describe, why_unusable
 from raise_eval.settings import SettingsError, declarations, setting, settings_class
 
 MANIFEST = "trajectory.json"
@@ -53,9 +54,9 @@ def write_manifest(folder, entries: list[tuple[str, int]], metadata: Optional[di
         "metadata": dict(metadata or {}),
     }
     path = folder / MANIFEST
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    from raise_eval.io.writing import write_file  # whole or not at all: no '.tmp' left by a failed write
+
+    write_file(path, json.dumps(document, indent=1) + "\n", what="the manifest", keep_on_failure=False)
     return path
 
 
@@ -66,9 +67,16 @@ def list_trajectory(folder) -> list[TrajectoryFile]:
         what = "is not a folder" if folder.exists() else "does not exist"
         raise FileNotFoundError(f"{folder} {what}; give the folder of one run's checkpoints")
     manifest = folder / MANIFEST
-    if manifest.exists():
+    if os.path.lexists(manifest):  # a broken link to a manifest is refused, not read as "no manifest"
         return _from_manifest(manifest)
-    files = sorted(p for p in folder.iterdir() if p.is_file() and p.suffix.lower() in CHECKPOINT_SUFFIXES)
+    candidates = sorted(p for p in folder.iterdir() if p.suffix.lower() in CHECKPOINT_SUFFIXES)
+    for p in candidates:
+        if p.is_symlink() and not p.is_file():  # a dangling or looping link: a checkpoint that went missing
+            raise ValueError(
+                f"{p} {why_unusable(p)}: a checkpoint of the run cannot be read; remove the link or point it at the "
+                "checkpoint"
+            )
+    files = [p for p in candidates if p.is_file()]
     if not files:
         raise FileNotFoundError(
             f"{folder} holds no checkpoint ({', '.join(CHECKPOINT_SUFFIXES)} files) and no {MANIFEST}"
@@ -121,8 +129,15 @@ def _manifest_advice(folder: Path) -> str:
 
 
 def _from_manifest(path: Path) -> list[TrajectoryFile]:
+    why = why_unusable(path)
+    if why is not None:
+        raise ValueError(f"{path} {why}; the manifest must be a JSON file (or remove it to order by the file names)")
     try:
         document = json.loads(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError(
+            f"{path} is not a JSON manifest: it is not UTF-8 text ({describe(path)}); {_manifest_advice(path.parent)}"
+        ) from None
     except (OSError, json.JSONDecodeError) as e:
         raise ValueError(f"{path} is not a readable JSON manifest: {e}") from None
     if not isinstance(document, dict) or document.get("format") != MANIFEST_FORMAT:
@@ -139,8 +154,11 @@ def _from_manifest(path: Path) -> list[TrajectoryFile]:
         ):
             raise ValueError(f'{path}: checkpoint {i} must be {{"file": NAME, "step": INTEGER}}, got {entry!r}')
         file = path.parent / entry["file"]
-        if not file.is_file():
+        why = why_unusable(file)
+        if why == "does not exist":
             raise FileNotFoundError(f"{path}: checkpoint {i}, {file}, does not exist")
+        if why is not None:
+            raise ValueError(f"{path}: checkpoint {i}, {file}, {why}; list the checkpoint files of the run")
         if out and entry["step"] <= out[-1].step:
             raise ValueError(f"{path}: the steps must increase (checkpoint {i} has step {entry['step']})")
         if file in seen:

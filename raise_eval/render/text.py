@@ -346,7 +346,7 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
             f"{_f(c.exact_mean, 11)}{_f(c.ess, 7, 0)}"
         )
     methods = {c.log_f_method for c in report.checkpoints}
-    if methods != {"exact"}:
+    if methods - {"exact"}:
         lines.append("log f(v): estimated by importance sampling where it is not enumerated (a stochastic lower bound)")
     lines.append("")
     flagged = report.coarse_links
@@ -363,7 +363,10 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
             f"{worst.end})"
         )
     final = report.final
-    if report.closed:
+    if report.interrupted is not None:
+        kept = "the table holds the checkpoints whose estimates finished" if final else "no estimate finished"
+        lines.append(f"interrupted during {report.interrupted}: {kept}; no verdict")
+    elif report.closed:
         lo, hi = report.interval
         lines.append(
             f"verdict on the last checkpoint (step {final.step}, tolerance {_nats(s['tolerance'])}): CLOSED: the "
@@ -376,9 +379,9 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     for w in report.warnings:
         lines.append(f"warning [{w.code}]: {render_names(w.message, names)}")
     t = report.timing
-    lines.append(
-        f"time: {t['seconds']:.1f} s (AIS pass {t['ais_seconds']:.1f} s, BAR {t['bar_seconds']:.1f} s, log f(v) and "
-        f"exact values {t['log_f_and_exact_seconds']:.1f} s, RAISE {t['raise_seconds']:.1f} s)"
-    )
+    parts = [("AIS pass", "ais_seconds"), ("BAR", "bar_seconds"), ("log f(v) and exact values",
+             "log_f_and_exact_seconds"), ("RAISE", "raise_seconds")]  # fmt: skip
+    finished = ", ".join(f"{what} {t[key]:.1f} s" for what, key in parts if key in t)
+    lines.append(f"time: {t['seconds']:.1f} s" + (f" ({finished})" if finished else ""))
     lines += [f"note: {render_names(n, names)}" for n in report.notes]
     return "\n".join(lines)

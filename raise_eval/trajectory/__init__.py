@@ -8,7 +8,13 @@ report.py (`TrajectoryReport`, `TrajectoryRecord`: data). May import the core, `
 `format_table`/`plot` call `raise_eval.render` lazily).
 """
 
-from raise_eval.trajectory.report import CheckpointEstimate, LinkReport, TrajectoryRecord, TrajectoryReport
+from raise_eval.trajectory.report import (
+    CheckpointEstimate,
+    LinkReport,
+    TrajectoryInterrupted,
+    TrajectoryRecord,
+    TrajectoryReport,
+)
 from raise_eval.trajectory.run import evaluate_trajectory
 from raise_eval.trajectory.settings import TrackSettings, TrajectorySettings
 
@@ -16,6 +22,7 @@ __all__ = [
     "CheckpointEstimate",
     "LinkReport",
     "TrackSettings",
+    "TrajectoryInterrupted",
     "TrajectoryRecord",
     "TrajectoryReport",
     "TrajectorySettings",

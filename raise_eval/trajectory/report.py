@@ -82,7 +82,9 @@ class TrajectoryReport:
     `CheckpointEstimate` per checkpoint in training order; links: BAR's ladder (the start, then every checkpoint);
     verdict ('closed' or 'open'), interval (the last checkpoint's certified interval when closed) and reasons (why
     open) for the last checkpoint, at `settings['tolerance']`; warnings: the last checkpoint's diagnostics; timing:
-    seconds per stage.
+    seconds per stage (of those that finished). interrupted: the stage Ctrl-C (or SIGTERM) stopped, None when the run
+    finished; an interrupted report holds the checkpoints whose AIS, BAR and log f(v) finished (RAISE's where it
+    ran), its verdict open.
     """
 
     settings: dict[str, Any]
@@ -95,10 +97,16 @@ class TrajectoryReport:
     num_test: int
     timing: dict[str, float]
     notes: list[str] = field(default_factory=list)
+    interrupted: Optional[str] = None
 
     @property
-    def final(self) -> CheckpointEstimate:
-        return self.checkpoints[-1]
+    def complete(self) -> bool:
+        return self.interrupted is None
+
+    @property
+    def final(self) -> Optional[CheckpointEstimate]:
+        """The last checkpoint's estimate (None when a run interrupted early has none)."""
+        return self.checkpoints[-1] if self.checkpoints else None
 
     @property
     def closed(self) -> bool:
@@ -113,6 +121,8 @@ class TrajectoryReport:
         from raise_eval.settings import render_names
 
         return {
+            "complete": self.complete,
+            "interrupted_during": self.interrupted,
             "settings": self.settings,
             "num_test": self.num_test,
             "checkpoints": [c.to_dict() for c in self.checkpoints],
@@ -136,6 +146,15 @@ class TrajectoryReport:
         from raise_eval.render.plots import plot_trajectory
 
         plot_trajectory(self, path)
+
+
+class TrajectoryInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM) during `evaluate_trajectory`: `report` holds what finished (`report.interrupted` names the
+    stage)."""
+
+    def __init__(self, report: TrajectoryReport) -> None:
+        super().__init__(f"interrupted during {report.interrupted}")
+        self.report = report
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from raise_eval.paths.trajectory import check_trajectory, trajectory_path
 from raise_eval.runtime.threads import using_threads
 from raise_eval.settings import with_overrides
 from raise_eval.stats import summarize_log_weights
-from raise_eval.trajectory.report import CheckpointEstimate, LinkReport, TrajectoryReport
+from raise_eval.trajectory.report import CheckpointEstimate, LinkReport, TrajectoryInterrupted, TrajectoryReport
 from raise_eval.trajectory.settings import TrajectorySettings
 from raise_eval.trajectory.verdict import sandwich_verdict
 
@@ -113,56 +113,66 @@ def _evaluate(
     knots = path.knot_indices(betas)
     timing: dict[str, float] = {}
 
-    # 2-3. One pass, read at every point; BAR from its chains.
-    t0 = time.perf_counter()
-    run = ladder_pass(
-        path, betas, settings.ais_chains, rungs=knots, generator=_generator(device, settings.seed),
-        progress=settings.progress, desc="AIS along the trajectory",
-    )  # fmt: skip
-    timing["ais_seconds"] = run.seconds
-    bar = bar_ladder(
-        run.forward, run.reverse, log_partition_initial=path.log_partition_initial, bootstrap=settings.bootstrap,
-        generator=torch.Generator().manual_seed(settings.seed + 2),
-    )  # fmt: skip
-    timing["bar_seconds"] = time.perf_counter() - t0 - run.seconds
-
-    # 4. log f(v) and the exact values, checkpoint by checkpoint.
-    t0 = time.perf_counter()
-    enumerate_exact, exact_note = _exact_affordable(models, test.shape[0], settings, int(betas.numel() - 1))
-    if exact_note is not None:
-        notes.append(exact_note)
+    # Each stage keeps what it finished: Ctrl-C (or SIGTERM) part-way gives the report of the finished stages
+    # (TrajectoryInterrupted), as `evaluate` does.
+    run = bar = None
     log_f, log_f_method = [], []
     log_z_exact: list[Optional[float]] = []
-    for i, m in enumerate(models):
-        values, method = _log_f(m, test, settings, i, enumerate_exact)
-        log_f.append(values)
-        log_f_method.append(method)
-        known = None if known_log_z is None or settings.exact == "never" else known_log_z[i]
-        log_z_exact.append(
-            float(known) if known is not None else _exact_log_z(m, settings) if enumerate_exact else None
-        )
-    timing["log_f_and_exact_seconds"] = time.perf_counter() - t0
-
-    # 5. RAISE at a few checkpoints, each along the path truncated there.
-    t0 = time.perf_counter()
-    raise_subset = _raise_subset(test.shape[0], settings)
     raised: dict[int, tuple[float, float]] = {}
-    for i in raise_points(count, settings.raise_checkpoints):
-        point = path.checkpoint_points[i]
-        if point == 0:  # the first checkpoint is the independent start: nothing to anneal
-            continue
-        piece = path.truncated(point)
-        piece_betas = piece.schedule(settings.steps, first_link_steps=start_steps)
-        result = raise_log_likelihood(
-            piece, test[raise_subset.to(device)], piece_betas, settings.raise_chains,
-            generator=_generator(device, settings.seed + 1), progress=settings.progress,
+    stage: Optional[str] = "the AIS pass along the trajectory"
+    try:
+        # 2-3. One pass, read at every point; BAR from its chains.
+        t0 = time.perf_counter()
+        run = ladder_pass(
+            path, betas, settings.ais_chains, rungs=knots, generator=_generator(device, settings.seed),
+            progress=settings.progress, desc="AIS along the trajectory",
         )  # fmt: skip
-        cv = result.control_variate_mean(log_f[i], log_f[i][raise_subset.to(log_f[i].device)])
-        raised[i] = (cv.mean, cv.stderr)
-    timing["raise_seconds"] = time.perf_counter() - t0
+        timing["ais_seconds"] = run.seconds
+        stage = "BAR between the checkpoints"
+        bar = bar_ladder(
+            run.forward, run.reverse, log_partition_initial=path.log_partition_initial, bootstrap=settings.bootstrap,
+            generator=torch.Generator().manual_seed(settings.seed + 2),
+        )  # fmt: skip
+        timing["bar_seconds"] = time.perf_counter() - t0 - run.seconds
+
+        # 4. log f(v) and the exact values, checkpoint by checkpoint.
+        stage = "log f(v) and the exact values"
+        t0 = time.perf_counter()
+        enumerate_exact, exact_note = _exact_affordable(models, test.shape[0], settings, int(betas.numel() - 1))
+        if exact_note is not None:
+            notes.append(exact_note)
+        for i, m in enumerate(models):
+            values, method = _log_f(m, test, settings, i, enumerate_exact)
+            known = None if known_log_z is None or settings.exact == "never" else known_log_z[i]
+            z = float(known) if known is not None else _exact_log_z(m, settings) if enumerate_exact else None
+            log_f.append(values)
+            log_f_method.append(method)
+            log_z_exact.append(z)
+        timing["log_f_and_exact_seconds"] = time.perf_counter() - t0
+
+        # 5. RAISE at a few checkpoints, each along the path truncated there.
+        stage = "RAISE"
+        t0 = time.perf_counter()
+        raise_subset = _raise_subset(test.shape[0], settings)
+        for i in raise_points(count, settings.raise_checkpoints):
+            point = path.checkpoint_points[i]
+            if point == 0:  # the first checkpoint is the independent start: nothing to anneal
+                continue
+            piece = path.truncated(point)
+            piece_betas = piece.schedule(settings.steps, first_link_steps=start_steps)
+            result = raise_log_likelihood(
+                piece, test[raise_subset.to(device)], piece_betas, settings.raise_chains,
+                generator=_generator(device, settings.seed + 1), progress=settings.progress,
+            )  # fmt: skip
+            cv = result.control_variate_mean(log_f[i], log_f[i][raise_subset.to(log_f[i].device)])
+            raised[i] = (cv.mean, cv.stderr)
+        timing["raise_seconds"] = time.perf_counter() - t0
+        stage = None
+    except KeyboardInterrupt:
+        pass  # `stage` names where: the report below holds what finished
 
     estimates = []
-    for i in range(count):
+    for i in range(len(log_z_exact) if bar is not None else 0):
         point = path.checkpoint_points[i]
         summary = summarize_log_weights(run.log_weights[point])
         mean_log_f = float(log_f[i].double().mean())
@@ -188,10 +198,13 @@ def _evaluate(
             stderr=float(bar.stderr[h.link]), forward=float(bar.forward_exp[h.link]),
             reverse=float(bar.reverse_exp[h.link]), overlap=h.overlap, problems=h.problems,
         )
-        for h in bar.health()
+        for h in (bar.health() if bar is not None else [])
     ]  # fmt: skip
-    final = estimates[-1]
-    warnings, verdict, interval, reasons = _verdict(final, log_f[-1], test, settings, estimates[:-1])
+    if stage is None:
+        warnings, verdict, interval, reasons = _verdict(estimates[-1], log_f[-1], test, settings, estimates[:-1])
+    else:
+        finished = "the checkpoints' estimates that finished are shown" if estimates else "no estimate finished"
+        warnings, verdict, interval, reasons = [], "open", None, [f"interrupted during {stage}: {finished}"]
     timing["seconds"] = time.perf_counter() - start_all
     report_settings = {
         **settings.as_dict(),
@@ -206,10 +219,14 @@ def _evaluate(
         "dtype": str(dtype).replace("torch.", ""),
         "threads": torch.get_num_threads(),  # what ran (the settings carry None once the command line has set it)
     }
-    return TrajectoryReport(
+    report = TrajectoryReport(
         settings=report_settings, checkpoints=estimates, links=links, verdict=verdict, interval=interval,
         reasons=reasons, warnings=warnings, num_test=int(test.shape[0]), timing=timing, notes=notes,
+        interrupted=stage,
     )  # fmt: skip
+    if stage is not None:
+        raise TrajectoryInterrupted(report)
+    return report
 
 
 def _generator(device, seed: int) -> torch.Generator:
