@@ -15,8 +15,8 @@ from __future__ import annotations
 import argparse
 import ast
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Dict, Iterable, List, Set, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,10 +38,10 @@ ABOVE_CORE = (
 # raise_eval that models/ must not make; the test names which are still allowed.
 MODELS_FORBIDDEN = ("io", "estimators", "native")
 
-Graph = Dict[str, Set[str]]
+Graph = dict[str, set[str]]
 
 
-def module_files(root: Path = ROOT) -> Dict[str, Path]:
+def module_files(root: Path = ROOT) -> dict[str, Path]:
     """Module name -> source file, for raise_eval/ and models/ (as raise_eval.models)."""
     modules = {}
     for base, package in ((root / "raise_eval", "raise_eval"), (root / "models", "raise_eval.models")):
@@ -57,7 +57,7 @@ def _package_of(module: str, path: Path) -> str:
     return module if path.name == "__init__.py" else module.rpartition(".")[0]
 
 
-def _imported(node: ast.AST, module: str, path: Path, known: Set[str]) -> Iterable[str]:
+def _imported(node: ast.AST, module: str, path: Path, known: set[str]) -> Iterable[str]:
     """The known modules one import statement loads."""
     if isinstance(node, ast.Import):
         for alias in node.names:
@@ -77,7 +77,7 @@ def _imported(node: ast.AST, module: str, path: Path, known: Set[str]) -> Iterab
         yield candidate if candidate in known else source
 
 
-def _resolve(name: str, known: Set[str]) -> str:
+def _resolve(name: str, known: set[str]) -> str:
     """`import a.b.c` of a name that is not a module (an attribute path) -> its longest module prefix."""
     while name and name not in known:
         name = name.rpartition(".")[0]
@@ -101,13 +101,13 @@ def import_graph(root: Path = ROOT) -> Graph:
     return graph
 
 
-def cycles(graph: Graph) -> List[List[str]]:
+def cycles(graph: Graph) -> list[list[str]]:
     """The strongly connected components of more than one module (Tarjan's algorithm, iterative), each sorted, the
     list sorted."""
-    index: Dict[str, int] = {}
-    low: Dict[str, int] = {}
-    on_stack: Set[str] = set()
-    stack: List[str] = []
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    on_stack: set[str] = set()
+    stack: list[str] = []
     components = []
     counter = 0
     for start in sorted(graph):
@@ -157,7 +157,7 @@ def _is_in(module: str, package: str) -> bool:
     return module == package or module.startswith(package + ".")
 
 
-def layering_breaches(graph: Graph) -> List[Tuple[str, str, str]]:
+def layering_breaches(graph: Graph) -> list[tuple[str, str, str]]:
     """(rule, importer, imported) for every import against docs/architecture.md's layering, sorted."""
     breaches = []
     for module, targets in graph.items():

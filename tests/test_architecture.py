@@ -97,8 +97,8 @@ def test_moved_names_import_from_their_old_places():
 def test_checkpoints_are_written_whole_through_raise_eval_io():
     """models/ may not import raise_eval.io: the writer of raise_eval.io.writing is given to it when raise_eval is
     imported (as it is before any of raise_eval.models)."""
-    import raise_eval  # noqa: F401
-    from raise_eval.io.writing import write_file
     from raise_eval.models.io import checkpoints
+
+    from raise_eval.io.writing import write_file
 
     assert checkpoints.file_writer() is write_file

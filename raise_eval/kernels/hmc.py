@@ -24,7 +24,8 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from raise_eval.paths.directed import DirectedPath, DirectedState, select_state
+from raise_eval.kernels.directed_state import DirectedState, select_state
+from raise_eval.paths.directed import DirectedPath
 
 
 class StepSizeSchedule:
