@@ -46,6 +46,7 @@ from raise_eval.evaluation import (
 from raise_eval.integrations.hooks import LikelihoodMonitor, MonitorSettings, SandwichRecord
 from raise_eval.io.datasets import load_dataset
 from raise_eval.io.results import dump_json
+from raise_eval.io.writing import write_file as _write_file
 from raise_eval.models import (
     DBM,
     DBN,
@@ -65,6 +66,7 @@ from raise_eval.models import (
     rbm_from_arrays,
 )
 from raise_eval.models.io import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, save_npz
+from raise_eval.models.io import checkpoints as _checkpoints
 from raise_eval.paths import (
     BoltzmannPath,
     DirectedPath,
@@ -78,6 +80,9 @@ from raise_eval.paths import (
 )
 from raise_eval.schedules import linear_schedule, make_schedule, salakhutdinov_schedule, sigmoid_schedule
 from raise_eval.settings import SettingsError
+
+# models/ may not import raise_eval.io: its checkpoints are written whole (or not at all) by the writer given here.
+_checkpoints.use_file_writer(_write_file)
 
 
 def __getattr__(name: str):

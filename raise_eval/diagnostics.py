@@ -2,7 +2,9 @@
 
 Each warning is a code and a sentence saying what it means and what to do (settings named as `{field}`).
 `raise-eval evaluate` prints them under
-its table and lists them in the JSON under `warnings`; the README's "How to read the numbers" says the same.
+its table and lists them in the JSON under `warnings`; the README's "How to read the numbers" says the same. The
+certified verdict's thresholds and its log f(v) allowance are here too, where its table (`raise_eval.render.text`)
+reads them without importing `raise_eval.certification`.
 """
 
 from __future__ import annotations
@@ -18,6 +20,11 @@ FEW_CHAINS = 30  # an ESS below this is "a few chains": too few for the standard
 GAP_NATS = 1.0  # models are commonly compared by differences of about a nat
 SIGMAS = 3.0  # "beyond the noise": more than 3 combined standard errors
 TEST_MASS_MARGIN = 1.0  # nats of slack for the noise of estimated log f(v) in the test-mass check
+
+# A gap shrinking by less than 7% per doubling of K is too flat to extrapolate; a trend's K beyond TREND_MAX_FACTOR
+# times the last K is not given (the table says how slowly the gap shrinks instead).
+FLAT_SLOPE = -0.1
+TREND_MAX_FACTOR = 10_000
 
 
 def log_f_advice(log_f_method: str) -> str:
@@ -45,6 +52,16 @@ class Warning:
 
     def to_dict(self, names: Optional[dict[str, str]] = None) -> dict:
         return {"code": self.code, "message": render_names(self.message, names)}
+
+
+def log_f_allowance(report) -> float:
+    """Nats by which the AIS side may sit below the truth because log f(v) is estimated (it errs low): the rise of
+    the log f(v) check, mean + 3 standard errors, at least 0; 0 when log f(v) is exact or not checked."""
+    check = getattr(report, "log_f_check", None)
+    if check is None:
+        return 0.0
+    se = check.mean_rise_stderr if math.isfinite(check.mean_rise_stderr) else 0.0
+    return max(0.0, check.mean_rise + 3.0 * se)
 
 
 def diagnose(

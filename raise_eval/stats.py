@@ -63,3 +63,8 @@ def mean_and_stderr(x: Tensor) -> tuple[float, float]:
     mean = x.mean().item()
     se = (x.std().item() / math.sqrt(n)) if n > 1 else float("nan")
     return mean, se
+
+
+def scalar(t: torch.Tensor) -> float:
+    """A 0-d tensor as a Python float."""
+    return float(t.detach().cpu().double())

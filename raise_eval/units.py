@@ -66,6 +66,17 @@ def format_size(n: float) -> str:
     return f"{int(n)} B"
 
 
+def format_duration(seconds: float) -> str:
+    """'42 s', '21 min', '5.2 h', '3.1 days'."""
+    if seconds < 90:
+        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.1f} min" if seconds < 600 else f"{seconds / 60:.0f} min"
+    if seconds < 48 * 3600:
+        return f"{seconds / 3600:.1f} h"
+    return f"{seconds / 86400:,.1f} days"
+
+
 def parse_duration(text: str) -> float:
     """Seconds in '90', '90s', '30m', '1.5h'; ValueError saying the accepted forms."""
     t = str(text).strip().lower()

@@ -280,12 +280,12 @@ def test_threads_are_recorded(tmp_path):
 def test_a_folder_that_cannot_be_written_is_refused_before_work(tmp_path, monkeypatch, capsys):
     """Where os.access says yes but writing fails (e.g. /proc, a read-only mount seen by root), a probe file finds
     out before any work, for --json and --resume-file alike."""
-    import raise_eval.io.writing as writing
+    import raise_eval.io.outputs as outputs
 
     def refuse(*args, **kwargs):
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(writing, "_create_temporary", refuse)  # the probe creates the write's temporary file
+    monkeypatch.setattr(outputs, "_create_temporary", refuse)  # the probe creates the write's temporary file
     for option in ("--json", "--resume-file"):
         with pytest.raises(SystemExit) as stop:
             main(["evaluate", str(DEFAULT), option, str(tmp_path / "out")])

@@ -223,7 +223,7 @@ def test_a_legal_name_of_the_largest_size_is_written_and_its_temporary_name_fits
     for name in ("b" * (limit - 5) + ".json", "é" * ((limit - 5) // 2) + ".json"):  # one-byte and two-byte letters
         path = tmp_path / name
         assert len(os.fsencode(path.name)) <= limit
-        assert len(os.fsencode(writing._temporary_name(path).name)) <= limit
+        assert len(os.fsencode(outputs._temporary_name(path).name)) <= limit
         assert check_output_path(path, "--json")
         dump_json({"value": 1}, str(path))
         assert json.loads(path.read_text())["value"] == 1

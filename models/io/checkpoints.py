@@ -152,6 +152,28 @@ def _save_whole(payload: dict, path) -> None:
     _write_whole(path, lambda f: torch.save(payload, f), "the checkpoint")
 
 
+def _no_file_writer(path, content, *, what: str, keep_on_failure: bool) -> None:
+    raise RuntimeError(f"no file writer to save {what} with: import raise_eval first (it installs one)")
+
+
+# How a checkpoint file is written: `raise_eval.io.writing.write_file`, whole or not at all, installed by importing
+# raise_eval (which runs before any of raise_eval.models is imported). Injected because models/ may not import
+# raise_eval.io (models/__init__.py).
+_file_writer = _no_file_writer
+
+
+def use_file_writer(writer) -> None:
+    """Install `writer(path, write_to_path, what=..., keep_on_failure=...)` as the writer of checkpoint files (the
+    signature of `raise_eval.io.writing.write_file`)."""
+    global _file_writer
+    _file_writer = writer
+
+
+def file_writer():
+    """The writer of checkpoint files (`use_file_writer`)."""
+    return _file_writer
+
+
 def _write_whole(path, write, what: str) -> None:
     """`write(file)` into an open binary file at `path`, whole or not at all: a crash or a full disk leaves the file
     that was at `path` as it was (and the new content in the system's temporary folder, named in the error), never
@@ -159,9 +181,7 @@ def _write_whole(path, write, what: str) -> None:
     if hasattr(path, "write"):
         write(path)
         return
-    from raise_eval.io.writing import write_file
-
-    write_file(path, lambda p: _write_to(p, write), what=what, keep_on_failure=True)
+    _file_writer(path, lambda p: _write_to(p, write), what=what, keep_on_failure=True)
 
 
 def _write_to(path: str, write) -> None:

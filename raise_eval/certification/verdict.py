@@ -17,7 +17,7 @@ import math
 from typing import Optional
 
 from raise_eval.certification.report import CertifyStep
-from raise_eval.diagnostics import LOW_ESS_FRACTION, log_f_advice
+from raise_eval.diagnostics import FLAT_SLOPE, LOW_ESS_FRACTION, TREND_MAX_FACTOR, log_f_advice, log_f_allowance
 from raise_eval.settings import Named
 
 # The warnings that undermine one side of the sandwich: a sandwich with any of them is never called closed.
@@ -35,16 +35,6 @@ UNDERMINING = {
 FILE_FORMAT = "raise-eval certify 1"
 # Reasons that no K can remove: log f(v) and its check are made once, whatever K is.
 K_INDEPENDENT = ("log-f-biased", "log-f-unchecked")
-
-
-def log_f_allowance(report) -> float:
-    """Nats by which the AIS side may sit below the truth because log f(v) is estimated (it errs low): the rise of
-    the log f(v) check, mean + 3 standard errors, at least 0; 0 when log f(v) is exact or not checked."""
-    check = getattr(report, "log_f_check", None)
-    if check is None:
-        return 0.0
-    se = check.mean_rise_stderr if math.isfinite(check.mean_rise_stderr) else 0.0
-    return max(0.0, check.mean_rise + 3.0 * se)
 
 
 def sandwich_interval(report) -> tuple[float, float]:
@@ -142,12 +132,6 @@ def gap_per_doubling(history: list[CertifyStep], tolerance: float) -> Optional[f
     by 16% a doubling), or None when it cannot be said."""
     slope = _gap_slope(history, tolerance)
     return None if slope is None else 2.0**slope
-
-
-# A gap shrinking by less than 7% per doubling of K is too flat to extrapolate; a trend's K beyond TREND_MAX_FACTOR
-# times the last K is not given (the table says how slowly the gap shrinks instead).
-FLAT_SLOPE = -0.1
-TREND_MAX_FACTOR = 10_000
 
 
 def trend(history: list[CertifyStep], tolerance: float) -> Optional[int]:

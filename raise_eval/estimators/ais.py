@@ -15,10 +15,9 @@ import torch
 from torch import Tensor
 
 from raise_eval.annealing import Kernel, anneal, continuation
-from raise_eval.io.results import scalar
 from raise_eval.schedules import validate_schedule
 from raise_eval.settings import check_count
-from raise_eval.stats import summarize_log_weights
+from raise_eval.stats import scalar, summarize_log_weights
 
 
 @dataclass

@@ -25,6 +25,7 @@ from raise_eval.evaluation.log_f_check import LOG_F_CHECK_FACTOR
 from raise_eval.paths.posterior import posterior_path
 from raise_eval.runtime.sharding import bytes_per_chain, log_f_bytes, raise_vectors_per_shard, shard_bounds
 from raise_eval.settings import SettingsError, format_size, render_names
+from raise_eval.units import format_duration
 
 # Peak bytes measured (RSS) with a margin; see the module docstring.
 SCHEDULE_BYTES_PER_STEP = 80  # the betas, their Python floats in `anneal`, a flipped copy (64 to 73 measured)
@@ -144,17 +145,6 @@ class CostEstimate:
         from raise_eval.render.text import cost_estimate_text
 
         return cost_estimate_text(self, names)
-
-
-def format_duration(seconds: float) -> str:
-    """'42 s', '21 min', '5.2 h', '3.1 days'."""
-    if seconds < 90:
-        return f"{seconds:.1f} s" if seconds < 10 else f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.1f} min" if seconds < 600 else f"{seconds / 60:.0f} min"
-    if seconds < 48 * 3600:
-        return f"{seconds / 3600:.1f} h"
-    return f"{seconds / 86400:,.1f} days"
 
 
 def _dtype_size(dtype: torch.dtype) -> int:

@@ -30,6 +30,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import secrets
 import stat
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -37,9 +38,13 @@ from pathlib import Path
 from typing import Optional, Union
 
 from raise_eval._version import __version__
-from raise_eval.io.results import TOOL
 
 PathLike = Union[str, os.PathLike]
+TOOL = "raise-eval"  # the "tool" key of every JSON document raise-eval writes (`raise_eval.io.results.dump_json`)
+# The "format" of a resume file `raise_eval.runtime.resume` writes, and those it reads: format 1 (finished shards
+# only) is format 2 without a shard in progress.
+RESUME_FORMAT = 2
+RESUME_READABLE_FORMATS = (1, 2)
 KINDS = ("json", "plot", "resume", "protected")
 # The top-level keys of the JSON documents raise-eval wrote before they carried "tool": evaluate, a certified run,
 # bdmc.
@@ -253,9 +258,7 @@ def check_output_path(path: PathLike, option: str = "the output") -> bool:
         raise OutputError(f"{shown}: the folder {folder} is not writable (nothing was computed)")
     # What os.access cannot tell (/proc, read-only mounts, root): create the very temporary file the write will use.
     try:
-        from raise_eval.io import writing  # imports this module
-
-        probe = writing._create_temporary(Path(target))
+        probe = _create_temporary(Path(target))
         os.remove(probe)
     except OSError as e:
         raise OutputError(
@@ -269,6 +272,31 @@ def _name_max(folder: str) -> int:
         return os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):  # no such folder, or a platform without pathconf
         return _DEFAULT_NAME_MAX
+
+
+# The temporary file of a write (`raise_eval.io.writing.write_file`), here so that `check_output_path` can probe
+# with the very file the write will create.
+def _temporary_name(target: Path) -> Path:
+    """A hidden name next to `target` for its temporary file: '.<name>.<pid>.<random>.tmp', the name cut so that
+    the whole fits the folder's NAME_MAX (a legal 255-byte name must still be writable)."""
+    tag = f".{os.getpid()}.{secrets.token_hex(4)}.tmp"
+    limit = _name_max(str(target.parent))
+    stem = "." + target.name
+    while len(os.fsencode(stem + tag)) > limit:
+        stem = stem[:-1]
+    return target.parent / (stem + tag)
+
+
+def _create_temporary(target: Path) -> Path:
+    """Create (exclusively) an empty temporary file for `target`, with the mode the umask gives a new file."""
+    for _ in range(10):
+        tmp = _temporary_name(target)
+        try:
+            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(errno.EEXIST, "could not find a free temporary name", str(target.parent))
 
 
 def _existing_folder(path: str) -> str:
@@ -336,13 +364,11 @@ def _is_resume_file(path: Path) -> bool:
     """Whether `path` is a resume file of `raise_eval.runtime.resume` (its tensors memory-mapped, not read)."""
     import torch
 
-    from raise_eval.runtime.resume import READABLE_FORMATS
-
     try:
         loaded = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
     except Exception:  # noqa: BLE001 - whatever it is, it is not a resume file
         return False
-    return isinstance(loaded, dict) and loaded.get("format") in READABLE_FORMATS and "shards" in loaded
+    return isinstance(loaded, dict) and loaded.get("format") in RESUME_READABLE_FORMATS and "shards" in loaded
 
 
 __all__ = [

@@ -11,8 +11,9 @@ from typing import Any, Optional
 import torch
 
 from raise_eval._version import __version__
-
-TOOL = "raise-eval"  # the "tool" key of every JSON document raise-eval writes (`raise_eval.io.outputs` reads it)
+from raise_eval.io.outputs import TOOL
+from raise_eval.io.writing import write_file
+from raise_eval.stats import scalar  # noqa: F401 (re-exported: its old place)
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -44,15 +45,8 @@ def dump_json(obj: Any, path: str) -> Optional[Path]:
     Written whole or not at all (`raise_eval.io.writing.write_file`): a failed write leaves the old file as it was, no
     temporary file, and raises `OutputWriteError` naming the file in the system's temporary folder that keeps the
     JSON (its `text` holds the JSON for the caller to print when even that failed)."""
-    from raise_eval.io.writing import write_file  # outputs imports TOOL from here
-
     doc = to_jsonable(obj)
     if isinstance(doc, dict):
         doc = {"tool": TOOL, "raise_eval_version": __version__, **doc}
     text = json.dumps(doc, indent=2, allow_nan=False) + "\n"  # serialized first: a bug here touches no file
     return write_file(path, text, what="the JSON")
-
-
-def scalar(t: torch.Tensor) -> float:
-    """A 0-d tensor as a Python float."""
-    return float(t.detach().cpu().double())

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 import stat
 import tempfile
 from pathlib import Path
@@ -23,34 +22,12 @@ from raise_eval.io.outputs import (
     OutputWriteError,
     PathLike,
     _cause,
+    _create_temporary,
     _name_max,
     _stat_failure,
     is_null_device,
     plot_metadata,
 )
-
-
-def _temporary_name(target: Path) -> Path:
-    """A hidden name next to `target` for its temporary file: '.<name>.<pid>.<random>.tmp', the name cut so that
-    the whole fits the folder's NAME_MAX (a legal 255-byte name must still be writable)."""
-    tag = f".{os.getpid()}.{secrets.token_hex(4)}.tmp"
-    limit = _name_max(str(target.parent))
-    stem = "." + target.name
-    while len(os.fsencode(stem + tag)) > limit:
-        stem = stem[:-1]
-    return target.parent / (stem + tag)
-
-
-def _create_temporary(target: Path) -> Path:
-    """Create (exclusively) an empty temporary file for `target`, with the mode the umask gives a new file."""
-    for _ in range(10):
-        tmp = _temporary_name(target)
-        try:
-            os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-        except FileExistsError:
-            continue
-        return tmp
-    raise FileExistsError(errno.EEXIST, "could not find a free temporary name", str(target.parent))
 
 
 def _keep_mode(tmp: Path, target: Path) -> None:

@@ -13,14 +13,19 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from raise_eval.kernels.directed_state import DirectedState
 from raise_eval.models.sampling import sample_bernoulli_logits
-from raise_eval.paths.directed import DirectedPath, DirectedState
 
 
 class BinaryGibbsKernel:
-    """Palindromic single-site Gibbs sweep (state, beta, generator) -> state for binary latents."""
+    """Palindromic single-site Gibbs sweep (state, beta, generator) -> state for binary latents.
 
-    def __init__(self, path: DirectedPath):
+    Args:
+        path: the `raise_eval.paths.directed.DirectedPath` whose model and examples it samples (the path makes this
+            kernel its default, so this module does not import it).
+    """
+
+    def __init__(self, path):
         self.path = path
 
     def __call__(self, state: DirectedState, beta: float, generator: torch.Generator) -> DirectedState:

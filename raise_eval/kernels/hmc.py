@@ -25,7 +25,8 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from raise_eval.contracts import KernelInfo
-from raise_eval.paths.directed import DirectedPath, DirectedState, select_state
+from raise_eval.kernels.directed_state import DirectedState, select_state
+from raise_eval.paths.directed import DirectedPath
 
 
 class StepSizeSchedule:

@@ -7,40 +7,12 @@ its gradient at any beta, and the weight update (beta' - beta) log p(x | z), cos
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
-
 import torch
 from torch import Tensor
 
+from raise_eval.kernels.binary_gibbs import BinaryGibbsKernel
+from raise_eval.kernels.directed_state import DirectedState, select_state  # noqa: F401 (select_state: re-exported)
 from raise_eval.models.directed.base import DirectedLatentModel
-
-
-class DirectedState(NamedTuple):
-    """Latents and cached values, batch dimensions (N, C) (examples, chains).
-
-    z: (N, C, latent_dim); log_prior, log_likelihood: (N, C);
-    grad_log_prior, grad_log_likelihood: (N, C, latent_dim) for continuous latents, else None;
-    data_logits: (N, C, data_dim) for models with logits linear in z (sigmoid belief nets), else None.
-    """
-
-    z: Tensor
-    log_prior: Tensor
-    log_likelihood: Tensor
-    grad_log_prior: Optional[Tensor] = None
-    grad_log_likelihood: Optional[Tensor] = None
-    data_logits: Optional[Tensor] = None
-
-
-def select_state(accept: Tensor, new: DirectedState, old: DirectedState) -> DirectedState:
-    """Per chain, `new` where accept (N, C) is true, else `old`."""
-
-    def pick(a, b):
-        if a is None:
-            return None
-        mask = accept.reshape(accept.shape + (1,) * (a.dim() - accept.dim()))
-        return torch.where(mask, a, b)
-
-    return DirectedState(*(pick(a, b) for a, b in zip(new, old)))
 
 
 class DirectedPath:
@@ -65,8 +37,6 @@ class DirectedPath:
         self._x = x.unsqueeze(1)  # (N, 1, D): broadcasts over chains
         self._kernel = kernel
         if kernel is None and model.latent_type == "binary":
-            from raise_eval.kernels.binary_gibbs import BinaryGibbsKernel
-
             self._kernel = BinaryGibbsKernel(self)
 
     @property

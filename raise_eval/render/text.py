@@ -7,10 +7,10 @@ from __future__ import annotations
 import math
 from typing import Any, Optional
 
-from raise_eval.certification.verdict import FLAT_SLOPE, TREND_MAX_FACTOR, log_f_allowance
-from raise_eval.evaluation.memory import format_duration
+from raise_eval.diagnostics import FLAT_SLOPE, TREND_MAX_FACTOR, log_f_allowance
 from raise_eval.settings import format_size, render_names
 from raise_eval.stats import mean_and_stderr
+from raise_eval.units import format_duration
 
 
 def _n(x: float, width: int, digits: int) -> str:

@@ -34,11 +34,8 @@ save (an interrupted run continues from there). No partial or temporary file is 
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
-import signal
-import threading
 import time
 import warnings
 from collections.abc import Iterable
@@ -48,14 +45,23 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from raise_eval.io.outputs import (
+    RESUME_FORMAT,
+    RESUME_READABLE_FORMATS,
+    OutputError,
+    OutputWarning,
+    OutputWriteError,
+    check_output_path,
+)
+from raise_eval.io.writing import write_file
 from raise_eval.kernels.block_gibbs import BoltzmannState
 from raise_eval.models.boltzmann import products  # the resumable runs anneal Boltzmann paths
-from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path
+from raise_eval.runtime.interrupts import deferred_interrupts, interrupt_requested  # noqa: F401 (re-exported)
+from raise_eval.runtime.sharding import raise_vectors_per_shard, shard_bounds
 from raise_eval.settings import Named, SettingsError
-from raise_eval.io.writing import write_file
 
-FORMAT = 2
-READABLE_FORMATS = (1, 2)  # format 1 (finished shards only) is format 2 without a shard in progress
+FORMAT = RESUME_FORMAT
+READABLE_FORMATS = RESUME_READABLE_FORMATS  # format 1 (finished shards only) is format 2 without a shard in progress
 DEFAULT_INTERVAL = 60.0  # seconds between saves of the annealing state inside a shard
 
 
@@ -268,8 +274,6 @@ def _difference(key: str, old, new) -> str:
 def _content_problems(loaded: dict, settings: dict) -> list[str]:
     """What in a resume file with matching settings the run that wrote it could not have saved: shards of another
     size than the settings give, shard indices beyond the run, NaN or infinite log-weights."""
-    from raise_eval.runtime.sharding import raise_vectors_per_shard, shard_bounds  # sharding imports this module
-
     problems: list[str] = []
     expected: dict[str, dict[int, tuple]] = {}
     ints = [settings.get(k) for k in ("ais_chains", "shard_size", "raise_examples", "raise_chains")]
@@ -396,50 +400,6 @@ class ShardCheckpoint:
                 raise KeyboardInterrupt
 
         return save_if_due
-
-
-# ------------------------------------------------------------------ Ctrl-C: finish the step, save, then stop
-_interrupts = {"deferring": 0, "requested": False}
-
-
-def interrupt_requested() -> bool:
-    """Whether Ctrl-C was pressed while interrupts were deferred (see `deferred_interrupts`)."""
-    return _interrupts["requested"]
-
-
-def _on_sigint(signum, frame):
-    if _interrupts["deferring"] and not _interrupts["requested"]:
-        _interrupts["requested"] = True  # the annealing loop saves at the end of its step, then stops
-    else:
-        raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def deferred_interrupts():
-    """While active, Ctrl-C (SIGINT) only sets `interrupt_requested()`; the code that checks it (a ShardCheckpoint
-    callback, the shard loop) saves and raises KeyboardInterrupt. A second Ctrl-C raises at once. Only in the main
-    thread (elsewhere signals cannot be caught) and when Ctrl-C is not ignored; otherwise this does nothing."""
-    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGINT) in (
-        signal.SIG_IGN,
-        None,
-    ):
-        yield  # a process that ignores Ctrl-C (e.g. a background job of a script) goes on ignoring it
-        return
-    # Count first and put the old handler back before uncounting, so that a Ctrl-C landing between the two finds
-    # a consistent pair (no window where our handler is installed but not counted).
-    _interrupts["deferring"] += 1
-    previous = None
-    try:
-        previous = signal.signal(signal.SIGINT, _on_sigint)
-        yield
-        if _interrupts["requested"]:
-            raise KeyboardInterrupt
-    finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
-        _interrupts["deferring"] -= 1
-        if _interrupts["deferring"] == 0:
-            _interrupts["requested"] = False
 
 
 def _cpu(obj):

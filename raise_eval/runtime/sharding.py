@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from raise_eval.estimators.ais import AISResult, ais
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
 from raise_eval.runtime import distributed
-from raise_eval.runtime.resume import deferred_interrupts, interrupt_requested
+from raise_eval.runtime.interrupts import deferred_interrupts, interrupt_requested
 
 SHARD_UNITS = 2**23  # units (chains x layer sizes) per default shard: about 270 MB of float32 states and buffers
 STAGE_OFFSETS = {"ais": 0, "raise": 1}  # shard 0's seed is seed + offset, as before sharding existed
@@ -117,7 +117,7 @@ def _run(
 ) -> dict[int, dict]:
     """Run this rank's shards not already in `store`, saving each to `store` as it finishes; gather all.
 
-    With a store, Ctrl-C is deferred (`resume.deferred_interrupts`): the shard in progress saves its annealing state
+    With a store, Ctrl-C is deferred (`interrupts.deferred_interrupts`): the shard in progress saves its annealing state
     at the end of the step, then the run stops with KeyboardInterrupt."""
     done = dict(store.shards(stage)) if store is not None else {}
     todo = _local_shards(num_shards, done)
