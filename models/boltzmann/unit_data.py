@@ -1,9 +1,16 @@
-"""Checks of data against a layer's states: errors that say where the first bad entry is and how to fix it."""
+"""Checks of data against a layer's states (and of binary data, `check_binary`): errors that say where the first bad
+entry is and how to fix it. Here, not in raise_eval.io, because the core (RAISE's check of its test data) uses them."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import Tensor
+
+
+class DataError(ValueError):
+    """Data that cannot be evaluated as it is; the message says what is wrong and how to fix it."""
 
 
 class UnitDataError(ValueError):
@@ -38,3 +45,29 @@ def _check_matrix(data: Tensor, columns: int, what: str, unit_words: str) -> Ten
             "model's input size"
         )
     return data if torch.is_floating_point(data) else data.double()
+
+
+def check_binary(data: Tensor, n_visible: Optional[int] = None, what: str = "data") -> Tensor:
+    """Check that `data` is (N, n_visible) with every value 0 or 1; return it. Raises DataError saying how to fix."""
+    if data.dim() != 2:
+        raise DataError(f"{what} must be a matrix of binary vectors shaped (N, D); got shape {tuple(data.shape)}")
+    if data.shape[0] == 0:
+        raise DataError(f"{what} is empty")
+    if n_visible is not None and data.shape[1] != n_visible:
+        # The hint names data of the model's width (the data given has the wrong one).
+        hint = {64: " (8x8 images: try --data digits)", 196: " (14x14 images: try --data mnist14)",
+                784: " (28x28 images: try --data mnist or binarized_mnist)"}  # fmt: skip
+        raise DataError(
+            f"the model has {n_visible} visible units but {what} has {data.shape[1]} columns; the data must match the "
+            f"model's input size{hint.get(n_visible, '')}"
+        )
+    if not torch.is_floating_point(data):
+        data = data.float()
+    bad = (data != 0) & (data != 1)
+    if bool(bad.any()):
+        row, col = (int(i) for i in torch.nonzero(bad)[0])
+        raise DataError(
+            f"{what} must be binary (0 or 1) but holds {int(bad.sum())} other values, e.g. {data[row, col].item():g} "
+            f"at row {row}, column {col}; binarize it first (e.g. threshold at 0.5, or sample Bernoulli(x))"
+        )
+    return data

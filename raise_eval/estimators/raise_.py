@@ -54,7 +54,7 @@ from torch import Tensor
 
 from raise_eval.annealing import Kernel, anneal, continuation
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
-from raise_eval.io.datasets import check_binary
+from raise_eval.models.boltzmann.unit_data import check_binary
 from raise_eval.paths.boltzmann import BoltzmannPath
 from raise_eval.paths.posterior import DBNPosteriorPath
 from raise_eval.schedules import validate_schedule

@@ -7,17 +7,14 @@ from __future__ import annotations
 import zipfile
 import zlib
 from pathlib import Path
-from typing import Optional, Union
+from typing import Union
 
 import numpy as np
 import torch
 from torch import Tensor
 
+from raise_eval.models.boltzmann.unit_data import DataError, check_binary  # noqa: F401 (their home: the core uses them)
 from raise_eval.models.io.files import EMPTY_ZIP_MAGIC, check_magic, why_unusable
-
-
-class DataError(ValueError):
-    """Data that cannot be evaluated as it is; the message says what is wrong and how to fix it."""
 
 
 def load_array_file(path: Union[str, Path], *, keep_float64: bool = False) -> Tensor:
@@ -82,29 +79,3 @@ def _is_empty_zip(path: Path) -> bool:
     """Whether `path` is a zip archive with no members (what numpy.savez writes when given no arrays)."""
     with open(path, "rb") as f:
         return f.read(len(EMPTY_ZIP_MAGIC)) == EMPTY_ZIP_MAGIC
-
-
-def check_binary(data: Tensor, n_visible: Optional[int] = None, what: str = "data") -> Tensor:
-    """Check that `data` is (N, n_visible) with every value 0 or 1; return it. Raises DataError saying how to fix."""
-    if data.dim() != 2:
-        raise DataError(f"{what} must be a matrix of binary vectors shaped (N, D); got shape {tuple(data.shape)}")
-    if data.shape[0] == 0:
-        raise DataError(f"{what} is empty")
-    if n_visible is not None and data.shape[1] != n_visible:
-        # The hint names data of the model's width (the data given has the wrong one).
-        hint = {64: " (8x8 images: try --data digits)", 196: " (14x14 images: try --data mnist14)",
-                784: " (28x28 images: try --data mnist or binarized_mnist)"}  # fmt: skip
-        raise DataError(
-            f"the model has {n_visible} visible units but {what} has {data.shape[1]} columns; the data must match the "
-            f"model's input size{hint.get(n_visible, '')}"
-        )
-    if not torch.is_floating_point(data):
-        data = data.float()
-    bad = (data != 0) & (data != 1)
-    if bool(bad.any()):
-        row, col = (int(i) for i in torch.nonzero(bad)[0])
-        raise DataError(
-            f"{what} must be binary (0 or 1) but holds {int(bad.sum())} other values, e.g. {data[row, col].item():g} "
-            f"at row {row}, column {col}; binarize it first (e.g. threshold at 0.5, or sample Bernoulli(x))"
-        )
-    return data
