@@ -228,17 +228,20 @@ def test_importance_estimates_name_their_stage(nanvae, monkeypatch):
 
 
 def test_the_cli_turns_a_bare_nonfinite_error_into_one_line(monkeypatch, capsys):
-    """Where no partial report is kept (the cost estimate's timing probe, trajectory): one line, exit status 1."""
+    """Where no partial report is kept (the cost estimate's trial steps, trajectory): one line, exit status 1."""
     import raise_eval.cli.evaluate as evaluate_cli
+    import raise_eval.cli.trajectory as trajectory_cli
 
-    def probe(plan):
-        raise NonFiniteLogWeightError("log f(v)", "1 NaN among 4 log-weights", "check the model", (1, 20), 20)
+    def fails(*args):
+        raise NonFiniteLogWeightError("AIS", "1 NaN among 4 log-weights", "check the model", (1, 3), 3)
 
-    monkeypatch.setattr(evaluate_cli, "estimate_cost", probe)
+    monkeypatch.setattr(evaluate_cli, "estimate_cost", fails)
     assert main(["evaluate", str(DEFAULT), *QUICK]) == 1
-    err = capsys.readouterr().err
-    assert err == ("raise-eval: error: log f(v): 1 NaN among 4 log-weights between steps 1 and 20 of 20 (check the "
-                   "model)\n")
+    assert capsys.readouterr().err == ("raise-eval: error: the cost estimate's trial steps (before the run): AIS: 1 NaN "
+                                       "among 4 log-weights between steps 1 and 3 of 3 (check the model)\n")  # fmt: skip
+    monkeypatch.setattr(trajectory_cli, "run", fails)
+    assert main(["trajectory", "any-folder"]) == 1
+    assert capsys.readouterr().err.startswith("raise-eval: error: AIS: 1 NaN among 4 log-weights between steps 1")
 
 
 def test_rbm_accepts_numpy_arrays_with_their_dtype():

@@ -39,7 +39,10 @@ def as_parameter(name: str, value: Any) -> Tensor:
     if isinstance(value, Tensor):
         return value
     if isinstance(value, np.ndarray):
-        return torch.tensor(value)  # a copy: later changes to the array do not reach the model
+        try:  # a C-ordered copy: later changes to the array do not reach the model
+            return torch.tensor(np.ascontiguousarray(value))
+        except TypeError:
+            raise TypeError(f"{name} is a numpy array of {value.dtype}; parameters must be floating point") from None
     raise TypeError(f"{name} must be a torch.Tensor or a numpy array, got {type(value).__name__}")
 
 

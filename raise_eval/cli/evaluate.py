@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.certification.report import CertifyFailed, CertifyInterrupted
 from raise_eval.certification.run import certify
 from raise_eval.certification.settings import CERTIFY_HELP, CertifySettings
@@ -117,7 +118,11 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_evaluation(
         loaded.model, loaded.test, evaluation, train_pixel_means=loaded.train_pixel_means, labels=loaded.labels
     )
-    estimate = estimate_cost(plan)
+    try:
+        estimate = estimate_cost(plan)
+    except NonFiniteLogWeightError as e:  # its trial steps on the model went NaN: the run would too
+        print(f"raise-eval: error: the cost estimate's trial steps (before the run): {e}", file=sys.stderr)
+        return EXIT_FAILED
     if rank == 0 and estimate.seconds >= LONG_RUN_SECONDS:
         first = f"the first K ({evaluation.steps:,}): " if cert_settings is not None else ""
         print(f"raise-eval: {first}{estimate.format(FLAGS)}", file=sys.stderr, flush=True)
