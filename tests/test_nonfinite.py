@@ -277,3 +277,35 @@ def test_hmc_names_a_decoder_that_ignores_z():
         with pytest.raises(ValueError, match=rf"log p\(x \| z\) of the DecoderModel \(decoder {name}\) does not "
                                              "depend on z"):  # fmt: skip
             model.log_likelihood_and_grad(torch.ones(5, 16), z)
+
+
+def test_trajectory_stops_on_nan_in_its_ais_pass_with_one_line(tmp_path, monkeypatch, capsys):
+    """`trajectory` keeps no partial report (neither at Ctrl-C): the stage and steps in one line, exit status 1."""
+    from raise_eval.models.io.checkpoints import save_checkpoint
+    from raise_eval.paths.trajectory import TrajectoryPath
+
+    from tests.trajectories import random_walk
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for step, model in zip([20, 300], random_walk((8, 6), checkpoints=2, seed=1)):
+        save_checkpoint(folder / f"rbm_step{step}.pt", model.to(dtype=torch.float32), metadata={"step": step})
+    data = tmp_path / "test.npy"
+    np.save(data, (np.random.default_rng(0).random((20, 8)) < 0.5).astype(np.float32))
+    real = TrajectoryPath.weight_update
+
+    def weight_update(self, state, beta_from, beta_to):
+        ratio, state = real(self, state, beta_from, beta_to)
+        if beta_to > 0.6:
+            ratio = ratio.clone()
+            ratio.view(-1)[0] = math.nan
+        return ratio, state
+
+    monkeypatch.setattr(TrajectoryPath, "weight_update", weight_update)
+    argv = ["trajectory", str(folder), "--data", str(data), "--steps", "5", "--ais-chains", "20", "--raise-examples",
+            "5", "--raise-chains", "2", "--bootstrap", "5", "--init", "uniform", "--no-progress", "--threads", "1"]
+    assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("raise-eval: error: AIS along the trajectory: 1 NaN among 20 log-weights between "
+                                   "steps 1 and ")  # fmt: skip
+    assert len(captured.err.splitlines()) == 1 and "Traceback" not in captured.err
