@@ -14,6 +14,7 @@ with the index slip of the paper's Algorithm 2 fixed: the state x_k is drawn wit
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional, TypeVar
 
 import torch
@@ -33,6 +34,71 @@ Kernel = Callable[[Any, float, torch.Generator], Any]
 # also offer `weight_update(state, beta_from, beta_to)` (and the in-place `weight_update_`) -> (log-density ratio,
 # state): the state then carries what the weight update computed for the next transition at beta_to (for block
 # Gibbs, the odd layers' probabilities), so that what one step hands to the next travels in the state.
+
+class NonFiniteLogWeightError(FloatingPointError):
+    """Log-weights that are NaN or +inf (or an estimate whose every chain has weight zero): no estimate can be made
+    from them. A log-weight of -inf is a weight of zero (a state the next distribution gives probability zero) and
+    is legitimate; NaN or +inf says that a log-density was NaN or infinite (e.g. a decoder or parameters that
+    turned NaN). `stage` names the pass (the `desc` of `anneal`), `steps` the steps (first, last) between which the
+    log-weights went bad (None when not known), `num_steps` the pass's K."""
+
+    def __init__(
+        self,
+        stage: str,
+        detail: str,
+        hint: str = "",
+        steps: Optional[tuple[int, int]] = None,
+        num_steps: Optional[int] = None,
+    ):
+        self.stage, self.detail, self.steps, self.num_steps = stage, detail, steps, num_steps
+        where = ""
+        if steps is not None:
+            first, last = steps
+            where = f" at step {last}" if first == last else f" between steps {first} and {last}"
+            where += "" if num_steps is None else f" of {num_steps}"
+        super().__init__(f"{stage}: {detail}{where}" + (f" ({hint})" if hint else ""))
+
+
+def check_log_weights(
+    log_weights: Tensor,
+    stage: str,
+    *,
+    steps: Optional[tuple[int, int]] = None,
+    num_steps: Optional[int] = None,
+    chains_dim: Optional[int] = None,
+) -> None:
+    """Raise `NonFiniteLogWeightError` where `log_weights` hold NaN or +inf; with `chains_dim`, also where every
+    chain of an estimate (every entry along that dimension) is -inf, so that the estimate would be -inf. One
+    reduction and one read of a boolean while all is well (a device sync: call it once per pass, or every many
+    steps)."""
+    if bool((log_weights < math.inf).all()):  # False for NaN and +inf only
+        if chains_dim is None or log_weights.numel() == 0:
+            return
+        zero = (log_weights == -math.inf).all(dim=chains_dim)
+        if not bool(zero.any()):
+            return
+        raise NonFiniteLogWeightError(
+            stage,
+            f"every chain's weight is zero (log-weight -inf) in {int(zero.sum())} of {zero.numel()} estimates",
+            "their states have probability zero under the target: check the model's support, or run more chains",
+            steps,
+            num_steps,
+        )
+    nan = int(torch.isnan(log_weights).sum())
+    pos = int(torch.isposinf(log_weights).sum())
+    kinds = " and ".join(f"{count} {word}" for count, word in ((nan, "NaN"), (pos, "+inf")) if count)
+    raise NonFiniteLogWeightError(
+        stage,
+        f"{kinds} among {log_weights.numel()} log-weights",
+        "a log-density was NaN or infinite: check the model's parameters and outputs",
+        steps,
+        num_steps,
+    )
+
+
+CHECK_EVERY = 100
+"""`anneal` checks its log-weights for NaN and +inf every CHECK_EVERY steps and after the last (one device sync
+each): a bad run stops within CHECK_EVERY steps of going wrong, at no measurable cost per step."""
 
 StepCallback = Callable[[int, Any, Tensor], None]
 """Called as (steps done, state, log-weights) after every transition and weight update of `anneal`: the state is
@@ -73,6 +139,9 @@ def anneal(
     Returns:
         (final state, log-weights), the log-weights in float64 shaped B:
         sum_j log f_{beta_{j+1}}(x_j) - log f_{beta_j}(x_j), x_j the state after the j-th transition.
+
+    Raises `NonFiniteLogWeightError` (naming `desc` and the steps) when a log-weight turns NaN or +inf, checked
+    every CHECK_EVERY steps and after the last (-inf, a weight of zero, is legitimate).
     """
     if kernel is None and hasattr(path, "transition_"):
         # The loop owns a copy of the start and updates it in place: no multi-megabyte allocation per step.
@@ -103,6 +172,7 @@ def anneal(
     if start_step > 0 and log_weights is None:
         raise ValueError("continuing at start_step > 0 needs the log-weights accumulated so far")
     bar = tqdm(total=num_steps, initial=start_step, desc=desc, disable=not progress, leave=False, mininterval=0.5)
+    checked = start_step  # the log-weights were good after this many steps
     try:
         for j in range(start_step, num_steps):
             beta_from, beta_to = beta_list[j], beta_list[j + 1]
@@ -115,6 +185,9 @@ def anneal(
             bar.update(1)
             if on_info is not None:
                 on_info(j + 1, infos.pop())
+            if j + 1 - checked >= CHECK_EVERY or j + 1 == num_steps:
+                check_log_weights(log_weights, desc, steps=(checked + 1, j + 1), num_steps=num_steps)
+                checked = j + 1
             if on_step is not None:
                 on_step(j + 1, state, log_weights)
     finally:

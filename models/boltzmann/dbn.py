@@ -18,7 +18,7 @@ from typing import Optional
 
 import torch
 import torch.nn.functional as F
-from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine, random_chain_parameters
+from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine, as_parameter, random_chain_parameters
 from raise_eval.models.boltzmann.rbm import RBM
 from raise_eval.models.sampling import sample_bernoulli_logits
 from torch import Tensor
@@ -52,6 +52,8 @@ class DBN:
                 f"a DBN with {len(weights)} weight matrices needs {len(weights) - 1} recognition bias vectors "
                 f"(layers 1..{len(weights) - 1}), got {len(recognition)}"
             )
+        biases = chain.biases  # numpy arrays converted (`as_parameter`)
+        recognition = tuple(as_parameter(f"recognition_biases[{i}]", r) for i, r in enumerate(recognition))
         for i, r in enumerate(recognition):
             ref = biases[i + 1]
             if not isinstance(r, Tensor) or r.shape != ref.shape or r.dtype != ref.dtype or r.device != ref.device:
@@ -65,7 +67,7 @@ class DBN:
         self.weights = chain.weights
         self.biases = chain.biases
         self.recognition_biases = recognition
-        self.top = RBM(weights[-1], biases[-2], biases[-1])
+        self.top = RBM(chain.weights[-1], biases[-2], biases[-1])
 
     @classmethod
     def random(

@@ -19,8 +19,9 @@ view that shares the weight tensors and only rescales them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Optional
+from typing import Any, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from raise_eval.models.boltzmann.products import neighbour_product
@@ -30,6 +31,20 @@ from raise_eval.models.sampling import sample_bernoulli_logits_
 from torch import Tensor
 
 Layers = Sequence[Optional[Tensor]]
+
+
+def as_parameter(name: str, value: Any) -> Tensor:
+    """A model parameter as a tensor: a torch.Tensor as given; a numpy array copied into a CPU tensor of its own
+    dtype (float64 stays float64: pass `array.astype(np.float32)` for float32; all parameters must then share one
+    dtype); TypeError naming the parameter for anything else."""
+    if isinstance(value, Tensor):
+        return value
+    if isinstance(value, np.ndarray):
+        try:  # a C-ordered copy: later changes to the array do not reach the model
+            return torch.tensor(np.ascontiguousarray(value))
+        except TypeError:
+            raise TypeError(f"{name} is a numpy array of {value.dtype}; parameters must be floating point") from None
+    raise TypeError(f"{name} must be a torch.Tensor or a numpy array, got {type(value).__name__}")
 
 
 def _check_finite(name: str, t: Tensor) -> None:
@@ -154,6 +169,7 @@ class LayeredBoltzmannMachine:
     Args:
         weights: L tensors, weights[l] shaped (n_l, n_{l+1}).
         biases: L + 1 tensors, biases[l] shaped (n_l,).
+        (numpy arrays are accepted and copied into CPU tensors of their own dtype: `as_parameter`.)
         weight_scale: multiplies every weight (the inverse temperature on the geometric path).
     """
 
@@ -163,14 +179,14 @@ class LayeredBoltzmannMachine:
             raise ValueError("a Boltzmann machine needs at least one weight matrix (two layers)")
         if len(biases) != len(weights) + 1:
             raise ValueError(f"{len(weights)} weight matrices need {len(weights) + 1} bias vectors, got {len(biases)}")
+        weights = tuple(as_parameter(f"weights[{i}]", w) for i, w in enumerate(weights))
+        biases = tuple(as_parameter(f"biases[{i}]", b) for i, b in enumerate(biases))
         ref = weights[0]
         if not torch.is_floating_point(ref):
             raise TypeError(f"weights must be floating point tensors, got {ref.dtype}")
         for name, t in [(f"weights[{i}]", w) for i, w in enumerate(weights)] + [
             (f"biases[{i}]", b) for i, b in enumerate(biases)
         ]:
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
             if t.dtype != ref.dtype or t.device != ref.device:
                 raise ValueError(
                     f"{name} is {t.dtype} on {t.device} but weights[0] is {ref.dtype} on {ref.device}; "

@@ -31,6 +31,7 @@ from typing import Optional
 
 import numpy as np
 import torch
+from raise_eval.models.boltzmann.layered import as_parameter
 from raise_eval.models.boltzmann.products import neighbour_product
 from raise_eval.models.boltzmann.supports import BINARY
 from raise_eval.models.boltzmann.units import (
@@ -70,15 +71,15 @@ class MixedBoltzmannMachine:
         for l, layer in enumerate(layers):
             if not isinstance(layer, Layer):
                 raise TypeError(f"layers[{l}] must be a Layer (e.g. GaussianLayer(784)), got {type(layer).__name__}")
+        weights = tuple(as_parameter(f"weights[{l}]", w) for l, w in enumerate(weights))  # numpy arrays copied
+        biases = tuple(as_parameter(f"biases[{l}]", b) for l, b in enumerate(biases))
         ref = weights[0]
-        if not isinstance(ref, Tensor) or not torch.is_floating_point(ref):
-            raise TypeError("weights must be floating point tensors")
+        if not torch.is_floating_point(ref):
+            raise TypeError(f"weights must be floating point tensors, got {ref.dtype}")
         named = [(f"weights[{l}]", w) for l, w in enumerate(weights)] + [
             (f"biases[{l}]", b) for l, b in enumerate(biases)
         ]
         for name, t in named:
-            if not isinstance(t, Tensor):
-                raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
             if t.dtype != ref.dtype or t.device != ref.device:
                 raise ValueError(
                     f"{name} is {t.dtype} on {t.device} but weights[0] is {ref.dtype} on {ref.device}; "

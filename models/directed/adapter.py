@@ -282,7 +282,8 @@ class DecoderModel(nn.Module, DirectedLatentModel):
     def log_prior_and_grad(self, z: Tensor) -> tuple[Tensor, Tensor]:
         if self.prior_is_standard_normal:
             return self.prior.log_prob_and_grad(z)
-        return _value_and_grad(self.prior.log_prob, z)
+        what = f"log p(z) of the DecoderModel's prior ({type(self.prior).__name__})"
+        return _value_and_grad(self.prior.log_prob, z, what)
 
     def log_likelihood(self, x: Tensor, z: Tensor) -> Tensor:
         return self.likelihood.log_prob(x, self.decode(z))

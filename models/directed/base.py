@@ -59,18 +59,31 @@ class DirectedLatentModel:
     # ------------------------------------------------------------------ gradients (continuous latents)
     def log_prior_and_grad(self, z: Tensor) -> tuple[Tensor, Tensor]:
         """(log p(z), d log p(z) / dz); autograd unless overridden."""
-        return _value_and_grad(self.log_prior, z)
+        return _value_and_grad(self.log_prior, z, f"log p(z) of the {type(self).__name__}")
 
     def log_likelihood_and_grad(self, x: Tensor, z: Tensor) -> tuple[Tensor, Tensor]:
         """(log p(x | z), d log p(x | z) / dz); autograd unless overridden."""
-        return _value_and_grad(lambda zz: self.log_likelihood(x, zz), z)
+        decoder = getattr(self, "decoder", None)
+        what = f"log p(x | z) of the {type(self).__name__}" + (
+            "" if decoder is None else f" (decoder {getattr(decoder, '__name__', type(decoder).__name__)})"
+        )
+        return _value_and_grad(lambda zz: self.log_likelihood(x, zz), z, what)
 
 
-def _value_and_grad(fn, z: Tensor) -> tuple[Tensor, Tensor]:
+def _value_and_grad(fn, z: Tensor, what: str = "the log-density") -> tuple[Tensor, Tensor]:
+    """(fn(z), d fn(z).sum() / dz) by autograd; ValueError naming `what` when fn's output does not depend on z
+    (no gradient reaches z: the model ignores z, or detaches it, or computes under torch.no_grad())."""
     with torch.enable_grad():
         zz = z.detach().requires_grad_(True)
         value = fn(zz)
-        (grad,) = torch.autograd.grad(value.sum(), zz)
+        grad = None
+        if isinstance(value, Tensor) and value.requires_grad:
+            (grad,) = torch.autograd.grad(value.sum(), zz, allow_unused=True)
+    if grad is None:
+        raise ValueError(
+            f"{what} does not depend on z (no gradient reaches z): HMC moves z along that gradient. Make the model "
+            "use its input z, without detach(), .numpy() or torch.no_grad() between z and its output"
+        )
     return value.detach(), grad
 
 

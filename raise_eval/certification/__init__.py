@@ -5,13 +5,14 @@ settings.py (`CertifySettings`), verdict.py (when a sandwich is closed; the inte
 the CLI or the renderers (the report's `format_table`/`plot` call `raise_eval.render` lazily).
 """
 
-from raise_eval.certification.report import Certificate, CertifyInterrupted, CertifyStep
+from raise_eval.certification.report import Certificate, CertifyFailed, CertifyInterrupted, CertifyStep
 from raise_eval.certification.run import certify
 from raise_eval.certification.settings import CertifySettings
 from raise_eval.certification.verdict import UNDERMINING, closure_reasons
 
 __all__ = [
     "Certificate",
+    "CertifyFailed",
     "CertifyInterrupted",
     "CertifySettings",
     "CertifyStep",

@@ -19,6 +19,17 @@ class CertifyInterrupted(KeyboardInterrupt):
         self.report = report
 
 
+class CertifyFailed(RuntimeError):
+    """A K of `certify` stopped on log-weights that turned NaN or +inf (the evaluation's `EvaluationFailed` is the
+    `__cause__`): `certificate` holds the finished Ks (verdict 'failed', the reason names the K, the stage and the
+    error), `report` the partial evaluation of that K."""
+
+    def __init__(self, certificate: "Certificate", report):
+        super().__init__(certificate.reasons[0] if certificate.reasons else "certified run failed")
+        self.certificate = certificate
+        self.report = report
+
+
 @dataclass
 class CertifyStep:
     """One K of a certified run: the headline numbers of its evaluation (average test log-likelihoods, nats)."""
@@ -56,7 +67,8 @@ class CertifyStep:
 class Certificate:
     """The verdict of `certify` and every K it tried.
 
-    verdict: 'closed' (the log-likelihood lies in `interval`) or 'open' (`reasons` say why).
+    verdict: 'closed' (the log-likelihood lies in `interval`) or 'open' (`reasons` say why); 'interrupted' (Ctrl-C)
+        or 'failed' (log-weights turned NaN) for a run that stopped with the finished Ks.
     interval: (low, high) in nats when closed: [min(AIS, RAISE) - 2σ, max(AIS, RAISE) + 2σ + a], σ their combined
         standard error and a the log f(v) allowance (`log_f_allowance`: the AIS side rests on log f-hat, which errs
         low, when log f(v) is estimated); None when open.

@@ -18,11 +18,11 @@ from typing import Any, Callable, Optional
 import torch
 from torch import Tensor
 
-from raise_eval.certification.report import Certificate, CertifyInterrupted, CertifyStep
+from raise_eval.certification.report import Certificate, CertifyFailed, CertifyInterrupted, CertifyStep
 from raise_eval.certification.settings import CertifySettings
 from raise_eval.certification.verdict import K_INDEPENDENT, gap_per_doubling, reasons_of_step, step_of, trend
 from raise_eval.evaluation.plan import plan_evaluation
-from raise_eval.evaluation.report import EvaluationInterrupted
+from raise_eval.evaluation.report import EvaluationFailed, EvaluationInterrupted
 from raise_eval.evaluation.run import run_evaluation
 from raise_eval.evaluation.settings import evaluate_settings
 from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path
@@ -153,10 +153,15 @@ def _certify(model, test_data, settings: CertifySettings, train_pixel_means, lab
                     log_f_check=reused.get("log_f_check") if "log_f" in reused else None,
                     resume_file=inner_resume,
                 )
-            except EvaluationInterrupted as stop:
+            except (EvaluationInterrupted, EvaluationFailed) as stop:
+                failed = isinstance(stop, EvaluationFailed)
+                if failed:
+                    reason = f"K = {k:,} stopped during {stop.report.interrupted}: {stop.report.error}"
+                else:
+                    reason = f"interrupted during K = {k:,} ({stop.report.interrupted})"
                 partial = Certificate(
-                    verdict="interrupted",
-                    reasons=[f"interrupted during K = {k:,} ({stop.report.interrupted}); the finished Ks are above"],
+                    verdict="failed" if failed else "interrupted",
+                    reasons=[f"{reason}; the finished Ks are above"],
                     interval=None,
                     tolerance=float(tolerance),
                     time_budget=time_budget,
@@ -168,6 +173,8 @@ def _certify(model, test_data, settings: CertifySettings, train_pixel_means, lab
                     notes=notes,
                     model=plan.report_settings.get("model", ""),
                 )
+                if failed:
+                    raise CertifyFailed(partial, stop.report) from stop
                 raise CertifyInterrupted(partial, stop.report) from None
             notes += [f"K = {k:,}: {n}" for n in report.notes if n.startswith("continued from")]
             reused.update(log_f=report.log_f, exact=report.exact_values, log_f_check=report.log_f_check)

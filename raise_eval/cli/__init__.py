@@ -18,6 +18,7 @@ import torch
 
 from raise_eval import native
 from raise_eval._version import __version__
+from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.cli import bdmc, evaluate, trajectory
 from raise_eval.cli.options import attach_dash_values, die
 from raise_eval.io.datasets import DataError
@@ -87,6 +88,9 @@ def main(argv=None) -> int:
         die(e.render(args.names))
     except (DataError, FileNotFoundError, ValueError, NotImplementedError, UserCodeError) as e:
         die(str(e))
+    except NonFiniteLogWeightError as e:  # where no partial report is kept (trajectory, a timing probe)
+        print(f"raise-eval: error: {e}", file=sys.stderr)
+        return 1
     except OutputWriteError as e:  # a result computed but not written: where it is kept, or the JSON itself
         print(f"raise-eval: error: {e}", file=sys.stderr)
         if e.kept is None and e.text is not None:

@@ -11,13 +11,14 @@ from pathlib import Path
 
 import torch
 
-from raise_eval.certification.report import CertifyInterrupted
+from raise_eval.annealing import NonFiniteLogWeightError
+from raise_eval.certification.report import CertifyFailed, CertifyInterrupted
 from raise_eval.certification.run import certify
 from raise_eval.certification.settings import CERTIFY_HELP, CertifySettings
 from raise_eval.cli.common import announce_null_outputs, check_environment, configure_threads, write_report
 from raise_eval.cli.options import add_subcommand, die, flags, given, settings_from
 from raise_eval.evaluation.plan import plan_evaluation
-from raise_eval.evaluation.report import EvaluationInterrupted
+from raise_eval.evaluation.report import EvaluationFailed, EvaluationInterrupted
 from raise_eval.evaluation.run import run_evaluation
 from raise_eval.evaluation.settings import EvaluateSettings
 from raise_eval.evaluation.timing import estimate_cost
@@ -61,6 +62,7 @@ examples:
 
 LONG_RUN_SECONDS = 60  # a run predicted to take longer prints its cost estimate (stderr) before it starts
 EXIT_OPEN = 3  # a certified run that stays open (0 closed, 2 usage error, 130 Ctrl-C)
+EXIT_FAILED = 1  # a stage stopped on log-weights that turned NaN or +inf (what finished is shown and kept)
 SETTINGS = (InputSettings, EvaluateSettings, OutputSettings, CertifySettings)
 FLAGS = flags(*SETTINGS)
 CERTIFY_ONLY = ("max_steps", "time_budget", "plot")  # evaluate's --plot draws the certified run
@@ -117,7 +119,11 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_evaluation(
         loaded.model, loaded.test, evaluation, train_pixel_means=loaded.train_pixel_means, labels=loaded.labels
     )
-    estimate = estimate_cost(plan)
+    try:
+        estimate = estimate_cost(plan)
+    except NonFiniteLogWeightError as e:  # its trial steps on the model went NaN: the run would too
+        print(f"raise-eval: error: the cost estimate's trial steps (before the run): {e}", file=sys.stderr)
+        return EXIT_FAILED
     if rank == 0 and estimate.seconds >= LONG_RUN_SECONDS:
         first = f"the first K ({evaluation.steps:,}): " if cert_settings is not None else ""
         print(f"raise-eval: {first}{estimate.format(FLAGS)}", file=sys.stderr, flush=True)
@@ -141,6 +147,14 @@ def run(args: argparse.Namespace) -> int:
         write_report(stop.report, outputs.json, None, FLAGS, "marked incomplete")
         print(f"raise-eval: interrupted during {stop.report.interrupted}", file=sys.stderr)
         return 130
+    except EvaluationFailed as stop:
+        if rank != 0:
+            return EXIT_FAILED
+        # Log-weights that turned NaN: no number of that stage; show and keep what finished, as at Ctrl-C.
+        print("\n" + stop.report.format_table(FLAGS))
+        write_report(stop.report, outputs.json, None, FLAGS, "marked incomplete: the stages that finished")
+        print(f"raise-eval: error: {stop.report.interrupted} failed: {stop.report.error}", file=sys.stderr)
+        return EXIT_FAILED
     if loaded.metadata.get("ignored_variables"):
         report.notes.append(f"ignored variables of the checkpoint: {', '.join(loaded.metadata['ignored_variables'])}")
     if rank != 0:
@@ -201,6 +215,15 @@ def _run_certified(loaded, settings: CertifySettings, outputs: OutputSettings) -
                   "to continue")  # fmt: skip
         print(f"raise-eval: interrupted during {stop.report.interrupted}", file=sys.stderr)
         return 130
+    except CertifyFailed as stop:
+        # Log-weights that turned NaN at some K: show and keep the finished Ks, and the failed K's table.
+        print("\n" + stop.report.format_table(FLAGS))
+        print()
+        print(stop.certificate.format_table(FLAGS))
+        write_report(stop.certificate, outputs.json, plot_path if stop.certificate.history else None, FLAGS,
+                     "failed: the finished Ks")  # fmt: skip
+        print(f"raise-eval: error: {stop.certificate.reasons[0]}", file=sys.stderr)
+        return EXIT_FAILED
     if cert.report is not None:
         print()
         print(cert.report.format_table(FLAGS))

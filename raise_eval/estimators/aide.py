@@ -31,7 +31,7 @@ from typing import Optional, Protocol
 import torch
 from torch import Tensor
 
-from raise_eval.annealing import anneal
+from raise_eval.annealing import anneal, check_log_weights
 from raise_eval.models.directed.base import DirectedLatentModel, PosteriorApproximation
 from raise_eval.paths.directed import DirectedPath
 from raise_eval.schedules import validate_schedule
@@ -149,8 +149,11 @@ class AIDEResult:
         }
 
 
-def _log_mean(first: Tensor, rest: Tensor) -> Tensor:
+def _log_mean(first: Tensor, rest: Tensor, what: str) -> Tensor:
+    """log mean xi over an output's traces: `first` (N, R) the output's own trace (or None), `rest` (N, R, M) the
+    meta-inference traces; NonFiniteLogWeightError (stage 'AIDE: <what>') on NaN, +inf, or every trace zero."""
     both = torch.cat([first.unsqueeze(-1), rest], dim=-1) if first is not None else rest
+    check_log_weights(both, f"AIDE: {what}", chains_dim=-1)
     return torch.logsumexp(both, dim=-1) - math.log(both.shape[-1])
 
 
@@ -181,11 +184,11 @@ def aide(
         check_count(name, v)
     start = time.perf_counter()
     z_g, own_g = gold.run(x, num_gold, generator)
-    log_qg_zg = _log_mean(own_g, gold.meta(x, z_g, gold_meta - 1, generator))
-    log_qt_zg = _log_mean(None, target.meta(x, z_g, target_meta, generator))
+    log_qg_zg = _log_mean(own_g, gold.meta(x, z_g, gold_meta - 1, generator), "gold outputs")
+    log_qt_zg = _log_mean(None, target.meta(x, z_g, target_meta, generator), "target density at gold outputs")
     z_t, own_t = target.run(x, num_target, generator)
-    log_qt_zt = _log_mean(own_t, target.meta(x, z_t, target_meta - 1, generator))
-    log_qg_zt = _log_mean(None, gold.meta(x, z_t, gold_meta, generator))
+    log_qt_zt = _log_mean(own_t, target.meta(x, z_t, target_meta - 1, generator), "target outputs")
+    log_qg_zt = _log_mean(None, gold.meta(x, z_t, gold_meta, generator), "gold density at target outputs")
     per_example = (log_qg_zg - log_qt_zg).mean(-1) + (log_qt_zt - log_qg_zt).mean(-1)
     mean, se = mean_and_stderr(per_example)
     return AIDEResult(per_example, mean, se, num_gold, num_target, gold_meta, target_meta, time.perf_counter() - start)

@@ -14,7 +14,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from raise_eval.annealing import Kernel, anneal, continuation
+from raise_eval.annealing import Kernel, anneal, check_log_weights, continuation
 from raise_eval.schedules import validate_schedule
 from raise_eval.settings import check_count
 from raise_eval.stats import scalar, summarize_log_weights
@@ -119,6 +119,7 @@ def ais(
         **continuation(checkpoint, "AIS", saved),
     )
     log_w = log_w + path.log_partition_initial
+    check_log_weights(log_w, "AIS", chains_dim=-1)  # log Z_0 too; and an estimate of weights all zero is refused
     return AISResult.from_log_weights(log_w, betas.numel() - 1, start, final_state=state)
 
 
@@ -178,6 +179,7 @@ def reverse_ais(
     state, log_w = anneal(
         path, start, betas.flip(0), generator=generator, kernel=kernel, progress=progress, desc="reverse AIS"
     )
+    check_log_weights(log_w, "reverse AIS", chains_dim=-1)
     summary = summarize_log_weights(log_w, dim=-1)
     return ReverseAISResult(
         log_weights=log_w,

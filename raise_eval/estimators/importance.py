@@ -13,6 +13,7 @@ import math
 import torch
 from torch import Tensor
 
+from raise_eval.annealing import check_log_weights
 from raise_eval.models.directed.base import DirectedLatentModel, PosteriorApproximation
 
 
@@ -23,14 +24,19 @@ def _log_weights(
     num_samples: int,
     generator: torch.Generator,
     chunk: int,
+    stage: str,
 ) -> Tensor:
+    """log p(x, z_k) - log q(z_k | x) for k samples of the proposal, float64 shaped (N, num_samples); checked for
+    NaN and +inf (`NonFiniteLogWeightError` naming `stage`)."""
     parts = []
     with torch.no_grad():
         for start in range(0, num_samples, chunk):
             k = min(chunk, num_samples - start)
             z = proposal.sample(x, k, generator)  # (N, k, d)
             parts.append(model.log_joint(x.unsqueeze(1), z) - proposal.log_prob(x, z))
-    return torch.cat(parts, dim=1).double()
+    log_w = torch.cat(parts, dim=1).double()
+    check_log_weights(log_w, stage)
+    return log_w
 
 
 def iwae(
@@ -43,7 +49,7 @@ def iwae(
     chunk: int = 100,
 ) -> Tensor:
     """IWAE-k estimate of log p(x_n), shaped (N,)."""
-    log_w = _log_weights(model, x, proposal, num_samples, generator, chunk)
+    log_w = _log_weights(model, x, proposal, num_samples, generator, chunk, f"IWAE-{num_samples}")
     return torch.logsumexp(log_w, dim=1) - math.log(num_samples)
 
 
@@ -57,4 +63,4 @@ def elbo(
     chunk: int = 100,
 ) -> Tensor:
     """Monte Carlo ELBO E_q[log p(x, z) - log q(z | x)] per example with `num_samples` samples, shaped (N,)."""
-    return _log_weights(model, x, proposal, num_samples, generator, chunk).mean(dim=1)
+    return _log_weights(model, x, proposal, num_samples, generator, chunk, "the ELBO").mean(dim=1)

@@ -24,7 +24,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from raise_eval.annealing import Kernel, anneal
+from raise_eval.annealing import Kernel, anneal, check_log_weights
 from raise_eval.estimators.ais import AISResult
 from raise_eval.schedules import validate_schedule
 from raise_eval.settings import check_count
@@ -120,6 +120,9 @@ def ladder_pass(
         path, state, extended, generator=generator, kernel=kernel, progress=progress, desc=desc, on_step=on_step
     )
     log_weights += path.log_partition_initial
+    check_log_weights(log_weights, desc, chains_dim=-1)
+    for name, ratios in (("forward", forward), ("reverse", reverse)):  # BAR's inputs (-inf, a zero, is legitimate)
+        check_log_weights(ratios, f"{desc}: BAR's {name} log-density ratios")
     return LadderPass(
         betas=betas,
         rungs=rungs,

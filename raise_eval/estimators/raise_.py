@@ -52,7 +52,7 @@ from typing import Any, Optional, Union
 import torch
 from torch import Tensor
 
-from raise_eval.annealing import Kernel, anneal, continuation
+from raise_eval.annealing import Kernel, anneal, check_log_weights, continuation
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.models.boltzmann.unit_data import check_binary
 from raise_eval.paths.boltzmann import BoltzmannPath
@@ -240,7 +240,9 @@ def raise_log_likelihood(
         desc="RAISE",
         **continuation(checkpoint, "RAISE", saved, extra={"log_w0": log_w0}),
     )
-    return RAISEResult.from_log_weights(log_w + log_w0, log_f, betas.numel() - 1, start, kind)
+    log_w = log_w + log_w0
+    check_log_weights(log_w, "RAISE", chains_dim=1)  # the start weights too (log f(v), heating, recognition)
+    return RAISEResult.from_log_weights(log_w, log_f, betas.numel() - 1, start, kind)
 
 
 def _even_hidden_layers(model) -> list[int]:

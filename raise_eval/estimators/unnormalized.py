@@ -32,7 +32,7 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from raise_eval.annealing import anneal
+from raise_eval.annealing import anneal, check_log_weights
 from raise_eval.paths.posterior import posterior_path
 from raise_eval.schedules import linear_schedule, validate_schedule
 from raise_eval.settings import check_count
@@ -124,7 +124,7 @@ def _check_betas(betas) -> Tensor:
 def _ais_log_weights(path, v: Tensor, chains: int, betas: Tensor, generator: torch.Generator) -> Tensor:
     """log Z_0(v) + the annealing log-weights: (n, chains) float64, each exp(.) unbiased for f(v)."""
     state, log_z0 = path.start(v, chains, generator)
-    _, log_w = anneal(path, state, betas, generator=generator)
+    _, log_w = anneal(path, state, betas, generator=generator, desc="log f(v) by AIS")
     return log_w + log_z0.unsqueeze(-1)
 
 
@@ -175,6 +175,7 @@ def log_unnormalized_estimate(
         if is_dbn:
             raise ValueError("the mean-field bound is for DBMs; a DBN's log f(v) is estimated by importance sampling")
         log_f = model.mean_field_bound(v_all)
+        check_log_weights(log_f, "log f(v) by the mean-field bound")
         return LogUnnormalizedEstimate(log_f, torch.zeros_like(log_f), "mean-field", 0, time.perf_counter() - start)
     if method == "ais":
         path = posterior_path(model)
@@ -204,7 +205,9 @@ def log_unnormalized_estimate(
     bar = tqdm(total=len(begins), initial=done, desc="log f(v)", disable=not progress, leave=False)
     try:
         for i in range(done, len(begins)):
-            summary = summarize_log_weights(log_weights(v_all[begins[i] : begins[i] + chunk]), dim=-1)
+            chunk_weights = log_weights(v_all[begins[i] : begins[i] + chunk])
+            check_log_weights(chunk_weights, f"log f(v) by {method}", chains_dim=-1)  # per chunk: stops early
+            summary = summarize_log_weights(chunk_weights, dim=-1)
             estimates.append(summary.estimate)
             errors.append(summary.stderr)
             bar.update(1)

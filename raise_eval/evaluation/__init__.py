@@ -11,7 +11,7 @@ report's `format_table` calls `raise_eval.render` lazily).
 
 from raise_eval.evaluation.memory import CostEstimate, StageCost
 from raise_eval.evaluation.plan import EvaluationPlan, model_family, plan_evaluation, recognition_means
-from raise_eval.evaluation.report import EvaluationInterrupted, EvaluationReport, ExactValues
+from raise_eval.evaluation.report import EvaluationFailed, EvaluationInterrupted, EvaluationReport, ExactValues
 from raise_eval.evaluation.run import evaluate, run_evaluation
 from raise_eval.evaluation.settings import EvaluateSettings
 from raise_eval.evaluation.timing import estimate_cost
@@ -19,6 +19,7 @@ from raise_eval.evaluation.timing import estimate_cost
 __all__ = [
     "CostEstimate",
     "EvaluateSettings",
+    "EvaluationFailed",
     "EvaluationInterrupted",
     "EvaluationPlan",
     "EvaluationReport",

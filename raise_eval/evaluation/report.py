@@ -46,8 +46,9 @@ class ExactValues:
 class EvaluationReport:
     """Everything `raise-eval evaluate` prints; `to_dict()` gives the JSON document.
 
-    A run stopped part-way (Ctrl-C) leaves the stages that did not finish as None and names the stage it was in
-    `interrupted`; the table and the JSON then show what finished. `notes` and the warnings name settings as
+    A run stopped part-way (Ctrl-C, or log-weights that turned NaN: `error` says what went wrong, None for Ctrl-C)
+    leaves the stages that did not finish as None and names the stage it was in `interrupted`; the table and the
+    JSON then show what finished. `notes` and the warnings name settings as
     `{field}` (rendered by `to_dict(names)` and the text renderer).
     """
 
@@ -69,6 +70,7 @@ class EvaluationReport:
     log_f_check: Optional[LogFCheck] = None  # the longer re-estimate of log f(v) on a subset (estimated log f only)
     exact_values: Optional[ExactValues] = None
     cost_estimate: Optional[CostEstimate] = None  # what the run was predicted to cost (`estimate_cost`), if asked
+    error: Optional[str] = None  # why the run stopped in stage `interrupted` (None: Ctrl-C, or finished)
 
     @property
     def complete(self) -> bool:
@@ -141,6 +143,7 @@ class EvaluationReport:
         return {
             "complete": self.complete,
             "interrupted_during": self.interrupted,
+            "error": self.error,
             "log_z": {"ais": ais_doc, "exact": self.log_z_exact},
             "log_likelihood": {
                 "ais": {"mean": self.ais_mean},
@@ -175,4 +178,13 @@ class EvaluationInterrupted(KeyboardInterrupt):
 
     def __init__(self, report: EvaluationReport):
         super().__init__(f"interrupted during {report.interrupted}")
+        self.report = report
+
+
+class EvaluationFailed(RuntimeError):
+    """A stage of `evaluate` stopped on log-weights that turned NaN or +inf (`NonFiniteLogWeightError`, the
+    `__cause__`): `report` holds what finished (`report.interrupted` names the stage, `report.error` the error)."""
+
+    def __init__(self, report: EvaluationReport):
+        super().__init__(f"evaluation failed during {report.interrupted}: {report.error}")
         self.report = report

@@ -17,11 +17,12 @@ from torch import Tensor
 
 from raise_eval import native
 from raise_eval._version import __version__
+from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate
 from raise_eval.evaluation.log_f_check import LogFCheck
 from raise_eval.evaluation.memory import CostEstimate
 from raise_eval.evaluation.plan import EvaluationPlan, plan_evaluation
-from raise_eval.evaluation.report import EvaluationInterrupted, EvaluationReport, ExactValues
+from raise_eval.evaluation.report import EvaluationFailed, EvaluationInterrupted, EvaluationReport, ExactValues
 from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
 from raise_eval.evaluation.stages import (
     ais_stage,
@@ -173,7 +174,7 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
     _, first = _unique_rows(test)
     distinct = first.to(device)
 
-    def report(interrupted: Optional[str] = None) -> EvaluationReport:
+    def report(interrupted: Optional[str] = None, error: Optional[str] = None) -> EvaluationReport:
         all_settings["product_routes"] = [c.as_dict() for c in products.route_choices()]
         if device.type == "cpu":
             all_settings["native_kernels"] = kernels = native.report()
@@ -219,6 +220,7 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             log_f_check=check,
             exact_values=exact,
             cost_estimate=cost_estimate,
+            error=error,
         )
 
     stage = "AIS"
@@ -281,6 +283,9 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
     except KeyboardInterrupt:
         _note_continued(store, resume_file, notes)
         raise EvaluationInterrupted(report(interrupted=stage)) from None
+    except NonFiniteLogWeightError as e:  # no number can come of this stage: keep what finished, as at Ctrl-C
+        _note_continued(store, resume_file, notes)
+        raise EvaluationFailed(report(interrupted=stage, error=str(e))) from e
     _note_continued(store, resume_file, notes)
     return report()
 

@@ -243,7 +243,8 @@ def _timers(plan, generator: torch.Generator) -> dict[str, _Timer]:
             vectors = min(n, 2)
             per_vector = max(1, batch // vectors)
             state, _ = posterior.start(test[:vectors], per_vector, generator)
-            anneal(posterior, state, linear_schedule(steps), generator=generator, on_step=clock.on_step("log f(v)"))
+            anneal(posterior, state, linear_schedule(steps), generator=generator, on_step=clock.on_step("log f(v)"),
+                   desc="log f(v) by AIS")
             return clock.step_seconds("log f(v)") / (vectors * per_vector), start_seconds[0] / chains
 
         vectors = min(n, ais_chunk_vectors(posterior, chains))

@@ -94,7 +94,10 @@ def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
     if report.exact_mean is not None:
         lines.append(f"  {'exact':26}{_n(report.exact_mean, 12, 4)}")
     lines.append(f"total wall time {report.timing['seconds']:.1f} s")
-    if report.interrupted:
+    if report.interrupted and report.error is not None:
+        lines.append(f"stopped during {report.interrupted} by an error ({report.error}): the numbers above are what "
+                     "finished")  # fmt: skip
+    elif report.interrupted:
         lines.append(
             f"interrupted during {report.interrupted}: the numbers above are what finished before Ctrl-C or SIGTERM"
         )
@@ -160,8 +163,8 @@ def certificate_table(cert, names: Optional[dict[str, str]] = None) -> str:
             )
             + ")"
         )
-    elif cert.verdict == "interrupted":
-        lines.append("verdict: INTERRUPTED (no verdict)")
+    elif cert.verdict in ("interrupted", "failed"):
+        lines.append(f"verdict: {cert.verdict.upper()} (no verdict)")
         lines += [f"  - {render_names(r, names)}" for r in cert.reasons]
     else:
         lines.append(f"verdict: OPEN after K = {cert.history[-1].steps if cert.history else 0}")
