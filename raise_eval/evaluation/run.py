@@ -45,6 +45,7 @@ from raise_eval.runtime.resume import (
 )
 from raise_eval.runtime.sharding import raise_vectors_per_shard, shard_bounds
 from raise_eval.runtime.threads import using_threads
+from raise_eval.settings import number_fields
 
 
 def evaluate(
@@ -303,11 +304,11 @@ def _log_f_to(est: LogUnnormalizedEstimate, device) -> LogUnnormalizedEstimate:
     )
 
 
-RESUME_KEYS = (
-    "model", "init", "schedule", "steps", "ais_chains", "raise_examples", "raise_chains", "log_f_method",
-    "log_f_samples", "log_f_ais_steps", "log_f_ais_chains", "seed", "device", "dtype", "shard_size", "pilot_chains",
-    "pilot_grid", "test_subset", "dbn_start",
-)  # fmt: skip
+# What a resume file must agree on: the settings declared to change what it keeps (`numbers="kept"`), as the report
+# resolves them, and the inputs that are no settings: the model's description, its device and dtype. An explicit
+# schedule (`betas`) is recorded as its name, 'explicit', and the digest `schedule_betas`.
+RESUME_INPUTS = ("model", "device", "dtype")
+RESUME_KEYS = RESUME_INPUTS + tuple(name for name in number_fields(EvaluateSettings, kept_only=True) if name != "betas")
 
 
 def _resume_settings(all_settings: dict, model, test: Tensor, path: BoltzmannPath, betas) -> dict[str, Any]:
