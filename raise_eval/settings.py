@@ -24,9 +24,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from raise_eval.units import MAX_COUNT, format_size, parse_count, parse_duration, parse_size  # noqa: F401
+from raise_eval.seeds import LARGEST_OFFSET
 
-# torch.Generator.manual_seed takes -2^63 .. 2^64 - 1, and an evaluation seeds its streams with seed .. seed + 6.
-SEED_OFFSETS = 6
+# torch.Generator.manual_seed takes -2^63 .. 2^64 - 1, and a run seeds its streams with seed .. seed + 6
+# (`raise_eval.seeds`).
+SEED_OFFSETS = LARGEST_OFFSET
 SEED_RANGE = (-(2**63), 2**64 - 1 - SEED_OFFSETS)
 
 # What a field changes, as its declaration's `numbers` says: "kept", what a resume file keeps (finished shards, the
