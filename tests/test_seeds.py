@@ -2,12 +2,12 @@
 
 import re
 
+import pytest
+
 from raise_eval.evaluation.settings import EvaluateSettings
 from raise_eval.seeds import EVALUATION_OFFSETS, TRAJECTORY_OFFSETS, stage_seed
 from raise_eval.settings import SEED_RANGE, SettingsError
 from raise_eval.trajectory.settings import TrajectorySettings
-
-import pytest
 
 
 def _said(doc: str) -> list[int]:

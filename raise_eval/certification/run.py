@@ -286,7 +286,8 @@ def _load_progress(path: Optional[str], fingerprint: dict, legacy: Callable[[lis
         ]
         differs = [
             f"{d} (the file, written by an earlier version, does not record it: its default is assumed)"
-            if d.split(":")[0] in missing else d
+            if d.split(":")[0] in missing
+            else d
             for d in differs
         ]
         raise ValueError(
