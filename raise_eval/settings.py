@@ -24,10 +24,18 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Optional
 
 from raise_eval.units import MAX_COUNT, format_size, parse_count, parse_duration, parse_size  # noqa: F401
+from raise_eval.seeds import LARGEST_OFFSET
 
-# torch.Generator.manual_seed takes -2^63 .. 2^64 - 1, and an evaluation seeds its streams with seed .. seed + 6.
-SEED_OFFSETS = 6
+# torch.Generator.manual_seed takes -2^63 .. 2^64 - 1, and a run seeds its streams with seed .. seed + 6
+# (`raise_eval.seeds`).
+SEED_OFFSETS = LARGEST_OFFSET
 SEED_RANGE = (-(2**63), 2**64 - 1 - SEED_OFFSETS)
+
+# What a field changes, as its declaration's `numbers` says: "kept", what a resume file keeps (finished shards, the
+# log f(v) estimates) and so the results; "result", only the results made from what is kept (e.g. the control
+# variate's coefficient). None: not the numbers (threads, memory bounds, progress bars). The resume files'
+# fingerprints are drawn from these declarations (`number_fields`).
+NUMBERS = ("kept", "result")
 
 KINDS = ("count", "counts", "number", "choice", "size", "duration", "flag", "seed", "path", "threads", "text", "any")
 
@@ -98,6 +106,7 @@ class Setting:
     why: str = ""  # why the bound, e.g. 'a standard error needs two'
     cli_default: Any = UNSET  # where the command differs from the API (progress bars)
     check: Optional[Callable[[Any], Any]] = None  # kind 'any': returns the value or raises SettingsError
+    numbers: Optional[str] = None  # whether the field changes the numbers: one of NUMBERS, or None (it does not)
     name: str = ""  # filled in by `settings_class`
 
     @property
@@ -119,6 +128,8 @@ def setting(default: Any, help: str, *, kind: str, **declaration) -> Any:
     `Setting`). Use inside a `@settings_class`."""
     if kind not in KINDS:
         raise TypeError(f"unknown kind of setting {kind!r}")
+    if declaration.get("numbers") not in (None, *NUMBERS):
+        raise TypeError(f"numbers must be one of {', '.join(NUMBERS)} or None, got {declaration['numbers']!r}")
     spec = Setting(kind=kind, default=default, help=help, **declaration)
     factory_default = isinstance(default, (list, dict, set))
     if factory_default:
@@ -152,6 +163,13 @@ def declarations(cls_or_value) -> Iterator[Setting]:
         spec = f.metadata.get("setting")
         if spec is not None:
             yield spec
+
+
+def number_fields(cls_or_value, *, kept_only: bool = False) -> tuple[str, ...]:
+    """The names of the fields whose declaration says they change the numbers (`Setting.numbers`), in order; with
+    `kept_only`, those that change what a resume file keeps."""
+    wanted = ("kept",) if kept_only else NUMBERS
+    return tuple(spec.name for spec in declarations(cls_or_value) if spec.numbers in wanted)
 
 
 def settings_class(cls):
@@ -448,6 +466,7 @@ __all__ = [
     "declarations",
     "format_size",
     "normalize",
+    "number_fields",
     "parse_count",
     "parse_duration",
     "parse_size",

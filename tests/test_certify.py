@@ -373,3 +373,52 @@ def test_a_closed_interval_says_which_side_is_which():
     cert.history[-1] = above
     table = cert.format_table()
     assert "(AIS to RAISE: RAISE came out above AIS, within the noise, ±2 standard errors" in table
+
+
+def _small_dbn():
+    """The 12-6-5-4 DBN and 30 test vectors that tests/data's 0.3 resume files were written for."""
+    from raise_eval.models import DBN
+
+    g = torch.Generator().manual_seed(4)
+    model = DBN.random([12, 6, 5, 4], weight_std=0.5, generator=g)
+    return model, (torch.rand(30, 12, generator=g) < 0.3).float()
+
+
+DBN_RUN = dict(
+    steps=5, ais_chains=40, raise_examples=10, raise_chains=4, exact="never", shard_size=10, init="uniform", threads=1
+)
+
+
+def test_a_certified_dbn_resumed_with_the_other_start_is_refused(tmp_path):
+    """Issue 41: the certified file's fingerprint lacked dbn_start, so a run resumed under the other DBN start kept
+    the Ks computed with the first one under the new label."""
+    model, test = _small_dbn()
+    resume = str(tmp_path / "cert.json")
+    first = certify_fn(model, test, tolerance=1e-9, max_steps=5, resume_file=resume, **DBN_RUN, dbn_start="unrolled")
+    assert [s.steps for s in first.history] == [5]
+    with pytest.raises(ValueError, match=r"dbn_start: 'unrolled' in the file, 'heated' now"):
+        certify_fn(model, test, tolerance=1e-9, max_steps=5, resume_file=resume, **DBN_RUN)
+    again = certify_fn(model, test, tolerance=1e-9, max_steps=5, resume_file=resume, **DBN_RUN, dbn_start="unrolled")
+    assert again.report is None and [s.to_dict() for s in again.history] == [s.to_dict() for s in first.history]
+
+
+def test_a_certified_file_of_0_3_continues(tmp_path, monkeypatch):
+    """tests/data/certify_0.3_dbn.json was written by raise-eval 0.3 (which did not record dbn_start): it continues
+    under the default start, with a note saying so, and is refused under the other one, saying why."""
+    import shutil
+    import sys
+    from pathlib import Path
+
+    model, test = _small_dbn()
+    resume = tmp_path / "cert.json"
+    shutil.copy(Path(__file__).parent / "data" / "certify_0.3_dbn.json", resume)
+    saved = json.loads(resume.read_text())["history"]
+    ev = sys.modules["raise_eval.certification.run"]
+    calls = []
+    monkeypatch.setattr(ev, "run_evaluation", lambda plan, **kwargs: calls.append(plan.steps))
+    cert = certify_fn(model, test, tolerance=1e-9, max_steps=5, resume_file=str(resume), **DBN_RUN)
+    assert calls == [] and [s.steps for s in cert.history] == [h["steps"] for h in saved]
+    assert cert.history[0].ais_mean == saved[0]["ais_mean"]
+    assert any("does not record dbn_start" in n and "'heated'" in n for n in cert.notes)
+    with pytest.raises(ValueError, match=r"dbn_start: 'heated' in the file, 'unrolled' now \(the file, written by"):
+        certify_fn(model, test, tolerance=1e-9, max_steps=5, resume_file=str(resume), **DBN_RUN, dbn_start="unrolled")

@@ -384,3 +384,21 @@ def test_the_log_f_estimates_continue_from_their_saved_chunk(tmp_path, monkeypat
     assert torch.equal(resumed.log_f.stderr, whole.log_f.stderr)
     _same(resumed, whole)
     assert any(f"log_f shard 0 continued from chunk {chunks_done}" in note for note in resumed.notes)
+
+
+def test_a_resume_file_of_0_3_continues(tmp_path, monkeypatch):
+    """tests/data/resume_0.3_dbn.pt was written by raise-eval 0.3, interrupted after 2 of 4 AIS shards: its settings
+    (the keys of the file's fingerprint) still agree, so the run continues from its shards."""
+    import shutil
+
+    g = torch.Generator().manual_seed(4)
+    model = DBN.random([12, 6, 5, 4], weight_std=0.5, generator=g)
+    test = (torch.rand(30, 12, generator=g) < 0.3).float()
+    file = tmp_path / "run.pt"
+    shutil.copy(ROOT / "tests" / "data" / "resume_0.3_dbn.pt", file)
+    kept = torch.load(file, weights_only=True)["shards"]["ais"]
+    ran = _interrupt_after(monkeypatch, "ais", 10**6)
+    report = evaluate(model, test, **RUN, init="uniform", threads=1, resume_file=str(file))
+    assert len(ran) == 2  # the 2 shards the file does not hold
+    assert torch.equal(report.ais.log_weights[:20], torch.cat([kept[0]["log_weights"], kept[1]["log_weights"]]))
+    assert any("2 of 4 AIS shards read back" in n for n in report.notes)

@@ -21,24 +21,21 @@ from torch import Tensor
 from raise_eval.certification.report import Certificate, CertifyFailed, CertifyInterrupted, CertifyStep
 from raise_eval.certification.settings import CertifySettings
 from raise_eval.certification.verdict import K_INDEPENDENT, gap_per_doubling, reasons_of_step, step_of, trend
-from raise_eval.evaluation.plan import plan_evaluation
+from raise_eval.evaluation.plan import EvaluationPlan, plan_evaluation
 from raise_eval.evaluation.report import EvaluationFailed, EvaluationInterrupted
 from raise_eval.evaluation.run import run_evaluation
-from raise_eval.evaluation.settings import evaluate_settings
+from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
 from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path
 from raise_eval.io.writing import write_file
 from raise_eval.runtime.resume import model_digest, tensor_digest
 from raise_eval.runtime.threads import using_threads
-from raise_eval.settings import Named
+from raise_eval.settings import Named, declarations, number_fields
 
 FILE_FORMAT = "raise-eval certify 1"
-# The evaluation settings a certified run's resume file must agree on (besides the model, the data and the first
-# K): those that change the numbers at some K, as the first version of the file recorded them.
-FINGERPRINT_FIELDS = (
-    "init", "schedule", "ais_chains", "raise_examples", "raise_chains", "seed", "exact", "log_f_method",
-    "log_f_samples", "log_f_ais_steps", "log_f_ais_chains", "log_f_check", "cv_alpha", "pilot_chains", "pilot_grid",
-    "shard_size", "test_subset",
-)  # fmt: skip
+# The settings a certified run's resume file must agree on (besides the model and the data): those declared to
+# change the numbers at some K (`numbers=`), the evaluation's `steps` being the first K ('first_steps').
+FINGERPRINT_FIELDS = tuple(name for name in number_fields(EvaluateSettings) if name != "steps")
+OWN_FINGERPRINT_FIELDS = tuple(name for name in number_fields(CertifySettings) if name != "evaluation")
 CERTIFY_FIELDS = ("tolerance", "max_steps", "time_budget", "growth")
 # Fingerprint entries kept as digests, said in words when they differ.
 DIGEST_WORDS = {
@@ -92,16 +89,18 @@ def certify_settings(settings: Optional[CertifySettings], overrides: dict[str, A
     return settings.replace(evaluation=evaluation, **own)
 
 
-def _fingerprint(settings: CertifySettings, model, test: Tensor, train_pixel_means) -> dict[str, Any]:
+def _fingerprint(settings: CertifySettings, plan: EvaluationPlan, train_pixel_means) -> dict[str, Any]:
     """What the numbers at each K depend on (not the tolerance: the reasons are recomputed)."""
     e = settings.evaluation
     out = {
         "first_steps": e.steps,
-        "growth": settings.growth,
-        "test_data": tensor_digest([test]),
-        "parameters": model_digest(model),
+        **{name: getattr(settings, name) for name in OWN_FINGERPRINT_FIELDS},
+        "test_data": tensor_digest([plan.test]),
+        "parameters": model_digest(plan.model),
     }
     values = {name: getattr(e, name) for name in FINGERPRINT_FIELDS}
+    if plan.family != "DBN":
+        values["dbn_start"] = None  # other families ignore it
     values["log_f_method"] = e.log_f_request
     for name in ("log_f_samples", "log_f_ais_steps", "log_f_ais_chains"):
         values[name] = e.log_f_budget(name)
@@ -126,10 +125,15 @@ def _certify(model, test_data, settings: CertifySettings, train_pixel_means, lab
     plan = plan_evaluation(model, test_data, evaluation, train_pixel_means=train_pixel_means, labels=labels)
     if max_steps is not None:
         plan.checked_at_steps(max_steps)  # the largest K must fit the memory bound too: refused now, not hours later
-    fingerprint = _fingerprint(settings, model, plan.test, train_pixel_means)
-    finished = _load_progress(resume_file, fingerprint)
-    history: list[CertifyStep] = []
+    fingerprint = _fingerprint(settings, plan, train_pixel_means)
     notes: list[str] = []
+    finished = _load_progress(
+        resume_file,
+        fingerprint,
+        lambda missing: _fingerprint(_at_defaults(settings, missing), plan, train_pixel_means),
+        notes,
+    )
+    history: list[CertifyStep] = []
     reused: dict[str, Any] = {}
     report = None
     k = evaluation.steps
@@ -250,7 +254,17 @@ def _certify(model, test_data, settings: CertifySettings, train_pixel_means, lab
     )
 
 
-def _load_progress(path: Optional[str], fingerprint: dict) -> list[dict]:
+def _at_defaults(settings: CertifySettings, names) -> CertifySettings:
+    """`settings` with the evaluation's fields `names` at their declared defaults."""
+    defaults = {spec.name: spec.default for spec in declarations(EvaluateSettings) if spec.name in names}
+    return settings.replace(evaluation=settings.evaluation.replace(**defaults))
+
+
+def _load_progress(path: Optional[str], fingerprint: dict, legacy: Callable[[list], dict], notes: list) -> list[dict]:
+    """The finished Ks of the file at `path` (none when there is none), refused when its fingerprint differs. A file
+    written before a setting was recorded in it (0.3 did not record dbn_start) is taken as run with that setting's
+    default: `legacy(missing)` gives the fingerprint with the missing settings at their defaults, and a note says
+    so."""
     if path is None or not os.path.exists(path):
         return []
     try:
@@ -260,12 +274,28 @@ def _load_progress(path: Optional[str], fingerprint: dict) -> list[dict]:
         raise ValueError(f"{path} is not a certified run's resume file ({e}); delete it or name another file") from e
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
         raise ValueError(f"{path} is not a certified run's resume file (format {doc.get('format')!r})")
-    if doc.get("fingerprint") != fingerprint:
-        old = doc.get("fingerprint", {})
+    old = doc.get("fingerprint", {})
+    missing = sorted(k for k in FINGERPRINT_FIELDS if isinstance(old, dict) and k in fingerprint and k not in old)
+    if missing:
+        assumed = legacy(missing)
+        old = {**{k: assumed[k] for k in missing}, **old}
+        shown = [f"{k} {assumed[k]!r}" for k in missing if assumed[k] is not None]
+        if shown:
+            notes.append(
+                f"{path} does not record {', '.join(k for k in missing if assumed[k] is not None)} (written by an "
+                f"earlier version): its finished Ks are taken as run with the defaults, {', '.join(shown)}"
+            )
+    if old != fingerprint:
         differs = [
             DIGEST_WORDS[k] if k in DIGEST_WORDS else f"{k}: {old.get(k)!r} in the file, {fingerprint.get(k)!r} now"
             for k in sorted(set(fingerprint) | set(old))
             if fingerprint.get(k) != old.get(k)
+        ]
+        differs = [
+            f"{d} (the file, written by an earlier version, does not record it: its default is assumed)"
+            if d.split(":")[0] in missing
+            else d
+            for d in differs
         ]
         raise ValueError(
             f"{path} was written by a certified run with other settings ({'; '.join(differs)}); delete it "

@@ -42,7 +42,9 @@ class CertifySettings:
         None, "with --until-gap: wall-time budget, e.g. 600, 90s, 30m, 1.5h", kind="duration", none="no limit",
         flag="--time-budget", metavar="DURATION", group="certified evaluation",
     )  # fmt: skip
-    growth: int = setting(2, "factor by which K grows from one evaluation to the next", kind="count", least=2)
+    growth: int = setting(
+        2, "factor by which K grows from one evaluation to the next", kind="count", numbers="result", least=2
+    )
     evaluation: EvaluateSettings = setting(
         EvaluateSettings(), "the settings of each evaluation; its steps is the first K", kind="any",
         check=_evaluation,

@@ -22,6 +22,7 @@ from raise_eval import exact as exact_mod
 from raise_eval.estimators.unnormalized import _CHUNK_ELEMENTS as LOG_F_CHUNK_ELEMENTS
 from raise_eval.estimators.unnormalized import ais_chunk_vectors
 from raise_eval.evaluation.log_f_check import LOG_F_CHECK_FACTOR
+from raise_eval.evaluation.stage_registry import LABELS
 from raise_eval.paths.posterior import posterior_path
 from raise_eval.runtime.sharding import bytes_per_chain, log_f_bytes, raise_vectors_per_shard, shard_bounds
 from raise_eval.settings import SettingsError, format_size, render_names
@@ -39,14 +40,7 @@ POSTERIOR_BYTES = {"DBM": lambda size: 5 * size + 40, "DBN": lambda size: 2 * si
 MEAN_FIELD_BYTES = 40  # per test vector and unit: the float64 marginals and their updates (30 measured)
 
 
-STAGES = {
-    "pilot": "adaptive pilot",
-    "ais": "AIS",
-    "exact": "exact",
-    "log_f": "log f(v)",
-    "raise": "RAISE",
-    "log_f_check": "log f(v) check",
-}
+STAGES = LABELS  # the stages' labels, declared with the stages (`evaluation.stage_registry`)
 
 
 @dataclass(frozen=True)
@@ -178,99 +172,109 @@ def _log_f_schedule(method: str, steps: int, factor: int = 1) -> MemoryTerm:
     return _term(what, steps + 1, factor * SCHEDULE_BYTES_PER_STEP, "{log_f_ais_steps}", extra=1)
 
 
-def plan_memory(plan) -> list[StageCost]:
-    """The stages `plan` (an `evaluate.EvaluationPlan`) will run, in order, each with its peak bytes and what they
-    are made of; seconds are left None (`estimate_cost` times them). Nothing is allocated."""
-    model, family, n, k = plan.model, plan.family, plan.n_test, plan.steps
-    size = _dtype_size(model.dtype)
-    annealed = plan.path.model
-    params64 = 8 * (sum(w.numel() for w in model.weights) + sum(b.numel() for b in model.biases))
-    kept = [_term("the test vectors (and the search for repeated ones)", n, 2 * model.n_visible * size + 24,
-                  "{test_subset}", least=2)]  # fmt: skip
-    schedule = _term(f"the schedule of {k:,} steps", k + 1, SCHEDULE_BYTES_PER_STEP, "{steps}", extra=1)
-    stages: list[StageCost] = []
+@dataclass
+class _Held:
+    """What the stages of one plan share while their memory is counted: the plan, the model's float64 copy's size,
+    the schedule, and the terms the run holds through every later stage (`kept`, grown by each stage)."""
 
-    def add(name: str, work: str, terms: list[MemoryTerm], steps_independent: bool = False) -> None:
-        terms = terms + kept
-        stages.append(
-            StageCost(name, STAGES[name], work, sum(t.bytes for t in terms), None, steps_independent, tuple(terms))
-        )
+    plan: Any
+    params64: int
+    schedule: MemoryTerm
+    kept: list[MemoryTerm]
 
-    if plan.schedule_name == "adaptive":
-        add(
-            "pilot",
-            f"{plan.pilot_chains:,} chains x {plan.pilot_grid:,} grid cells",
-            [
-                _term(f"the pilot's {plan.pilot_chains:,} chains", plan.pilot_chains,
-                      bytes_per_chain(sum(annealed.layer_sizes), model.dtype), "{pilot_chains}", least=2),
-                _term(f"the pilot's grid of {plan.pilot_grid:,} cells", plan.pilot_grid + 1, PILOT_BYTES_PER_CELL,
-                      "{pilot_grid}", extra=1),
-                _term(f"the schedule of {k:,} steps placed from it", k + 1, PILOT_BYTES_PER_STEP, "{steps}", extra=1),
-            ],
-        )  # fmt: skip
-    m, shard = plan.ais_chains, plan.shard_size
+
+# A stage's memory: (what it computes, its terms besides those held, whether it depends on K), or None when the plan
+# does not run it; it adds to `held.kept` what it leaves for the later stages.
+StageMemory = Optional[tuple[str, list[MemoryTerm], bool]]
+
+
+def _pilot_memory(held: _Held) -> StageMemory:
+    plan = held.plan
+    if plan.schedule_name != "adaptive":
+        return None
+    k, dtype = plan.steps, plan.model.dtype
+    terms = [
+        _term(f"the pilot's {plan.pilot_chains:,} chains", plan.pilot_chains,
+              bytes_per_chain(sum(plan.path.model.layer_sizes), dtype), "{pilot_chains}", least=2),
+        _term(f"the pilot's grid of {plan.pilot_grid:,} cells", plan.pilot_grid + 1, PILOT_BYTES_PER_CELL,
+              "{pilot_grid}", extra=1),
+        _term(f"the schedule of {k:,} steps placed from it", k + 1, PILOT_BYTES_PER_STEP, "{steps}", extra=1),
+    ]  # fmt: skip
+    return f"{plan.pilot_chains:,} chains x {plan.pilot_grid:,} grid cells", terms, False
+
+
+def _ais_memory(held: _Held) -> StageMemory:
+    plan = held.plan
+    m, shard, k = plan.ais_chains, plan.shard_size, plan.steps
     shards = len(range(0, m, shard))
-    add(
-        "ais",
-        f"{m:,} chains x {k:,} steps" + (f" in {shards:,} shards" if shards > 1 else ""),
-        [
-            _term(f"one shard of {min(m, shard):,} chains", min(m, shard),
-                  bytes_per_chain(sum(annealed.layer_sizes), model.dtype), "{shard_size}"),
-            _term(f"the log-weights of {m:,} chains", m, LOG_WEIGHT_BYTES, "{ais_chains}", least=2),
-            schedule,
-        ],
-    )  # fmt: skip
-    kept = kept + [_term(f"AIS's {m:,} log-weights", m, 8, "{ais_chains}", least=2)]
-    if plan.use_exact:
-        cost = exact_mod.exact_cost(model, n)
-        # exact_stage's chunk budget, or less when every configuration fits in one chunk (`exact.enumeration.plan_chunks`)
-        budget = max(min(int(plan.max_memory) // 2, exact_mod.DEFAULT_MAX_BYTES), 1 << 20)
-        units = max(cost.log_z_units, cost.log_f_units)
-        per_config = 8 * (2 * units + 2 * max(model.layer_sizes) + 4)
-        per_pair = 8 * (model.layer_sizes[1] + 1) if plan.exact_log_f else 0
-        chunk = min(budget, 2**units * (per_config + n * per_pair))
-        terms = [MemoryTerm("one chunk of the enumeration", chunk), MemoryTerm("a float64 copy of the model", params64)]
-        if plan.exact_log_f:
-            terms.append(_term("the exact log f(v) per test vector", n, 8 * (sum(model.layer_sizes[:2]) + 6),
-                               "{test_subset}", least=2))  # fmt: skip
-            if cost.log_f_route == "dbn":  # a deep DBN keeps a table over each directed layer
-                layers = model.layer_sizes[1 : len(model.weights)]
-                terms.append(MemoryTerm("the tables over the directed layers", 16 * sum(2**u for u in layers[1:])))
-        add("exact", f"2^{units} states" + (f" x {n:,} vectors" if plan.exact_log_f else ""), terms, True)
-        if plan.exact_log_f:
-            kept = kept + [_term("the exact log f(v)", n, 8, "{test_subset}", least=2)]
-    method = plan.log_f_method
-    options = plan.log_f_options
+    terms = [
+        _term(f"one shard of {min(m, shard):,} chains", min(m, shard),
+              bytes_per_chain(sum(plan.path.model.layer_sizes), plan.model.dtype), "{shard_size}"),
+        _term(f"the log-weights of {m:,} chains", m, LOG_WEIGHT_BYTES, "{ais_chains}", least=2),
+        held.schedule,
+    ]  # fmt: skip
+    held.kept.append(_term(f"AIS's {m:,} log-weights", m, 8, "{ais_chains}", least=2))
+    return f"{m:,} chains x {k:,} steps" + (f" in {shards:,} shards" if shards > 1 else ""), terms, False
+
+
+def _exact_memory(held: _Held) -> StageMemory:
+    plan = held.plan
+    if not plan.use_exact:
+        return None
+    model, n = plan.model, plan.n_test
+    cost = exact_mod.exact_cost(model, n)
+    # exact_stage's chunk budget, or less when every configuration fits in one chunk (`exact.enumeration.plan_chunks`)
+    budget = max(min(int(plan.max_memory) // 2, exact_mod.DEFAULT_MAX_BYTES), 1 << 20)
+    units = max(cost.log_z_units, cost.log_f_units)
+    per_config = 8 * (2 * units + 2 * max(model.layer_sizes) + 4)
+    per_pair = 8 * (model.layer_sizes[1] + 1) if plan.exact_log_f else 0
+    chunk = min(budget, 2**units * (per_config + n * per_pair))
+    terms = [
+        MemoryTerm("one chunk of the enumeration", chunk),
+        MemoryTerm("a float64 copy of the model", held.params64),
+    ]
+    if plan.exact_log_f:
+        terms.append(_term("the exact log f(v) per test vector", n, 8 * (sum(model.layer_sizes[:2]) + 6),
+                           "{test_subset}", least=2))  # fmt: skip
+        if cost.log_f_route == "dbn":  # a deep DBN keeps a table over each directed layer
+            layers = model.layer_sizes[1 : len(model.weights)]
+            terms.append(MemoryTerm("the tables over the directed layers", 16 * sum(2**u for u in layers[1:])))
+        held.kept.append(_term("the exact log f(v)", n, 8, "{test_subset}", least=2))
+    return f"2^{units} states" + (f" x {n:,} vectors" if plan.exact_log_f else ""), terms, True
+
+
+def _log_f_memory(held: _Held) -> StageMemory:
+    plan = held.plan
+    model, n, method, options = plan.model, plan.n_test, plan.log_f_method, plan.log_f_options
+    out: StageMemory = None
     if method in ("importance", "ais"):
         chunk = _log_f_chunk(plan, method, options["num_samples"], options["ais_chains"], n)
         if method == "importance":
             work = f"{n:,} vectors x {options['num_samples']:,} importance samples"
         else:
             work = f"{n:,} vectors x {options['ais_chains']:,} chains x {options['ais_steps']:,} steps (per-vector AIS)"
-        add(
-            "log_f",
-            work,
-            [
-                chunk,
-                MemoryTerm("a float64 copy of the model", params64 if family == "DBM" else 0),
-                _term("the estimates", n, LOG_F_RESULT_BYTES, "{test_subset}", least=2),
-                _log_f_schedule(method, options["ais_steps"]),
-            ],
-            True,
-        )
+        terms = [
+            chunk,
+            MemoryTerm("a float64 copy of the model", held.params64 if plan.family == "DBM" else 0),
+            _term("the estimates", n, LOG_F_RESULT_BYTES, "{test_subset}", least=2),
+            _log_f_schedule(method, options["ais_steps"]),
+        ]
+        out = work, terms, True
     elif method == "mean-field":
-        add(
-            "log_f",
-            f"{n:,} vectors, mean-field bound",
-            [
-                _term("the mean-field marginals of every test vector", n,
-                      sum(model.layer_sizes) * MEAN_FIELD_BYTES, "{test_subset}", least=2),
-                MemoryTerm("a float64 copy of the model", params64),
-            ],
-            True,
-        )  # fmt: skip
-    kept = kept + [_term("the log f(v) estimates", n, 16, "{test_subset}", least=2)]
-    r, c = min(plan.raise_examples, n), plan.raise_chains
+        terms = [
+            _term("the mean-field marginals of every test vector", n,
+                  sum(model.layer_sizes) * MEAN_FIELD_BYTES, "{test_subset}", least=2),
+            MemoryTerm("a float64 copy of the model", held.params64),
+        ]  # fmt: skip
+        out = f"{n:,} vectors, mean-field bound", terms, True
+    held.kept.append(_term("the log f(v) estimates", n, 16, "{test_subset}", least=2))
+    return out
+
+
+def _raise_memory(held: _Held) -> StageMemory:
+    plan = held.plan
+    model, family, shard, k = plan.model, plan.family, plan.shard_size, plan.steps
+    r, c = min(plan.raise_examples, plan.n_test), plan.raise_chains
     vectors = min(raise_vectors_per_shard(shard, c), r)
     raise_shards = len(shard_bounds(r, raise_vectors_per_shard(shard, c)))
     how = ""
@@ -279,34 +283,69 @@ def plan_memory(plan) -> list[StageCost]:
     elif family == "DBN":
         how = " (unrolled)"
     how += f" in {raise_shards:,} shards" if raise_shards > 1 else ""
-    add(
-        "raise",
-        f"{r:,} vectors x {c:,} chains x {k:,} steps{how}",
-        [
-            _term(f"one shard of {vectors:,} vectors x {c:,} chains", vectors * c,
-                  bytes_per_chain(sum(model.layer_sizes), model.dtype),
-                  "{shard_size}" if vectors > 1 else "{raise_chains}"),
-            _term(f"the log-weights of {r:,} x {c:,} chains", r * c, LOG_WEIGHT_BYTES,
-                  "{raise_examples} x {raise_chains}", least=2),
-            schedule,
-        ],
+    terms = [
+        _term(f"one shard of {vectors:,} vectors x {c:,} chains", vectors * c,
+              bytes_per_chain(sum(model.layer_sizes), model.dtype),
+              "{shard_size}" if vectors > 1 else "{raise_chains}"),
+        _term(f"the log-weights of {r:,} x {c:,} chains", r * c, LOG_WEIGHT_BYTES,
+              "{raise_examples} x {raise_chains}", least=2),
+        held.schedule,
+    ]  # fmt: skip
+    return f"{r:,} vectors x {c:,} chains x {k:,} steps{how}", terms, False
+
+
+def _log_f_check_memory(held: _Held) -> StageMemory:
+    plan = held.plan
+    method, options = plan.log_f_method, plan.log_f_options
+    checked = min(plan.log_f_check, plan.n_test)
+    if method not in ("importance", "ais", "mean-field") or checked <= 0:
+        return None
+    r, c = min(plan.raise_examples, plan.n_test), plan.raise_chains
+    factor = LOG_F_CHECK_FACTOR if method != "mean-field" else 1
+    check_method = "ais" if method == "ais" else "importance"
+    samples = options["num_samples"] * (factor if method == "importance" else 1)
+    terms = [
+        _log_f_chunk(plan, check_method, samples, options["ais_chains"], checked),
+        _log_f_schedule(method, options["ais_steps"], factor),
+        _term(f"RAISE's {r:,} x {c:,} log-weights", r * c, 8, "{raise_examples} x {raise_chains}", least=2),
+    ]
+    work = f"{checked:,} vectors, " + (f"{factor} times longer" if factor > 1 else "by importance sampling")
+    return work, terms, True
+
+
+# Each stage's memory, in the order the stages run (`evaluation.stage_registry` declares the rest of each stage).
+STAGE_MEMORY = {
+    "pilot": _pilot_memory,
+    "ais": _ais_memory,
+    "exact": _exact_memory,
+    "log_f": _log_f_memory,
+    "raise": _raise_memory,
+    "log_f_check": _log_f_check_memory,
+}
+
+
+def plan_memory(plan) -> list[StageCost]:
+    """The stages `plan` (an `evaluate.EvaluationPlan`) will run, in order, each with its peak bytes and what they
+    are made of; seconds are left None (`estimate_cost` times them). Nothing is allocated."""
+    model, n, k = plan.model, plan.n_test, plan.steps
+    size = _dtype_size(model.dtype)
+    held = _Held(
+        plan,
+        params64=8 * (sum(w.numel() for w in model.weights) + sum(b.numel() for b in model.biases)),
+        schedule=_term(f"the schedule of {k:,} steps", k + 1, SCHEDULE_BYTES_PER_STEP, "{steps}", extra=1),
+        kept=[_term("the test vectors (and the search for repeated ones)", n, 2 * model.n_visible * size + 24,
+                    "{test_subset}", least=2)],
     )  # fmt: skip
-    checked = min(plan.log_f_check, n)
-    if method in ("importance", "ais", "mean-field") and checked > 0:
-        factor = LOG_F_CHECK_FACTOR if method != "mean-field" else 1
-        check_method = "ais" if method == "ais" else "importance"
-        samples = options["num_samples"] * (factor if method == "importance" else 1)
-        chunk = _log_f_chunk(plan, check_method, samples, options["ais_chains"], checked)
-        add(
-            "log_f_check",
-            f"{checked:,} vectors, " + (f"{factor} times longer" if factor > 1 else "by importance sampling"),
-            [
-                chunk,
-                _log_f_schedule(method, options["ais_steps"], factor),
-                _term(f"RAISE's {r:,} x {c:,} log-weights", r * c, 8, "{raise_examples} x {raise_chains}", least=2),
-            ],
-            True,
-        )
+    stages: list[StageCost] = []
+    for name, memory in STAGE_MEMORY.items():
+        kept = list(held.kept)  # what the earlier stages left
+        found = memory(held)
+        if found is not None:
+            work, terms, steps_independent = found
+            terms = terms + kept
+            stages.append(
+                StageCost(name, LABELS[name], work, sum(t.bytes for t in terms), None, steps_independent, tuple(terms))
+            )
     return stages
 
 

@@ -28,6 +28,7 @@ from raise_eval.paths.posterior import DBNPosteriorPath
 from raise_eval.runtime import distributed
 from raise_eval.runtime.sharding import default_max_memory, default_shard_size
 from raise_eval.schedules import make_schedule
+from raise_eval.seeds import stage_seed
 from raise_eval.settings import Named, SettingsError
 
 # 'auto' takes per-vector AIS for a DBN only while its unit-wise sweeps (chains x steps x sum over the directed
@@ -292,7 +293,7 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         out["units"] = [layer.kind for layer in model.layers]
         out["likelihood"] = "density" if model.continuous else "probability"
     if plan.schedule_name == "adaptive":
-        out.update(pilot_chains=plan.pilot_chains, pilot_grid=plan.pilot_grid, pilot_seed=s.seed + 4)
+        out.update(pilot_chains=plan.pilot_chains, pilot_grid=plan.pilot_grid, pilot_seed=stage_seed(s.seed, "pilot"))
     if plan.schedule_name == "explicit":
         out["schedule_betas"] = list(s.betas)  # a named schedule is its name and K: not these
     out.update(labels or {})
@@ -363,10 +364,11 @@ def _test_subset(test: Tensor, size: Optional[int], seed: int) -> tuple[Tensor, 
     n = test.shape[0]
     if size is None or size >= n:
         return test, {"test_subset": None}
-    indices = torch.randperm(n, generator=torch.Generator().manual_seed(seed + 6))[:size].sort().values
+    generator = torch.Generator().manual_seed(stage_seed(seed, "test_subset"))
+    indices = torch.randperm(n, generator=generator)[:size].sort().values
     return test[indices.to(test.device)], {
         "test_subset": size,
-        "test_subset_seed": seed + 6,
+        "test_subset_seed": stage_seed(seed, "test_subset"),
         "test_vectors_total": n,
         "test_subset_indices": indices.tolist(),
     }

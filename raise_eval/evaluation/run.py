@@ -24,6 +24,7 @@ from raise_eval.evaluation.memory import CostEstimate
 from raise_eval.evaluation.plan import EvaluationPlan, plan_evaluation
 from raise_eval.evaluation.report import EvaluationFailed, EvaluationInterrupted, EvaluationReport, ExactValues
 from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
+from raise_eval.evaluation.stage_registry import STAGE, STAGES
 from raise_eval.evaluation.stages import (
     ais_stage,
     exact_stage,
@@ -46,6 +47,7 @@ from raise_eval.runtime.resume import (
 )
 from raise_eval.runtime.sharding import raise_vectors_per_shard, shard_bounds
 from raise_eval.runtime.threads import using_threads
+from raise_eval.settings import number_fields
 
 
 def evaluate(
@@ -205,15 +207,7 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             log_f=log_f_est,
             log_z_exact=None if exact is None else exact.log_z,
             exact_mean=done.get("exact_mean"),
-            timing={
-                "seconds": time.perf_counter() - start_total,
-                "ais_seconds": None if ais_result is None else ais_result.seconds,
-                "raise_seconds": None if raise_result is None else raise_result.seconds,
-                "log_f_seconds": None if log_f_est is None else log_f_est.seconds,
-                "exact_seconds": None if exact is None else exact.seconds,
-                "pilot_seconds": done.get("pilot_seconds"),
-                "log_f_check_seconds": None if check is None else check.seconds,
-            },
+            timing={"seconds": time.perf_counter() - start_total, **_stage_seconds(done)},
             notes=notes,
             interrupted=interrupted,
             distinct_test=distinct,
@@ -223,42 +217,43 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             error=error,
         )
 
-    stage = "AIS"
+    stage = STAGE["ais"].interrupted
     try:
         if betas is None:
-            stage = "the adaptive schedule's pilot"
+            stage = STAGE["pilot"].interrupted
             betas, pilot = pilot_stage(plan)
             all_settings["schedule_betas"] = betas.tolist()
             all_settings["pilot_thermodynamic_length"] = pilot.length
             if store is not None:
                 store.check_schedule(betas)
-            done["pilot_seconds"] = pilot.seconds
-        stage = "AIS"
+            done["pilot"] = pilot
+        stage = STAGE["ais"].interrupted
         done["ais"] = ais_stage(plan, betas, store)
         if plan.ais_chains > plan.shard_size:
             shards = len(shard_bounds(plan.ais_chains, plan.shard_size))
             notes.append(f"AIS ran in {shards} shards of up to {plan.shard_size} chains")
         if plan.use_exact:
-            stage = "the exact answer"
+            stage = STAGE["exact"].interrupted
             done["exact"] = exact_values if exact_values is not None else exact_stage(plan)
         elif plan.exact_note is not None:
             notes.append(plan.exact_note)
         if plan.log_f_note is not None:
             notes.append(plan.log_f_note)
-        stage = "the log f(v) estimates"
+        stage = STAGE["log_f"].interrupted
         # Made on rank 0 (other ranks go on to RAISE and receive the estimates afterwards); kept in the resume file.
         log_f_est = log_f
-        if log_f_est is None and store is not None and store.get("log_f") is not None and not plan.exact_log_f:
-            log_f_est = _log_f_to(LogUnnormalizedEstimate(**store.get("log_f")), device)
+        kept = STAGE["log_f"].resume_stage
+        if log_f_est is None and store is not None and store.get(kept) is not None and not plan.exact_log_f:
+            log_f_est = _log_f_to(LogUnnormalizedEstimate(**store.get(kept)), device)
         if log_f_est is None and (rank == 0 or plan.exact_log_f):
-            checkpoint = None if store is None else (lambda g: store.checkpoint("log_f", 0, g))
+            checkpoint = None if store is None else (lambda g: store.checkpoint(kept, 0, g))
             with deferred_interrupts() if store is not None else contextlib.nullcontext():
                 log_f_est = log_f_stage(plan, done.get("exact"), checkpoint)
             if store is not None and log_f_est.method != "exact":
-                store.put("log_f", dict(vars(log_f_est)))
+                store.put(kept, dict(vars(log_f_est)))
         if log_f_est is not None:
             done["log_f"] = log_f_est
-        stage = "RAISE"
+        stage = STAGE["raise"].interrupted
         subset = raise_subset(plan)
         done["raise"] = raise_stage(plan, betas, subset, store)
         per_shard = raise_vectors_per_shard(plan.shard_size, plan.raise_chains)
@@ -268,8 +263,8 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             )
         if world > 1 and not plan.exact_log_f:
             done["log_f"] = _log_f_to(distributed.broadcast_from_rank0(log_f_est), device)
-        stage = "the log f(v) check"
-        # On every rank (its own stream, seed + 5): every rank returns the same report.
+        stage = STAGE["log_f_check"].interrupted
+        # On every rank (its own stream): every rank returns the same report.
         done["log_f_check"] = log_f_check if log_f_check is not None else log_f_check_stage(plan, done["log_f"])
         stage = "the control variate"
         log_f_all = done["log_f"].log_unnormalized
@@ -288,6 +283,12 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
         raise EvaluationFailed(report(interrupted=stage, error=str(e))) from e
     _note_continued(store, resume_file, notes)
     return report()
+
+
+def _stage_seconds(done: dict[str, Any]) -> dict[str, Optional[float]]:
+    """The report's timing entry of every stage (`stage_registry.STAGES`): its result's seconds, None where it did
+    not run."""
+    return {s.report_key: getattr(done.get(s.name), "seconds", None) for s in STAGES}
 
 
 def _note_continued(store: Optional[ResumeFile], resume_file, notes: list[str]) -> None:
@@ -309,11 +310,11 @@ def _log_f_to(est: LogUnnormalizedEstimate, device) -> LogUnnormalizedEstimate:
     )
 
 
-RESUME_KEYS = (
-    "model", "init", "schedule", "steps", "ais_chains", "raise_examples", "raise_chains", "log_f_method",
-    "log_f_samples", "log_f_ais_steps", "log_f_ais_chains", "seed", "device", "dtype", "shard_size", "pilot_chains",
-    "pilot_grid", "test_subset", "dbn_start",
-)  # fmt: skip
+# What a resume file must agree on: the settings declared to change what it keeps (`numbers="kept"`), as the report
+# resolves them, and the inputs that are no settings: the model's description, its device and dtype. An explicit
+# schedule (`betas`) is recorded as its name, 'explicit', and the digest `schedule_betas`.
+RESUME_INPUTS = ("model", "device", "dtype")
+RESUME_KEYS = RESUME_INPUTS + tuple(name for name in number_fields(EvaluateSettings, kept_only=True) if name != "betas")
 
 
 # What each route computes (models.boltzmann.products), for the note on a forced route that computed nothing

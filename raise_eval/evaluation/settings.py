@@ -51,7 +51,7 @@ class EvaluateSettings:
         "base-rates",
         "initial distribution of AIS and RAISE: data base rates (visible biases = logit of clipped training pixel "
         "means, hidden uniform) or uniform",
-        kind="choice", choices=INITS, flag="--init", group="annealing",
+        kind="choice", numbers="kept", choices=INITS, flag="--init", group="annealing",
     )  # fmt: skip
     schedule: str = setting(
         "linear",
@@ -59,41 +59,44 @@ class EvaluateSettings:
         "Salakhutdinov & Murray). adaptive chooses them in a short pilot run with its own chains and seed (seed + 4) "
         "so that neighbouring distributions are equally far apart (constant conditional ESS); AIS and RAISE then "
         "run, unbiased, on that fixed schedule, which the JSON records",
-        kind="choice", choices=EVALUATE_SCHEDULES, flag="--schedule", group="annealing",
+        kind="choice", numbers="kept", choices=EVALUATE_SCHEDULES, flag="--schedule", group="annealing",
     )  # fmt: skip
     steps: int = setting(
         1000,
         "number of intermediate distributions K; accuracy grows with K",
-        kind="count", least=1, flag="--steps", short=("-K",), metavar="K", group="annealing",
+        kind="count", numbers="kept", least=1, flag="--steps", short=("-K",), metavar="K", group="annealing",
     )  # fmt: skip
     betas: Optional[tuple] = setting(
         None,
         "explicit inverse temperatures 0 = beta_0 <= ... <= beta_K = 1 (then `steps` is K and `schedule` is ignored)",
-        kind="any", none="the named schedule", check=_betas,
+        kind="any", numbers="kept", none="the named schedule", check=_betas,
     )  # fmt: skip
     pilot_chains: Optional[int] = setting(
         None,
         "--schedule adaptive: chains of the pilot run",
-        kind="count", least=2, none=f"the AIS chains, at most {DEFAULT_PILOT_CHAINS}", flag="--pilot-chains",
+        kind="count", numbers="kept", least=2, none=f"the AIS chains, at most {DEFAULT_PILOT_CHAINS}",
+        flag="--pilot-chains",
         metavar="M", group="annealing",
     )  # fmt: skip
     pilot_grid: Optional[int] = setting(
         None,
         "--schedule adaptive: grid cells the pilot measures, whatever K is",
-        kind="count", least=1, none=str(DEFAULT_PILOT_GRID), flag="--pilot-grid", metavar="G", group="annealing",
+        kind="count", numbers="kept", least=1, none=str(DEFAULT_PILOT_GRID), flag="--pilot-grid", metavar="G",
+        group="annealing",
     )  # fmt: skip
     ais_chains: int = setting(
-        1000, "AIS chains", kind="count", least=2, why="a standard error needs two", flag="--ais-chains",
+        1000, "AIS chains", kind="count", numbers="kept", least=2, why="a standard error needs two",
+        flag="--ais-chains",
         metavar="M", group="annealing",
     )  # fmt: skip
     raise_examples: int = setting(
         100,
         "test vectors RAISE runs on, a random subset (all if fewer)",
-        kind="count", least=2, why="a standard error needs two", flag="--raise-examples", metavar="N",
+        kind="count", numbers="kept", least=2, why="a standard error needs two", flag="--raise-examples", metavar="N",
         group="annealing",
     )  # fmt: skip
     raise_chains: int = setting(
-        20, "RAISE chains per test vector", kind="count", least=1, flag="--raise-chains", metavar="C",
+        20, "RAISE chains per test vector", kind="count", numbers="kept", least=1, flag="--raise-chains", metavar="C",
         group="annealing",
     )  # fmt: skip
     dbn_start: str = setting(
@@ -104,13 +107,13 @@ class EvaluateSettings:
         "does not shrink with K when that distribution misses modes). Both are unbiased for the unrolled annealing "
         "model. Heated costs a unit-wise sweep of the directed layers per step: 6 to 15 times the unrolled run's "
         "time on the project's DBNs. Other families ignore it",
-        kind="choice", choices=DBN_STARTS, flag="--dbn-start", group="annealing",
+        kind="choice", numbers="kept", choices=DBN_STARTS, flag="--dbn-start", group="annealing",
     )  # fmt: skip
     cv_alpha: Union[float, str] = setting(
         1.0,
         "coefficient of the control variate log f(v) in the RAISE average: a number, or 'optimal' for "
         "Cov(Y, X) / Var(X) estimated on the subset (1 is the paper's choice)",
-        kind="number", words=("optimal",), flag="--cv-alpha", metavar="ALPHA", group="annealing",
+        kind="number", numbers="result", words=("optimal",), flag="--cv-alpha", metavar="ALPHA", group="annealing",
     )  # fmt: skip
     log_f_method: str = setting(
         "auto",
@@ -121,24 +124,25 @@ class EvaluateSettings:
         "--log-f-chains; unbiased for f(v) and not fooled by modes the proposal misses, as importance sampling can "
         "be) or the DBM mean-field bound (auto is chosen by measured error against exact values at equal time; "
         "RBMs always use the exact value, and DBMs and DBNs the exact one whenever --exact computes it)",
-        kind="choice", choices=LOG_F_METHODS, flag="--log-f", group="DBMs and DBNs",
+        kind="choice", numbers="kept", choices=LOG_F_METHODS, flag="--log-f", group="DBMs and DBNs",
     )  # fmt: skip
     log_f_samples: Optional[int] = setting(
         None,
         "importance samples per test vector for log f(v) (with --log-f auto, giving it chooses importance sampling)",
-        kind="count", least=1, none=str(LOG_F_BUDGET_DEFAULTS["log_f_samples"]), flag="--log-f-samples",
+        kind="count", numbers="kept", least=1, none=str(LOG_F_BUDGET_DEFAULTS["log_f_samples"]), flag="--log-f-samples",
         metavar="S", group="DBMs and DBNs",
     )  # fmt: skip
     log_f_ais_steps: Optional[int] = setting(
         None,
         "--log-f ais: steps K of each vector's AIS (with --log-f auto, giving it chooses ais)",
-        kind="count", least=1, none=str(LOG_F_BUDGET_DEFAULTS["log_f_ais_steps"]), flag="--log-f-steps",
+        kind="count", numbers="kept", least=1, none=str(LOG_F_BUDGET_DEFAULTS["log_f_ais_steps"]), flag="--log-f-steps",
         metavar="K", group="DBMs and DBNs",
     )  # fmt: skip
     log_f_ais_chains: Optional[int] = setting(
         None,
         "--log-f ais: chains per test vector (with --log-f auto, giving it chooses ais)",
-        kind="count", least=1, none=str(LOG_F_BUDGET_DEFAULTS["log_f_ais_chains"]), flag="--log-f-chains",
+        kind="count", numbers="kept", least=1, none=str(LOG_F_BUDGET_DEFAULTS["log_f_ais_chains"]),
+        flag="--log-f-chains",
         metavar="C", group="DBMs and DBNs",
     )  # fmt: skip
     log_f_check: int = setting(
@@ -146,27 +150,30 @@ class EvaluateSettings:
         "re-estimate log f(v) 4 times longer on N test vectors (a fixed random subset) and warn [log-f-biased] when "
         "the estimates rise: an estimator that misses posterior modes is confidently wrong and its own standard "
         "errors cannot show it (0 skips the check)",
-        kind="count", least=0, flag="--log-f-check", metavar="N", group="DBMs and DBNs",
+        kind="count", numbers="result", least=0, flag="--log-f-check", metavar="N", group="DBMs and DBNs",
     )  # fmt: skip
     exact: str = setting(
         "auto",
         "exact log Z and log-likelihood by enumeration (for DBMs and DBNs also their log f(v), which then replaces "
         "the estimate): auto (if at most 25 units must be enumerated and, beyond 10 to 20 s of work, it costs no "
         "more than the estimators), always (up to 30 units), never. It runs in chunks within --max-memory",
-        kind="choice", choices=EXACT_MODES, flag="--exact", group="run",
+        kind="choice", numbers="result", choices=EXACT_MODES, flag="--exact", group="run",
     )  # fmt: skip
     max_exact_units: int = setting(
-        DEFAULT_MAX_UNITS, "exact='auto' enumerates at most 2^max_exact_units states", kind="count", least=1,
+        DEFAULT_MAX_UNITS, "exact='auto' enumerates at most 2^max_exact_units states", kind="count", numbers="result",
+        least=1,
     )  # fmt: skip
     seed: int = setting(
-        0, "random seed; the same seed and device give the same numbers", kind="seed", flag="--seed", group="run",
+        0, "random seed; the same seed and device give the same numbers", kind="seed", numbers="kept", flag="--seed",
+        group="run",
     )  # fmt: skip
     test_subset: Optional[int] = setting(
         None,
         "evaluate on a fixed random subset of N test vectors (drawn with seed + 6, its indices in the JSON; all when "
         "N is at least the test set's size): trades precision for time where the time grows with the test set, as "
         "a DBM's or DBN's log f(v) estimates do (they do not depend on --steps)",
-        kind="count", least=2, why="a standard error needs two", none="all", flag="--test-subset", metavar="N",
+        kind="count", numbers="kept", least=2, why="a standard error needs two", none="all", flag="--test-subset",
+        metavar="N",
         group="data",
     )  # fmt: skip
     max_memory: Optional[int] = setting(
@@ -184,7 +191,7 @@ class EvaluateSettings:
         "chains per shard: AIS chains, and RAISE chains of whole test vectors (--shard-size // --raise-chains "
         "vectors, at least one); each shard has its own random stream, so this (unlike --max-memory or the number "
         "of processes) changes the numbers",
-        kind="count", least=1,
+        kind="count", numbers="kept", least=1,
         none="as many as keep chains x units within 2^23, e.g. 6,533 for a 784-500 RBM: the default runs are one "
         "shard per stage",
         flag="--shard-size", metavar="CHAINS", group="large runs",

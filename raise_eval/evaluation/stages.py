@@ -19,6 +19,7 @@ from raise_eval.evaluation.log_f_check import LOG_F_CHECK_FACTOR, LogFCheck, che
 from raise_eval.evaluation.plan import EvaluationPlan
 from raise_eval.evaluation.report import ExactValues
 from raise_eval.runtime.sharding import sharded_ais, sharded_raise
+from raise_eval.seeds import stage_seed
 
 
 def pilot_stage(plan: EvaluationPlan) -> tuple[Tensor, Any]:
@@ -28,7 +29,7 @@ def pilot_stage(plan: EvaluationPlan) -> tuple[Tensor, Any]:
     return adaptive_pilot(
         plan.path,
         plan.steps,
-        generator=torch.Generator(device=plan.model.device).manual_seed(plan.seed + 4),
+        generator=torch.Generator(device=plan.model.device).manual_seed(stage_seed(plan.seed, "pilot")),
         num_chains=plan.pilot_chains,
         grid_size=plan.pilot_grid,
     )
@@ -72,7 +73,7 @@ def log_f_stage(plan: EvaluationPlan, exact_values: Optional[ExactValues] = None
     if plan.exact_log_f:
         log_f = exact_values.log_f.to(device)
         return LogUnnormalizedEstimate(log_f, torch.zeros_like(log_f), "exact", 0, 0.0)
-    generator = torch.Generator(device=device).manual_seed(plan.seed + 2)
+    generator = torch.Generator(device=device).manual_seed(stage_seed(plan.seed, "log_f"))
     return log_unnormalized_estimate(
         plan.model,
         plan.test,
@@ -89,7 +90,7 @@ def log_f_check_stage(plan: EvaluationPlan, main: LogUnnormalizedEstimate) -> Op
     if main.method == "exact" or plan.log_f_check <= 0:
         return None
     options = plan.log_f_options
-    indices = check_subset(plan.n_test, plan.log_f_check, plan.seed + 5)
+    indices = check_subset(plan.n_test, plan.log_f_check, stage_seed(plan.seed, "log_f_check"))
     longer = dict(options)
     factor = LOG_F_CHECK_FACTOR
     if main.method == "importance":
@@ -100,7 +101,7 @@ def log_f_check_stage(plan: EvaluationPlan, main: LogUnnormalizedEstimate) -> Op
         budget = longer["ais_steps"]
     else:  # the mean-field bound against the other estimator
         longer["method"], factor, budget = "importance", 1, options["num_samples"]
-    generator = torch.Generator(device=plan.model.device).manual_seed(plan.seed + 5)
+    generator = torch.Generator(device=plan.model.device).manual_seed(stage_seed(plan.seed, "log_f_check"))
 
     def estimate(v: Tensor) -> Tensor:
         return log_unnormalized_estimate(
@@ -122,7 +123,7 @@ def raise_subset(plan: EvaluationPlan) -> Tensor:
     """The test vectors RAISE runs on: a random subset from its own stream (seed + 3), sorted; all when fewer."""
     if plan.raise_examples >= plan.n_test:
         return torch.arange(plan.n_test)
-    subset = torch.randperm(plan.n_test, generator=torch.Generator().manual_seed(plan.seed + 3))
+    subset = torch.randperm(plan.n_test, generator=torch.Generator().manual_seed(stage_seed(plan.seed, "raise_subset")))
     return subset[: plan.raise_examples].sort().values
 
 

@@ -45,6 +45,7 @@ from raise_eval.io.datasets import check_binary
 from raise_eval.io.outputs import OutputError, check_output_path
 from raise_eval.io.results import dump_json, to_jsonable
 from raise_eval.io.writing import write_file
+from raise_eval.seeds import stage_seed
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 from raise_eval.settings import SettingsError, setting, settings_class
@@ -336,13 +337,13 @@ class LikelihoodMonitor:
             raise_mean = raise_se = gap = outcome = None
             if verdict:
                 if log_f is None:
-                    generator = torch.Generator(device=model.device).manual_seed(e.seed + 2)
+                    generator = torch.Generator(device=model.device).manual_seed(stage_seed(e.seed, "log_f"))
                     log_f = estimated_log_f(model, test, e.log_f_budget("log_f_samples"), generator)
                     log_f_method = "importance"
-                subset = _raise_subset(test.shape[0], e.raise_examples, e.seed + 3)
+                subset = _raise_subset(test.shape[0], e.raise_examples, stage_seed(e.seed, "raise_subset"))
                 result = self.tracker.raise_(
                     test[subset.to(test.device)], e.raise_chains,
-                    torch.Generator(device=model.device).manual_seed(e.seed + 1),
+                    torch.Generator(device=model.device).manual_seed(stage_seed(e.seed, "raise")),
                 )  # fmt: skip
                 cv = result.control_variate_mean(log_f, log_f[subset.to(log_f.device)])
                 raise_mean, raise_se = cv.mean, cv.stderr

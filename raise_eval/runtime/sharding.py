@@ -33,9 +33,10 @@ from raise_eval.estimators.ais import AISResult, ais
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
 from raise_eval.runtime import distributed
 from raise_eval.runtime.interrupts import deferred_interrupts, interrupt_requested
+from raise_eval.seeds import EVALUATION_OFFSETS as STAGE_OFFSETS  # noqa: F401 - the old name
+from raise_eval.seeds import stage_seed
 
 SHARD_UNITS = 2**23  # units (chains x layer sizes) per default shard: about 270 MB of float32 states and buffers
-STAGE_OFFSETS = {"ais": 0, "raise": 1}  # shard 0's seed is seed + offset, as before sharding existed
 
 
 def default_max_memory(device: torch.device) -> int:
@@ -63,7 +64,7 @@ def shard_seed(seed: int, stage: str, index: int) -> int:
     """The seed of shard `index` of `stage` ('ais' or 'raise'): seed + offset for shard 0 (the stage's seed before
     sharding), else the first 63 bits of sha256("raise-eval/<stage>/<seed>/<index>")."""
     if index == 0:
-        return seed + STAGE_OFFSETS[stage]
+        return stage_seed(seed, stage)  # as before sharding existed
     digest = hashlib.sha256(f"raise-eval/{stage}/{seed}/{index}".encode()).digest()
     return int.from_bytes(digest[:8], "big") >> 1
 

@@ -31,6 +31,7 @@ from raise_eval.evaluation.plan import EXACT_AUTO_MIN_MACS, _start_biases
 from raise_eval.io.datasets import check_binary
 from raise_eval.paths.trajectory import check_trajectory, trajectory_path
 from raise_eval.runtime.threads import using_threads
+from raise_eval.seeds import TRAJECTORY_LOG_F_STRIDE, TRAJECTORY_OFFSETS, stage_seed
 from raise_eval.settings import with_overrides
 from raise_eval.stats import summarize_log_weights
 from raise_eval.trajectory.report import CheckpointEstimate, LinkReport, TrajectoryInterrupted, TrajectoryReport
@@ -101,7 +102,7 @@ def _evaluate(
     notes: list[str] = []
     subset_indices = None
     if settings.test_subset is not None and settings.test_subset < test.shape[0]:
-        order = torch.randperm(test.shape[0], generator=torch.Generator().manual_seed(settings.seed + 6))
+        order = torch.randperm(test.shape[0], generator=torch.Generator().manual_seed(_seed(settings, "test_subset")))
         subset_indices = order[: settings.test_subset].sort().values
         test = test[subset_indices.to(device)]
         notes.append(f"averages over a fixed random subset of {test.shape[0]} test vectors ({{test_subset}})")
@@ -124,14 +125,14 @@ def _evaluate(
         # 2-3. One pass, read at every point; BAR from its chains.
         t0 = time.perf_counter()
         run = ladder_pass(
-            path, betas, settings.ais_chains, rungs=knots, generator=_generator(device, settings.seed),
+            path, betas, settings.ais_chains, rungs=knots, generator=_generator(device, _seed(settings, "ais")),
             progress=settings.progress, desc="AIS along the trajectory",
         )  # fmt: skip
         timing["ais_seconds"] = run.seconds
         stage = "BAR between the checkpoints"
         bar = bar_ladder(
             run.forward, run.reverse, log_partition_initial=path.log_partition_initial, bootstrap=settings.bootstrap,
-            generator=torch.Generator().manual_seed(settings.seed + 2),
+            generator=torch.Generator().manual_seed(_seed(settings, "bootstrap")),
         )  # fmt: skip
         timing["bar_seconds"] = time.perf_counter() - t0 - run.seconds
 
@@ -162,7 +163,7 @@ def _evaluate(
             piece_betas = piece.schedule(settings.steps, first_link_steps=start_steps)
             result = raise_log_likelihood(
                 piece, test[raise_subset.to(device)], piece_betas, settings.raise_chains,
-                generator=_generator(device, settings.seed + 1), progress=settings.progress,
+                generator=_generator(device, _seed(settings, "raise")), progress=settings.progress,
             )  # fmt: skip
             cv = result.control_variate_mean(log_f[i], log_f[i][raise_subset.to(log_f[i].device)])
             raised[i] = (cv.mean, cv.stderr)
@@ -236,7 +237,7 @@ def _generator(device, seed: int) -> torch.Generator:
 def _raise_subset(n_test: int, settings: TrajectorySettings) -> Tensor:
     if settings.raise_examples >= n_test:
         return torch.arange(n_test)
-    order = torch.randperm(n_test, generator=torch.Generator().manual_seed(settings.seed + 3))
+    order = torch.randperm(n_test, generator=torch.Generator().manual_seed(_seed(settings, "raise_subset")))
     return order[: settings.raise_examples].sort().values
 
 
@@ -267,6 +268,10 @@ def _exact_affordable(models, n_test: int, settings: TrajectorySettings, num_ste
     return True, None
 
 
+def _seed(settings: TrajectorySettings, stage: str) -> int:
+    return stage_seed(settings.seed, stage, TRAJECTORY_OFFSETS)
+
+
 def _log_f(
     model, test: Tensor, settings: TrajectorySettings, index: int, enumerate_exact: bool = True
 ) -> tuple[Tensor, str]:
@@ -277,7 +282,8 @@ def _log_f(
         return exact_mod.log_unnormalized_visible(model, test, max_units=max(units, 1)).double(), "exact"
     estimate = log_unnormalized_estimate(
         model, test, method="importance", num_samples=settings.log_f_samples,
-        generator=_generator(model.device, settings.seed + 4 + 7919 * index), progress=settings.progress,
+        generator=_generator(model.device, _seed(settings, "log_f") + TRAJECTORY_LOG_F_STRIDE * index),
+        progress=settings.progress,
     )  # fmt: skip
     return estimate.log_unnormalized.double(), "importance"
 

@@ -30,39 +30,39 @@ class TrajectorySettings:
         "the independent start put before the first checkpoint (unless that one has no weights): data base rates "
         "(visible biases = logit of the training pixel means, hidden uniform: where a training run's biases start) "
         "or uniform",
-        kind="choice", choices=INITS, flag="--init", group="annealing",
+        kind="choice", numbers="result", choices=INITS, flag="--init", group="annealing",
     )  # fmt: skip
     steps: int = setting(
         100,
         "sub-steps between consecutive checkpoints (linear interpolation of the parameters)",
-        kind="count", least=1, flag="--steps", short=("-K",), metavar="K", group="annealing",
+        kind="count", numbers="result", least=1, flag="--steps", short=("-K",), metavar="K", group="annealing",
     )  # fmt: skip
     start_steps: Optional[int] = setting(
         None,
         "sub-steps of the first link, from the start to the first checkpoint (a full temperature path when that "
         "checkpoint is already trained, e.g. a pretrained DBM)",
-        kind="count", least=1, none="--steps", flag="--start-steps", metavar="K", group="annealing",
+        kind="count", numbers="result", least=1, none="--steps", flag="--start-steps", metavar="K", group="annealing",
     )  # fmt: skip
     ais_chains: int = setting(
-        1000, "AIS chains of the pass through every checkpoint", kind="count", least=2,
+        1000, "AIS chains of the pass through every checkpoint", kind="count", numbers="result", least=2,
         why="a standard error needs two", flag="--ais-chains", metavar="M", group="annealing",
     )  # fmt: skip
     raise_examples: int = setting(
-        100, "test vectors RAISE runs on, a random subset (all if fewer)", kind="count", least=2,
+        100, "test vectors RAISE runs on, a random subset (all if fewer)", kind="count", numbers="result", least=2,
         why="a standard error needs two", flag="--raise-examples", metavar="N", group="annealing",
     )  # fmt: skip
     raise_chains: int = setting(
-        20, "RAISE chains per test vector", kind="count", least=1, flag="--raise-chains", metavar="C",
+        20, "RAISE chains per test vector", kind="count", numbers="result", least=1, flag="--raise-chains", metavar="C",
         group="annealing",
     )  # fmt: skip
     raise_checkpoints: int = setting(
         5,
         "checkpoints RAISE runs at, evenly spread and the last always among them (RAISE of a checkpoint anneals back "
         "through every link before it, so its cost grows with the checkpoint's place)",
-        kind="count", least=1, flag="--raise-checkpoints", metavar="N", group="annealing",
+        kind="count", numbers="result", least=1, flag="--raise-checkpoints", metavar="N", group="annealing",
     )  # fmt: skip
     bootstrap: int = setting(
-        200, "bootstrap replicas of BAR's standard errors (chains resampled)", kind="count", least=2,
+        200, "bootstrap replicas of BAR's standard errors (chains resampled)", kind="count", numbers="result", least=2,
         flag="--bootstrap", metavar="B", group="annealing",
     )  # fmt: skip
     tolerance: float = setting(
@@ -76,27 +76,30 @@ class TrajectorySettings:
         "exact log Z (and log-likelihood) of every checkpoint where at most --max-exact-units units must be "
         "enumerated: auto (and, beyond about 2 x 10^11 multiply-add equivalents for all checkpoints, 10 to 20 s on "
         "one core, no costlier than the estimators), always (whatever it costs), or never",
-        kind="choice", choices=TRAJECTORY_EXACT, flag="--exact", group="run",
+        kind="choice", numbers="result", choices=TRAJECTORY_EXACT, flag="--exact", group="run",
     )  # fmt: skip
     max_exact_units: int = setting(
-        DEFAULT_MAX_UNITS, "exact='auto' enumerates at most 2^N states per checkpoint", kind="count", least=1,
+        DEFAULT_MAX_UNITS, "exact='auto' enumerates at most 2^N states per checkpoint", kind="count",
+        numbers="result", least=1,
         flag="--max-exact-units", metavar="N", group="run",
     )  # fmt: skip
     log_f_samples: int = setting(
         500,
         "DBMs: importance samples per test vector for log f(v) at each checkpoint (mean-field proposal), when it is "
         "not enumerated",
-        kind="count", least=1, flag="--log-f-samples", metavar="S", group="DBMs",
+        kind="count", numbers="result", least=1, flag="--log-f-samples", metavar="S", group="DBMs",
     )  # fmt: skip
     test_subset: Optional[int] = setting(
         None,
         "average over a fixed random subset of N test vectors (drawn with seed + 6): a DBM's log f(v) is estimated "
         "at every checkpoint",
-        kind="count", least=2, why="a standard error needs two", none="all", flag="--test-subset", metavar="N",
+        kind="count", numbers="result", least=2, why="a standard error needs two", none="all", flag="--test-subset",
+        metavar="N",
         group="data",
     )  # fmt: skip
     seed: int = setting(
-        0, "random seed; the same seed and device give the same numbers", kind="seed", flag="--seed", group="run",
+        0, "random seed; the same seed and device give the same numbers", kind="seed", numbers="result",
+        flag="--seed", group="run",
     )  # fmt: skip
     progress: bool = progress_setting()
     threads: Union[str, int, None] = threads_setting()
@@ -111,13 +114,17 @@ class TrackSettings:
     verdict, run at `final()` and every `verdict_every` records. The start (`init`), the RAISE subset's size and
     chains, the exact values and the seed are the monitor's evaluation settings."""
 
-    chains: int = setting(100, "persistent AIS chains", kind="count", least=2, why="a standard error needs two")
+    chains: int = setting(
+        100, "persistent AIS chains", kind="count", numbers="result", least=2, why="a standard error needs two"
+    )
     steps: int = setting(
         20, "sub-steps per call, through the parameters since the last call (linear interpolation)", kind="count",
+        numbers="result",
         least=1,
     )  # fmt: skip
     start_steps: int = setting(
-        100, "sub-steps of the first call, from the start distribution to the first model", kind="count", least=1,
+        100, "sub-steps of the first call, from the start distribution to the first model", kind="count",
+        numbers="result", least=1,
     )  # fmt: skip
     verdict_every: Optional[int] = setting(
         None, "also run RAISE along the trajectory so far and give a verdict every N records", kind="count", least=1,

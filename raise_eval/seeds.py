@@ -1,0 +1,27 @@
+"""The seed offsets of the protocols' random streams, declared once: stage `s` of a run seeded `seed` draws from
+`seed + OFFSETS[s]`, its own stream, so that no stage's numbers depend on how many random numbers another drew.
+
+The offsets are part of the numbers (changing one changes every result after it), so they never change; a new
+stage takes a new offset. `raise_eval.runtime.sharding` derives each shard's seed from its stage's offset.
+"""
+
+from __future__ import annotations
+
+# evaluate (and certify, and the training monitor's sandwich): AIS, RAISE, the log f(v) estimates, RAISE's test
+# subset, the adaptive schedule's pilot, the log f(v) check's subset, `test_subset`.
+EVALUATION_OFFSETS = {
+    "ais": 0, "raise": 1, "log_f": 2, "raise_subset": 3, "pilot": 4, "log_f_check": 5, "test_subset": 6,
+}  # fmt: skip
+# the training trajectory's protocol: AIS, RAISE, BAR's bootstrap, RAISE's test subset, the log f(v) estimates of
+# checkpoint i (seed + 4 + LOG_F_STRIDE i), `test_subset`.
+TRAJECTORY_OFFSETS = {"ais": 0, "raise": 1, "bootstrap": 2, "raise_subset": 3, "log_f": 4, "test_subset": 6}
+TRAJECTORY_LOG_F_STRIDE = 7919  # a prime: checkpoint i's log f(v) stream, apart from the other stages' offsets
+LARGEST_OFFSET = max(max(EVALUATION_OFFSETS.values()), max(TRAJECTORY_OFFSETS.values()))
+
+
+def stage_seed(seed: int, stage: str, offsets: dict[str, int] = EVALUATION_OFFSETS) -> int:
+    """The seed of `stage`'s stream in a run seeded `seed` (`offsets`: the protocol's registry)."""
+    return seed + offsets[stage]
+
+
+__all__ = ["EVALUATION_OFFSETS", "LARGEST_OFFSET", "TRAJECTORY_OFFSETS", "TRAJECTORY_LOG_F_STRIDE", "stage_seed"]
