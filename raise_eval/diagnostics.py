@@ -64,33 +64,45 @@ def log_f_allowance(report) -> float:
     return max(0.0, check.mean_rise + 3.0 * se)
 
 
+@dataclass(frozen=True)
+class SandwichNumbers:
+    """The numbers of one sandwich that the warnings (and a trajectory's verdict) read: average test log-likelihoods
+    in nats. `ais_mean` is None when log f(v) did not finish; RAISE's are None when it did not run. `log_z` is AIS's
+    log Z-hat (its standard error `ais_stderr`, ESS `ais_ess` of `ais_chains` chains, `ais_lower` the low end of its
+    ±3σ interval) and `log_test_mass` log sum_v f(v) over the distinct test vectors: Z is at least that sum, so a
+    smaller log Z-hat is impossible. `num_test`: the number of test vectors (None: not known)."""
+
+    ais_mean: Optional[float]
+    ais_stderr: float
+    ais_ess: float
+    ais_chains: int
+    ais_lower: float
+    raise_mean: Optional[float]
+    raise_stderr: Optional[float]
+    exact_mean: Optional[float] = None
+    log_z: Optional[float] = None
+    log_test_mass: Optional[float] = None
+    num_test: Optional[int] = None
+
+
 def diagnose(
+    numbers: SandwichNumbers,
     *,
-    ais_mean: Optional[float],
-    ais_stderr: float,
-    ais_ess: float,
-    ais_chains: int,
-    ais_lower: float,
-    raise_mean: Optional[float],
-    raise_stderr: Optional[float],
-    exact_mean: Optional[float] = None,
-    log_z: Optional[float] = None,
-    log_test_mass: Optional[float] = None,
     init: str = "uniform",
     log_f_method: str = "exact",
     log_f_check=None,
     log_f_estimated: bool = False,
-    num_test: Optional[int] = None,
     raise_start: Optional[str] = None,
 ) -> list[Warning]:
-    """The warnings that apply to one evaluation (average test log-likelihoods in nats; RAISE may be missing when
-    it did not run; `ais_mean` is None when log f(v) did not finish). `log_z` is AIS's log Z-hat and
-    `log_test_mass` is log sum_v f(v) over the distinct test vectors: Z is at least that sum, so a smaller log Z-hat
-    is impossible. `init` and `log_f_method` tailor the advice. `log_f_check` is the
-    `raise_eval.evaluation.log_f_check.LogFCheck`
-    of an estimated log f(v) (`log_f_estimated`), or None when it was not run. `num_test` is the number of test
-    vectors (None: not known). `raise_start` is RAISE's start ('unrolled' for a DBN's paper start tailors the
+    """The warnings that apply to one evaluation's `numbers`. `init` and `log_f_method` tailor the advice.
+    `log_f_check` is the `raise_eval.evaluation.log_f_check.LogFCheck` of an estimated log f(v) (`log_f_estimated`),
+    or None when it was not run. `raise_start` is RAISE's start ('unrolled' for a DBN's paper start tailors the
     advice of a large gap)."""
+    n = numbers
+    ais_mean, ais_stderr, ais_ess = n.ais_mean, n.ais_stderr, n.ais_ess
+    ais_chains, ais_lower = n.ais_chains, n.ais_lower
+    raise_mean, raise_stderr, exact_mean, log_z = n.raise_mean, n.raise_stderr, n.exact_mean, n.log_z
+    log_test_mass, num_test = n.log_test_mass, n.num_test
     out = []
     if num_test == 1:
         out.append(

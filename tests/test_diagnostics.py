@@ -8,12 +8,22 @@ import pytest
 import torch
 from raise_eval.models import RBM
 
-from raise_eval.io.datasets import load_dataset
-from raise_eval.diagnostics import diagnose
 from raise_eval import evaluate
+from raise_eval.diagnostics import SandwichNumbers
+from raise_eval.diagnostics import diagnose as diagnose_numbers
+from raise_eval.io.datasets import load_dataset
 from raise_eval.io.results import to_jsonable
 
 HEALTHY = dict(ais_mean=-18.07, ais_stderr=0.007, ais_ess=948, ais_chains=1000, ais_lower=65.68)
+
+
+NUMBER_FIELDS = set(SandwichNumbers.__dataclass_fields__)
+
+
+def diagnose(**kwargs):
+    """`diagnostics.diagnose` of the numbers among `kwargs` (a `SandwichNumbers`), the other keywords passed on."""
+    numbers = SandwichNumbers(**{k: v for k, v in kwargs.items() if k in NUMBER_FIELDS})
+    return diagnose_numbers(numbers, **{k: v for k, v in kwargs.items() if k not in NUMBER_FIELDS})
 
 
 def _codes(warnings):

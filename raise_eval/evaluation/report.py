@@ -18,7 +18,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from raise_eval.diagnostics import Warning, diagnose
+from raise_eval.diagnostics import SandwichNumbers, Warning, diagnose
 from raise_eval.estimators.ais import AISResult
 from raise_eval.estimators.control_variates import ControlVariateEstimate
 from raise_eval.estimators.raise_ import RAISEResult
@@ -81,7 +81,7 @@ class EvaluationReport:
         """What a careful reader should distrust in these numbers (see `raise_eval.diagnostics`)."""
         if self.ais is None:
             return []
-        return diagnose(
+        numbers = SandwichNumbers(
             ais_mean=self.ais_mean,
             ais_stderr=float(self.ais.stderr),
             ais_ess=float(self.ais.ess),
@@ -92,11 +92,14 @@ class EvaluationReport:
             exact_mean=self.exact_mean,
             log_z=self.ais.estimate,
             log_test_mass=self.log_test_mass,
+            num_test=self.num_test,
+        )
+        return diagnose(
+            numbers,
             init=self.settings.get("init", "uniform"),
             log_f_method="exact" if self.log_f is None else self.log_f.method,
             log_f_check=self.log_f_check,
             log_f_estimated=self.log_f is not None and self.log_f.method != "exact",
-            num_test=self.num_test,
             raise_start=None if self.raise_ is None else self.raise_.start,
         )
 

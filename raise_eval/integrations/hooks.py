@@ -36,6 +36,7 @@ from torch import Tensor
 
 from raise_eval.certification.run import certify
 from raise_eval.certification.settings import CertifySettings
+from raise_eval.diagnostics import SandwichNumbers
 from raise_eval.evaluation.plan import _start_biases
 from raise_eval.evaluation.report import EvaluationReport
 from raise_eval.evaluation.run import evaluate
@@ -45,9 +46,9 @@ from raise_eval.io.datasets import check_binary
 from raise_eval.io.outputs import OutputError, check_output_path
 from raise_eval.io.results import dump_json, to_jsonable
 from raise_eval.io.writing import write_file
-from raise_eval.seeds import stage_seed
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.seeds import stage_seed
 from raise_eval.settings import SettingsError, setting, settings_class
 from raise_eval.trajectory.online import TrajectoryTracker, estimated_log_f, exact_log_f, exact_log_z
 from raise_eval.trajectory.report import TRACK_FIELDS, TrajectoryRecord
@@ -349,10 +350,13 @@ class LikelihoodMonitor:
                 raise_mean, raise_se = cv.mean, cv.stderr
                 ais_mean = float(log_f.mean()) - log_z
                 gap = ais_mean - raise_mean
+                numbers = SandwichNumbers(
+                    ais_mean=ais_mean, ais_stderr=float(summary.stderr), ais_ess=float(summary.ess),
+                    ais_chains=track.chains, ais_lower=float(summary.lower), raise_mean=raise_mean,
+                    raise_stderr=raise_se, exact_mean=exact, log_z=log_z,
+                )  # fmt: skip
                 self.last_verdict = sandwich_verdict(
-                    ais_mean=ais_mean, log_z=log_z, log_z_stderr=float(summary.stderr), ess=float(summary.ess),
-                    log_z_lower=float(summary.lower), chains=track.chains, raise_mean=raise_mean, raise_se=raise_se,
-                    exact_mean=exact, log_f=log_f, test=test, log_f_method=log_f_method, init=e.init,
+                    numbers, log_f=log_f, test=test, log_f_method=log_f_method, init=e.init,
                     tolerance=track.tolerance, earlier_best=_best_so_far(self.history),
                 )  # fmt: skip
                 outcome = self.last_verdict[0]

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor
 
 from raise_eval import exact as exact_mod
-from raise_eval.diagnostics import Warning
+from raise_eval.diagnostics import SandwichNumbers, Warning
 from raise_eval.estimators.bar import bar_ladder
 from raise_eval.estimators.ladder import ladder_pass
 from raise_eval.estimators.raise_ import raise_log_likelihood
@@ -304,11 +304,14 @@ def _verdict(
     (their best test log-likelihood, exact where known, else AIS's, can keep the verdict open)."""
     if final.raise_mean is None:
         return [], "open", None, ["RAISE did not run on the last checkpoint"]
+    numbers = SandwichNumbers(
+        ais_mean=final.ais_mean, ais_stderr=final.log_z_stderr, ais_ess=final.ess, ais_chains=settings.ais_chains,
+        ais_lower=final.log_z_lower, raise_mean=final.raise_mean, raise_stderr=final.raise_stderr,
+        exact_mean=final.exact_mean, log_z=final.log_z,
+    )  # fmt: skip
     verdict, interval, reasons, warnings = sandwich_verdict(
-        ais_mean=final.ais_mean, log_z=final.log_z, log_z_stderr=final.log_z_stderr, ess=final.ess,
-        log_z_lower=final.log_z_lower, chains=settings.ais_chains, raise_mean=final.raise_mean,
-        raise_se=final.raise_stderr, exact_mean=final.exact_mean, log_f=log_f, test=test,
-        log_f_method=final.log_f_method, init=settings.init, tolerance=settings.tolerance,
+        numbers, log_f=log_f, test=test, log_f_method=final.log_f_method, init=settings.init,
+        tolerance=settings.tolerance,
         earlier_best=max((c.exact_mean if c.exact_mean is not None else c.ais_mean for c in earlier), default=None),
     )  # fmt: skip
     # the evaluation's advice (a log f(v) check) is not an option of this command: say what is

@@ -5,14 +5,14 @@ model), with the conditions of a certified evaluation (`raise_eval.certification
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Optional
 
 import torch
 from torch import Tensor
 
 from raise_eval.certification.verdict import verdict_reasons
-from raise_eval.diagnostics import diagnose
-
+from raise_eval.diagnostics import SandwichNumbers, diagnose
 
 MODEL_WORSENED = (
     "an earlier model on the path fit the test data {drop:.2f} nats better than this one (more than the tolerance "
@@ -22,15 +22,19 @@ MODEL_WORSENED = (
 
 
 def sandwich_verdict(
-    *, ais_mean: float, log_z: float, log_z_stderr: float, ess: float, log_z_lower: float, chains: int,
-    raise_mean: float, raise_se: Optional[float], exact_mean: Optional[float], log_f: Tensor, test: Tensor,
-    log_f_method: str, init: str, tolerance: float, earlier_best: Optional[float] = None,
+    numbers: SandwichNumbers,
+    *,
+    log_f: Tensor,
+    test: Tensor,
+    log_f_method: str,
+    init: str,
+    tolerance: float,
+    earlier_best: Optional[float] = None,
 ) -> tuple[str, Optional[tuple[float, float]], list[str], list]:
-    """(verdict, interval, reasons, warnings) of one sandwich: AIS's average log-likelihood `ais_mean` and its log
-    Z-hat `log_z` (standard error, ESS and the low end of its ±3σ interval, from `chains` chains), RAISE's
-    `raise_mean` ± `raise_se`, the exact value or None, and log f(v) of the `test` vectors (for the test-mass
-    check). The interval is [min - 2σ, max + 2σ] with σ the combined standard error; the verdict is 'closed' when
-    no condition fails at `tolerance`.
+    """(verdict, interval, reasons, warnings) of one sandwich: AIS's and RAISE's average log-likelihoods and AIS's log
+    Z-hat in `numbers` (`diagnostics.SandwichNumbers`; its test mass and test count are computed here from log f(v)
+    of the `test` vectors), the exact value or None. The interval is [min - 2σ, max + 2σ] with σ the combined
+    standard error; the verdict is 'closed' when no condition fails at `tolerance`.
 
     `earlier_best`: the best average test log-likelihood of an earlier model on the path (exact where known, else
     AIS's). RAISE along a training trajectory bounds the annealing model, whose chains lag toward earlier models; when
@@ -41,12 +45,12 @@ def sandwich_verdict(
     one_each = torch.zeros(rows.shape[0], dtype=torch.long, device=inverse.device)
     one_each.scatter_(0, inverse, torch.arange(inverse.numel(), device=inverse.device))
     log_test_mass = float(torch.logsumexp(log_f[one_each.to(log_f.device)], 0))
+    numbers = replace(numbers, log_test_mass=log_test_mass, num_test=int(test.shape[0]))
     warnings = diagnose(
-        ais_mean=ais_mean, ais_stderr=log_z_stderr, ais_ess=ess, ais_chains=chains, ais_lower=log_z_lower,
-        raise_mean=raise_mean, raise_stderr=raise_se, exact_mean=exact_mean, log_z=log_z, log_test_mass=log_test_mass,
-        init=init, log_f_method=log_f_method, log_f_check=None, log_f_estimated=log_f_method != "exact",
-        num_test=int(test.shape[0]),
-    )  # fmt: skip
+        numbers, init=init, log_f_method=log_f_method, log_f_check=None, log_f_estimated=log_f_method != "exact"
+    )
+    ais_mean, raise_mean, exact_mean = numbers.ais_mean, numbers.raise_mean, numbers.exact_mean
+    raise_se, log_z_stderr = numbers.raise_stderr, numbers.ais_stderr
     se = raise_se if raise_se is not None and math.isfinite(raise_se) else math.inf
     noise = math.hypot(log_z_stderr, se)
     low = min(ais_mean, raise_mean) - 2 * noise
