@@ -119,8 +119,8 @@ def benchmark(
 
     def own_products():  # the two products as the library computes them (its chosen route)
         for _ in range(steps):
-            model.unscaled_input([None, h], 0, binary=True)
-            model.unscaled_input([v, None], 1, binary=True)
+            model.unscaled_input([None, h], 0, sampled=True)
+            model.unscaled_input([v, None], 1, sampled=True)
 
     runs = {"ais": ais()}
     if cpu and all_routes:

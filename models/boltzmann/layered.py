@@ -278,11 +278,11 @@ class LayeredBoltzmannMachine:
         out: Optional[Tensor],
         bias: Optional[Tensor] = None,
         alpha: float = 1.0,
-        binary: bool = False,
+        sampled: bool = False,
     ) -> Tensor:
         """bias + alpha (x_{l-1} W_{l-1} + x_{l+1} W_l^T), or the bare products when bias is None (alpha 1),
         shaped (*batch, n_l); bias and scale are folded into the products. The route (torch.mm, oneDNN, or the
-        table route when `binary`: the neighbours hold only 0. and 1.) is chosen by timing, once per shape
+        table and amx routes when `sampled`: the neighbours are samples, 0. and 1. only) is chosen by timing, once per shape
         (`raise_eval.models.boltzmann.products`)."""
         terms = []
         if l > 0:
@@ -294,15 +294,15 @@ class LayeredBoltzmannMachine:
         lead = terms[0][0].shape[:-1]
         flat_out = None if out is None else out.view(-1, self.layer_sizes[l])
         flats = [(x.reshape(-1, x.shape[-1]), w, transposed) for x, w, transposed in terms]
-        result = neighbour_product(flats, flat_out, bias, alpha, binary=binary)
+        result = neighbour_product(flats, flat_out, bias, alpha, binary=sampled)
         return result.view(*lead, self.layer_sizes[l])
 
-    def unscaled_input(self, layers: Layers, l: int, out: Optional[Tensor] = None, binary: bool = False) -> Tensor:
+    def unscaled_input(self, layers: Layers, l: int, out: Optional[Tensor] = None, sampled: bool = False) -> Tensor:
         """x_{l-1} W_{l-1} + x_{l+1} W_l^T, shaped (*batch, n_l): the input layer `l` gets from its neighbours
         before the weight scale (written into `out`, contiguous, when given). Both neighbours that exist in the
-        chain must be given; `binary` promises that they hold only 0. and 1. (samples), which admits the table
-        route for the products."""
-        return self._neighbour_products(layers, l, out, binary=binary)
+        chain must be given; `sampled` promises that they are samples (0. and 1. only), which admits the table
+        and amx routes for the products (the same flag as `MixedBoltzmannMachine`'s)."""
+        return self._neighbour_products(layers, l, out, sampled=sampled)
 
     def layer_logits(
         self,
@@ -310,15 +310,15 @@ class LayeredBoltzmannMachine:
         l: int,
         unscaled_input: Optional[Tensor] = None,
         out: Optional[Tensor] = None,
-        binary: bool = False,
+        sampled: bool = False,
     ) -> Tensor:
         """Logits of p(x_l | neighbours), shaped (*batch, n_l).
 
         Pass `unscaled_input` when it is cached, and `out` (contiguous, the result's shape) to write into an
-        existing buffer; `binary` as in `unscaled_input`.
+        existing buffer; `sampled` as in `unscaled_input`.
         """
         if unscaled_input is None:
-            return self._neighbour_products(layers, l, out, bias=self.biases[l], alpha=self.weight_scale, binary=binary)
+            return self._neighbour_products(layers, l, out, bias=self.biases[l], alpha=self.weight_scale, sampled=sampled)
         if out is None:
             return torch.add(self.biases[l], unscaled_input, alpha=self.weight_scale)
         return torch.add(self.biases[l], unscaled_input, alpha=self.weight_scale, out=out)
@@ -334,11 +334,11 @@ class LayeredBoltzmannMachine:
         generator: torch.Generator,
         unscaled_input: Optional[Tensor] = None,
         out: Optional[Tensor] = None,
-        binary: bool = False,
+        sampled: bool = False,
     ) -> Tensor:
         """A sample of x_l ~ p(x_l | neighbours), shaped (*batch, n_l), in the model's dtype (written into
-        `out` when given); `binary` as in `unscaled_input`."""
-        logits = self.layer_logits(layers, l, unscaled_input, out=out, binary=binary)
+        `out` when given); `sampled` as in `unscaled_input`."""
+        logits = self.layer_logits(layers, l, unscaled_input, out=out, sampled=sampled)
         return sample_bernoulli_logits_(logits, generator)
 
     # ----------------------------------------------------------------- energies

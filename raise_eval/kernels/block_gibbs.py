@@ -69,7 +69,7 @@ def collapse_odd_layers(
             layers,
             l,
             out=None if out is None else out.odd_inputs[l],
-            binary=all(n in sampled for n in (l - 1, l + 1) if 0 <= n < model.num_layers),
+            sampled=all(n in sampled for n in (l - 1, l + 1) if 0 <= n < model.num_layers),
         )
         if l % 2 == 1
         else None
@@ -116,7 +116,7 @@ def block_gibbs_step(
     for l in range(0, model.num_layers, 2):
         if l not in clamped:
             out_l = None if out is None else out.layers[l]
-            layers[l] = model.sample_layer(layers, l, generator, out=out_l, binary=True)
+            layers[l] = model.sample_layer(layers, l, generator, out=out_l, sampled=True)
         elif out is not None and out.layers[l] is not state.layers[l]:
             layers[l] = out.layers[l].copy_(state.layers[l])
     return collapse_odd_layers(model, layers, out=out, sampled=sampled)

@@ -191,14 +191,14 @@ def test_every_product_route_is_float32_accurate_deterministic_and_row_by_row(si
                 (model.layer_logits, m64.layer_logits, abs64.layer_logits),
             ):
                 calls.clear()
-                y = get(layers, l, binary=True)
+                y = get(layers, l, sampled=True)
                 assert calls == [route]  # the layer's products (one or two) went through the route, in one call
                 error = (y.double() - get64(layers64, l)).abs() / get_abs(layers64, l).clamp_min(1.0)
                 assert error.max().item() < 64 * 2**-24
-                assert torch.equal(get(layers, l, binary=True), y)
-                assert torch.equal(get([x[:250] for x in layers], l, binary=True), y[:250])
+                assert torch.equal(get(layers, l, sampled=True), y)
+                assert torch.equal(get([x[:250] for x in layers], l, sampled=True), y[:250])
                 out = torch.empty_like(y)
-                get(layers, l, out=out, binary=True)
+                get(layers, l, out=out, sampled=True)
                 assert torch.equal(out, y)
 
 
