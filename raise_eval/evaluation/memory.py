@@ -226,9 +226,7 @@ def _exact_memory(held: _Held) -> StageMemory:
     # exact_stage's chunk budget, or less when every configuration fits in one chunk (`exact.enumeration.plan_chunks`)
     budget = max(min(int(plan.max_memory) // 2, exact_mod.DEFAULT_MAX_BYTES), 1 << 20)
     units = max(cost.log_z_units, cost.log_f_units)
-    per_config = 8 * (2 * units + 2 * max(model.layer_sizes) + 4)
-    per_pair = 8 * (model.layer_sizes[1] + 1) if plan.exact_log_f else 0
-    chunk = min(budget, 2**units * (per_config + n * per_pair))
+    chunk = exact_mod.chunk_bytes(model, n, plan.exact_log_f, budget)  # by the module that enumerates (binary, typed)
     terms = [
         MemoryTerm("one chunk of the enumeration", chunk),
         MemoryTerm("a float64 copy of the model", held.params64),

@@ -45,6 +45,12 @@ def exact_cost(model, num_vectors: int) -> ExactCost:
     return _module(model).exact_cost(model, num_vectors)
 
 
+def chunk_bytes(model, num_vectors: int, with_log_f: bool, max_bytes: int) -> int:
+    """Peak bytes of one chunk of the exact enumerations within `max_bytes` (log Z, and log f(v) of `num_vectors`
+    vectors `with_log_f`), by the module of the model's layers: the memory model's exact-stage term."""
+    return _module(model).chunk_bytes(model, num_vectors, with_log_f, max_bytes)
+
+
 def log_f_units(model) -> int:
     """Units the cheapest exact log f(v) route enumerates (2^units configurations; 0 for an RBM, whose log f(v) is
     closed-form); ValueError saying why when no route exists."""
@@ -124,6 +130,7 @@ __all__ = [
     "ExactCost",
     "annealing_model_marginal",
     "annealing_model_marginal_along",
+    "chunk_bytes",
     "binary_configurations",
     "block_gibbs_transition_matrix",
     "configuration_index",

@@ -179,6 +179,16 @@ def exact_cost(model, num_vectors: int) -> ExactCost:
 
 
 # ----------------------------------------------------------------------------------------------- log Z
+def chunk_bytes(model, num_vectors: int, with_log_f: bool, max_bytes: int) -> int:
+    """Peak bytes of one chunk of the enumeration `log_partition` (and, `with_log_f`, `log_unnormalized_visible` of
+    `num_vectors` vectors) runs within `max_bytes`: the memory model's term for the exact stage."""
+    cost = exact_cost(model, num_vectors)
+    units = max(cost.log_z_units, cost.log_f_units)
+    per_config = BYTES * (2 * units + 2 * max(model.layer_sizes) + 4)
+    per_pair = BYTES * (model.layer_sizes[1] + 1) if with_log_f else 0
+    return min(max_bytes, 2**units * (per_config + int(num_vectors) * per_pair))
+
+
 def log_partition(
     model: LayeredBoltzmannMachine,
     *,

@@ -142,6 +142,18 @@ def exact_cost(model: MixedBoltzmannMachine, num_vectors: int) -> ExactCost:
     )
 
 
+def chunk_bytes(model: MixedBoltzmannMachine, num_vectors: int, with_log_f: bool, max_bytes: int) -> int:
+    """Peak bytes of one chunk of the enumerations `log_partition` (and, `with_log_f`, `log_unnormalized_visible` of
+    `num_vectors` vectors) run within `max_bytes`, by the same per-configuration sizes they plan their chunks with."""
+    _, _, z_count = _log_z_route(model)
+    total = sum(model.layer_sizes)
+    peak = min(max_bytes, z_count * BYTES * (4 * total + 8))
+    name, _, f_count = _log_f_route(model)
+    if with_log_f and name != "closed-form":
+        peak = max(peak, min(max_bytes, f_count * max(1, int(num_vectors)) * BYTES * (3 * total + 8)))
+    return peak
+
+
 def _check(count: int, max_units: int, what: str) -> None:
     if count > 2**max_units:
         raise ValueError(

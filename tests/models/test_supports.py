@@ -134,3 +134,29 @@ def test_probability_or_density_follows_the_visible_support():
                               [g, torch.zeros(3, dtype=torch.float64)])  # fmt: skip
     assert m.continuous is True
     assert math.isfinite(exact.log_partition(m))
+
+
+def test_the_memory_model_prices_a_typed_enumeration_with_its_own_chunks(monkeypatch):
+    """One memory formula per stage, from the module that enumerates: a typed machine's exact-stage term covers the
+    largest chunk its own enumeration takes (0.3 priced it with the binary machines' bytes per configuration, which
+    fell short of it)."""
+    from raise_eval.exact import typed
+    from tests.mixed_models import tiny_dbm
+
+    model = tiny_dbm()  # spin(3) - categorical(2x3) - bernoulli(3): log Z enumerates the 9 states of the middle layer
+    sizes = []
+    original = typed.group_configurations
+
+    def recording(m, group, start, stop):
+        sizes.append(stop - start)
+        return original(m, group, start, stop)
+
+    monkeypatch.setattr(typed, "group_configurations", recording)
+    for budget in (1 << 20, 2048):  # one chunk; several
+        sizes.clear()
+        exact.log_partition(model, max_bytes=budget)
+        taken = max(sizes) * 8 * (4 * sum(model.layer_sizes) + 8)  # typed.log_partition's bytes per configuration
+        assert taken <= exact.chunk_bytes(model, 1, False, budget) <= budget
+    units = exact.exact_cost(model, 1).log_z_units
+    binary_formula = 2**units * 8 * (2 * units + 2 * max(model.layer_sizes) + 4)  # 0.3's price of the same chunk
+    assert binary_formula < 9 * 8 * (4 * sum(model.layer_sizes) + 8) == exact.chunk_bytes(model, 1, False, 1 << 20)
