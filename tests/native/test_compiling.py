@@ -70,6 +70,9 @@ def test_a_damaged_cached_library_or_a_killed_compile_breaks_nothing(fresh, monk
     _needs_cc()
     assert native.library("step") is not None
     (cached,) = fresh.glob("step-*.so")
+    # a new file in its place (as another process's damage would be): writing over the library in place would
+    # truncate the pages this process has mapped, and the process would die of SIGBUS when it touches them
+    cached.unlink()
     cached.write_bytes(b"\x7fELF truncated")
     stale = fresh / ".step-killed.so.partial"
     stale.write_bytes(b"half a library")
