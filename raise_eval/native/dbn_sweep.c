@@ -22,7 +22,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#define LANES 16 /* _NATIVE_LANES in posterior.py: group ends are multiples of it (but the last) */
+#define LANES 16 /* _NATIVE_LANES in paths/posterior/sweeps.py: group ends are multiples of it (but the last) */
 
 #define T float
 #define NAME(part) dbn_sweep_float32##part
