@@ -10,11 +10,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from raise_eval.models import RBM
 
 import raise_eval.evaluation.run as evaluation_run
 from raise_eval.annealing import CHECK_EVERY, NonFiniteLogWeightError, anneal, check_log_weights
 from raise_eval.cli import main
-from raise_eval.models import RBM
 from raise_eval.paths.boltzmann import BoltzmannPath
 from raise_eval.schedules import linear_schedule
 
@@ -282,8 +282,8 @@ def test_hmc_names_a_decoder_that_ignores_z():
 def test_trajectory_stops_on_nan_in_its_ais_pass_with_one_line(tmp_path, monkeypatch, capsys):
     """`trajectory` keeps no partial report (neither at Ctrl-C): the stage and steps in one line, exit status 1."""
     from raise_eval.models.io.checkpoints import save_checkpoint
-    from raise_eval.paths.trajectory import TrajectoryPath
 
+    from raise_eval.paths.trajectory import TrajectoryPath
     from tests.trajectories import random_walk
 
     folder = tmp_path / "run"
@@ -309,3 +309,22 @@ def test_trajectory_stops_on_nan_in_its_ais_pass_with_one_line(tmp_path, monkeyp
     assert captured.err.startswith("raise-eval: error: AIS along the trajectory: 1 NaN among 20 log-weights between "
                                    "steps 1 and ")  # fmt: skip
     assert len(captured.err.splitlines()) == 1 and "Traceback" not in captured.err
+
+
+def test_log_f_that_overflows_stops_the_run_naming_it(tmp_path, capsys):
+    """Finite weights too large for float32 (a new user's N(0, 1e37) RBM): log f(v) overflows; the run stops in one
+    line naming log f(v) and keeps what finished, as for NaN log-weights (it said 'the control variate X has
+    non-finite entries' with exit 2 and no JSON)."""
+    g = np.random.default_rng(0)
+    path = tmp_path / "huge.npz"
+    np.savez(path, W=(g.standard_normal((64, 16)) * 1e37).astype(np.float32), vbias=np.zeros(64, np.float32),
+             hbias=np.zeros(16, np.float32))  # fmt: skip
+    out = tmp_path / "huge.json"
+    code = main(["evaluate", str(path), "--data", "digits", *QUICK, "--init", "uniform", "--exact", "never",
+                 "--json", str(out)])  # fmt: skip
+    captured = capsys.readouterr()
+    assert code == 1 and "Traceback" not in captured.err
+    assert "log f(v): NaN or infinite for" in captured.err and "overflow" in captured.err
+    assert not re.search(r"(^|\s)(nan|inf|-inf)(\s|$)", captured.out, re.MULTILINE)  # no such number in the table
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and "log f(v)" in doc["error"] and doc["log_likelihood"]["ais"]["mean"] is None

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from raise_eval.models.boltzmann.layered import as_parameter
 from raise_eval.models.boltzmann.products import neighbour_product
-from raise_eval.models.boltzmann.supports import BINARY
+from raise_eval.models.boltzmann.supports import BINARY, Support
 from raise_eval.models.boltzmann.units import (
     CategoricalLayer,
     GaussianLayer,
@@ -71,6 +71,11 @@ class MixedBoltzmannMachine:
         for l, layer in enumerate(layers):
             if not isinstance(layer, Layer):
                 raise TypeError(f"layers[{l}] must be a Layer (e.g. GaussianLayer(784)), got {type(layer).__name__}")
+            if not isinstance(layer.support, Support):  # the declaration everything else dispatches on
+                raise TypeError(
+                    f"layers[{l}] ({type(layer).__name__}) declares support {layer.support!r}; a layer's support is a "
+                    "raise_eval.models.boltzmann.supports.Support (REAL, NONNEGATIVE, BINARY, SPIN or one_hot(q))"
+                )
         weights = tuple(as_parameter(f"weights[{l}]", w) for l, w in enumerate(weights))  # numpy arrays copied
         biases = tuple(as_parameter(f"biases[{l}]", b) for l, b in enumerate(biases))
         ref = weights[0]

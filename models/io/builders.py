@@ -256,6 +256,20 @@ def mixed_state(model) -> tuple[dict, dict[str, Tensor]]:
     if model.weight_scale != 1.0:
         raise ValueError(f"this machine has weight_scale {model.weight_scale:g} (a point on an annealing path); save "
                          "the model itself")  # fmt: skip
+    from raise_eval.models.boltzmann.units import layer_from_config
+
+    for l, layer in enumerate(model.layers):  # a file that load_checkpoint could not read is never written
+        try:
+            readable = layer_from_config(layer.to_config()) == layer
+        except (ValueError, TypeError) as e:
+            readable, why = False, str(e)
+        else:
+            why = f"its config {layer.to_config()} reads back as another layer"
+        if not readable:
+            raise ValueError(
+                f"layer {l} ({layer.describe()}, a {type(layer).__name__}) cannot be saved in a checkpoint: {why}; "
+                "checkpoints hold the unit types raise-eval can read back (bernoulli, spin, categorical, gaussian)"
+            )
     state = {f"weights_{l}": w for l, w in enumerate(model.weights)}
     state.update({f"biases_{l}": b for l, b in enumerate(model.biases)})
     return {"layers": [layer.to_config() for layer in model.layers]}, state

@@ -233,6 +233,13 @@ def _boltzmann_state(model, what: str) -> tuple[str, dict[str, Tensor]]:
 
 
 def _pixel_means_to_save(train_pixel_means, model) -> Tensor:
+    try:
+        torch.as_tensor(train_pixel_means, dtype=torch.float64)
+    except (TypeError, ValueError, RuntimeError):
+        raise ValueError(
+            f"train_pixel_means must be numbers (the training set's means), got {type(train_pixel_means).__name__} "
+            f"{str(train_pixel_means)[:40]!r}"
+        ) from None
     if model.typed_layers:  # typed layers: the visible layer's training statistics
         return _typed_statistics(model, torch.as_tensor(train_pixel_means).detach().cpu()).to(model.dtype)
     means = torch.as_tensor(train_pixel_means).detach().cpu().flatten()

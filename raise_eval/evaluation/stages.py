@@ -12,6 +12,7 @@ from torch import Tensor
 
 from raise_eval import exact as exact_mod
 from raise_eval.adaptive import adaptive_pilot
+from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.estimators.ais import AISResult
 from raise_eval.estimators.raise_ import RAISEResult
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
@@ -72,16 +73,33 @@ def log_f_stage(plan: EvaluationPlan, exact_values: Optional[ExactValues] = None
     device = plan.model.device
     if plan.exact_log_f:
         log_f = exact_values.log_f.to(device)
-        return LogUnnormalizedEstimate(log_f, torch.zeros_like(log_f), "exact", 0, 0.0)
+        return _finite_log_f(LogUnnormalizedEstimate(log_f, torch.zeros_like(log_f), "exact", 0, 0.0))
     generator = torch.Generator(device=device).manual_seed(stage_seed(plan.seed, "log_f"))
-    return log_unnormalized_estimate(
-        plan.model,
-        plan.test,
-        **plan.log_f_options,
-        generator=generator,
-        progress=plan.progress,
-        checkpoint=None if checkpoint is None else checkpoint(generator),
+    return _finite_log_f(
+        log_unnormalized_estimate(
+            plan.model,
+            plan.test,
+            **plan.log_f_options,
+            generator=generator,
+            progress=plan.progress,
+            checkpoint=None if checkpoint is None else checkpoint(generator),
+        )
     )
+
+
+def _finite_log_f(estimate: LogUnnormalizedEstimate) -> LogUnnormalizedEstimate:
+    """`estimate`, or `NonFiniteLogWeightError` naming log f(v) when a test vector's is NaN or infinite (finite
+    parameters too large for the model's dtype overflow it): no average with it may reach a table."""
+    values = estimate.log_unnormalized
+    bad = int((~torch.isfinite(values)).sum())
+    if bad:
+        raise NonFiniteLogWeightError(
+            "log f(v)",
+            f"NaN or infinite for {bad} of {values.numel()} test vectors",
+            "the model's energies overflow its dtype (weights or biases too large?): check the parameters, or "
+            "evaluate in float64",
+        )
+    return estimate
 
 
 def log_f_check_stage(plan: EvaluationPlan, main: LogUnnormalizedEstimate) -> Optional[LogFCheck]:

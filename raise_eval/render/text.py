@@ -77,7 +77,9 @@ def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
         lines.append(f"  {label:26}{_n(report.ais_mean, 12, 4)}{_n(float(a.stderr), 10, 4)}")
         if estimated:
             lines.append(f"  {'':26}an estimate, not a bound: log f-hat errs low, log Z-hat errs low")
-    if r is not None:
+    if r is not None and report.control_variate is None:  # stopped between RAISE and its control variate
+        lines.append(f"  {'RAISE (conservative)':26}{'(stopped)':>12}")
+    elif r is not None:
         cv = report.control_variate
         alpha = f"alpha = {cv.alpha:g}" if cv.alpha_rule == "fixed" else f"alpha = {cv.alpha:.3f} (optimal)"
         start = "" if r.start == "exact posterior" else f" ({r.start})"

@@ -13,6 +13,7 @@ import torch
 from raise_eval.models import DBM
 
 from raise_eval import BoltzmannPath, exact, linear_schedule, raise_log_likelihood
+from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.estimators.control_variates import control_variate_mean
 from raise_eval.estimators.unnormalized import log_unnormalized_estimate
 from raise_eval.stats import mean_and_stderr
@@ -40,7 +41,8 @@ def test_bad_inputs_are_refused():
         control_variate_mean(y, y, y, alpha="best")
     with pytest.raises(ValueError, match="entries"):
         control_variate_mean(y, torch.ones(2), y)
-    with pytest.raises(ValueError, match="non-finite"):
+    # a non-finite X stops the run as non-finite log-weights do (evaluate keeps what finished), naming the stage
+    with pytest.raises(NonFiniteLogWeightError, match="RAISE's control variate: log f"):
         control_variate_mean(y, torch.tensor([1.0, math.inf, 0.0]), y)
 
 

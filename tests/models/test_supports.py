@@ -160,3 +160,32 @@ def test_the_memory_model_prices_a_typed_enumeration_with_its_own_chunks(monkeyp
     units = exact.exact_cost(model, 1).log_z_units
     binary_formula = 2**units * 8 * (2 * units + 2 * max(model.layer_sizes) + 4)  # 0.3's price of the same chunk
     assert binary_formula < 9 * 8 * (4 * sum(model.layer_sizes) + 8) == exact.chunk_bytes(model, 1, False, 1 << 20)
+
+
+def test_a_layer_whose_support_is_not_a_support_is_refused_naming_it():
+    @dataclass(frozen=True)
+    class Worded(ExponentialLayer):
+        support = "nonnegative"
+
+    with pytest.raises(TypeError, match=r"layers\[1\] \(Worded\) declares support 'nonnegative'"):
+        MixedBoltzmannMachine(
+            [BernoulliLayer(3), Worded(2)], [torch.zeros(3, 2, dtype=torch.float64)],
+            [torch.zeros(3, dtype=torch.float64), -torch.ones(2, dtype=torch.float64)],
+        )  # fmt: skip
+
+
+def test_a_machine_with_a_layer_checkpoints_cannot_hold_is_refused_when_saving(tmp_path):
+    """save_checkpoint wrote it, then load_checkpoint could not read it ('unknown unit type')."""
+    from raise_eval import save_checkpoint
+
+    with pytest.raises(ValueError, match=r"layer 1 \(exponential\(2\), a ExponentialLayer\) cannot be saved"):
+        save_checkpoint(tmp_path / "m.pt", _bernoulli_exponential())
+    assert not (tmp_path / "m.pt").exists()
+    with pytest.raises(ValueError, match="train_pixel_means must be numbers"):
+        save_checkpoint(tmp_path / "r.pt", tiny_pair_rbm(), train_pixel_means="abc")
+
+
+def tiny_pair_rbm():
+    from raise_eval.models import RBM
+
+    return RBM.random(4, 3, generator=torch.Generator().manual_seed(0))
