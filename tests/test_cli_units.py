@@ -100,6 +100,22 @@ def test_an_alignment_for_a_binary_model_is_refused(tmp_path, capsys):
     )
 
 
+def test_an_alphabet_in_other_case_is_the_checkpoints_and_misplaced_alphabets_are_named(tmp_path, capsys):
+    """A new user's findings: the checkpoint's alphabet in lower case was called 'different' (letters are read
+    without regard to case); --alphabet with a binary model was told to give a .npy file (dropping the flag is the
+    fix); a missing alignment for a binary model was called an alignment for a Potts layer, not missing."""
+    model, fasta = _potts(tmp_path)
+    main(["evaluate", str(model), "--data", str(fasta), f"--alphabet={PROTEIN.lower()}", "--init", "uniform", *FAST])
+    assert "RAISE (conservative)" in capsys.readouterr().out
+    np.savez(tmp_path / "rbm.npz", W=np.zeros((5, 2)), vbias=np.zeros(5), hbias=np.zeros(2))
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(tmp_path / "rbm.npz"), "--data", "digits", "--alphabet", "protein", *FAST])
+    assert "visible units are binary: drop --alphabet" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(tmp_path / "rbm.npz"), "--data", str(tmp_path / "gone.fasta"), *FAST])
+    assert "gone.fasta does not exist" in capsys.readouterr().err
+
+
 def test_a_gaussian_rbm_reports_a_density(tmp_path, capsys):
     np.savez(
         tmp_path / "gb.npz",

@@ -312,18 +312,27 @@ def _alphabet(inputs: InputSettings, model, data: str) -> Optional[str]:
     categorical = layer is not None and layer.kind == "categorical"
     sequences = [f for f in (data, inputs.train_data) if f and is_sequence_file(f)]
     if not categorical:
-        if sequences or inputs.alphabet is not None:
-            what = "{alphabet}" if inputs.alphabet is not None else f"the alignment {sequences[0]}"
+        units = layer.kind if layer is not None else "binary"
+        if inputs.alphabet is not None:
             raise SettingsError(
-                f"{what} is for a categorical (Potts) visible layer; this checkpoint's visible units are "
-                f"{layer.kind if layer is not None else 'binary'}: give its data as a .npy/.npz file",
-                ("alphabet", "data"),
+                f"{{alphabet}} reads sequence files into a categorical (Potts) visible layer; this checkpoint's "
+                f"visible units are {units}: drop {{alphabet}}",
+                ("alphabet",),
+            )
+        present = [f for f in sequences if Path(f).exists()]  # a missing file is reported as missing, later
+        if present:
+            raise SettingsError(
+                f"the alignment {present[0]} is for a categorical (Potts) visible layer; this checkpoint's visible "
+                f"units are {units}: give its data as a .npy/.npz file",
+                ("data",),
             )
         return None
     given = None if inputs.alphabet is None else resolve_alphabet(inputs.alphabet)
     if given is not None and len(given) != layer.q:
         raise SettingsError(f"{{alphabet}} has {len(given)} symbols ({given}) but the model's sites have q = "
                             f"{layer.q} states", ("alphabet",))  # fmt: skip
+    if given is not None and layer.alphabet is not None and given.upper() == layer.alphabet.upper():
+        given = layer.alphabet  # letters are read without regard to case: the same alphabet
     if given is not None and layer.alphabet is not None and given != layer.alphabet:
         raise SettingsError(
             f"{{alphabet}} {given} differs from the checkpoint's alphabet {layer.alphabet}: the codes would be read "
