@@ -59,6 +59,14 @@ class NonFiniteLogWeightError(FloatingPointError):
         super().__init__(f"{stage}: {detail}{where}" + (f" ({hint})" if hint else ""))
 
 
+def check_finite(values: Tensor, stage: str, what: str, hint: str) -> None:
+    """Raise `NonFiniteLogWeightError` naming `stage` where `values` (which must all be finite, unlike log-weights:
+    e.g. log f(v) of test vectors) hold NaN or an infinity: "`what` is NaN or infinite in k of n entries (hint)"."""
+    bad = int((~torch.isfinite(values)).sum())
+    if bad:
+        raise NonFiniteLogWeightError(stage, f"{what} is NaN or infinite in {bad} of {values.numel()} entries", hint)
+
+
 def check_log_weights(
     log_weights: Tensor,
     stage: str,

@@ -28,8 +28,14 @@ from typing import Union
 import torch
 from torch import Tensor
 
-from raise_eval.annealing import NonFiniteLogWeightError
+from raise_eval.annealing import check_finite
 from raise_eval.stats import mean_and_stderr
+
+# Why log f(v) is not finite where the parameters are: what the stops on it say.
+OVERFLOW_HINT = (
+    "the model's energies overflow its dtype (weights or biases too large?): check the parameters, or evaluate in "
+    "float64"
+)
 
 
 @dataclass
@@ -86,15 +92,9 @@ def control_variate_mean(
         raise ValueError(f"Y has {y.numel()} entries but the subset's X has {x_subset.numel()}")
     if x_all.numel() < y.numel():
         raise ValueError(f"the full set ({x_all.numel()} entries) is smaller than the subset ({y.numel()})")
-    bad = int((~torch.isfinite(x_all)).sum()) + int((~torch.isfinite(x_subset)).sum())
-    if bad:  # a stop that keeps what finished (evaluate, certify), naming the stage, never a number in a table
-        raise NonFiniteLogWeightError(
-            "RAISE's control variate",
-            f"log f(v), the control variate X, is NaN or infinite in {bad} of {x_all.numel() + x_subset.numel()} "
-            "entries",
-            "the model's energies overflow its dtype (weights or biases too large?): check the parameters, or "
-            "evaluate in float64",
-        )
+    # a stop that keeps what finished (evaluate, certify), naming the stage, never a number in a table
+    check_finite(torch.cat([x_subset, x_all]), "RAISE's control variate", "log f(v), the control variate X",
+                 OVERFLOW_HINT)  # fmt: skip
     if isinstance(alpha, str):
         if alpha != "optimal":
             raise ValueError(f"alpha must be a number or 'optimal', got {alpha!r}")

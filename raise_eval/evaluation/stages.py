@@ -12,8 +12,9 @@ from torch import Tensor
 
 from raise_eval import exact as exact_mod
 from raise_eval.adaptive import adaptive_pilot
-from raise_eval.annealing import NonFiniteLogWeightError
+from raise_eval.annealing import check_finite
 from raise_eval.estimators.ais import AISResult
+from raise_eval.estimators.control_variates import OVERFLOW_HINT
 from raise_eval.estimators.raise_ import RAISEResult
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
 from raise_eval.evaluation.log_f_check import LOG_F_CHECK_FACTOR, LogFCheck, check_log_f, check_subset
@@ -90,15 +91,7 @@ def log_f_stage(plan: EvaluationPlan, exact_values: Optional[ExactValues] = None
 def _finite_log_f(estimate: LogUnnormalizedEstimate) -> LogUnnormalizedEstimate:
     """`estimate`, or `NonFiniteLogWeightError` naming log f(v) when a test vector's is NaN or infinite (finite
     parameters too large for the model's dtype overflow it): no average with it may reach a table."""
-    values = estimate.log_unnormalized
-    bad = int((~torch.isfinite(values)).sum())
-    if bad:
-        raise NonFiniteLogWeightError(
-            "log f(v)",
-            f"NaN or infinite for {bad} of {values.numel()} test vectors",
-            "the model's energies overflow its dtype (weights or biases too large?): check the parameters, or "
-            "evaluate in float64",
-        )
+    check_finite(estimate.log_unnormalized, "log f(v)", "the test vectors' log f(v)", OVERFLOW_HINT)
     return estimate
 
 

@@ -142,15 +142,24 @@ def exact_cost(model: MixedBoltzmannMachine, num_vectors: int) -> ExactCost:
     )
 
 
+def _log_z_bytes(model: MixedBoltzmannMachine) -> int:
+    """Bytes of float64 temporaries per configuration of `log_partition`'s enumeration."""
+    return BYTES * (4 * sum(model.layer_sizes) + 8)
+
+
+def _log_f_bytes(model: MixedBoltzmannMachine) -> int:
+    """Bytes per (vector, configuration) pair of `log_unnormalized_visible`'s enumeration."""
+    return BYTES * (3 * sum(model.layer_sizes) + 8)
+
+
 def chunk_bytes(model: MixedBoltzmannMachine, num_vectors: int, with_log_f: bool, max_bytes: int) -> int:
     """Peak bytes of one chunk of the enumerations `log_partition` (and, `with_log_f`, `log_unnormalized_visible` of
     `num_vectors` vectors) run within `max_bytes`, by the same per-configuration sizes they plan their chunks with."""
     _, _, z_count = _log_z_route(model)
-    total = sum(model.layer_sizes)
-    peak = min(max_bytes, z_count * BYTES * (4 * total + 8))
+    peak = min(max_bytes, z_count * _log_z_bytes(model))
     name, _, f_count = _log_f_route(model)
     if with_log_f and name != "closed-form":
-        peak = max(peak, min(max_bytes, f_count * max(1, int(num_vectors)) * BYTES * (3 * total + 8)))
+        peak = max(peak, min(max_bytes, f_count * max(1, int(num_vectors)) * _log_f_bytes(model)))
     return peak
 
 
@@ -190,7 +199,7 @@ def log_partition(
         return _gaussian_log_partition(m)
     _check(count, max_units, "log Z")
     max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
-    per_config = BYTES * (4 * sum(m.layer_sizes) + 8)
+    per_config = _log_z_bytes(m)
     c, _ = plan_chunks(count, 1, per_config, 0, 0, max_bytes, chunk_size)
     acc = RunningLogSumExp(1, m.device)
     with progress_bar(progress, "exact log Z") as bar:
@@ -222,7 +231,7 @@ def log_unnormalized_visible(
     _check(count, max_units, "log f(v)")
     max_bytes = DEFAULT_MAX_BYTES if max_bytes is None else int(max_bytes)
     n = flat.shape[0]
-    per_pair = BYTES * (3 * sum(m.layer_sizes) + 8)
+    per_pair = _log_f_bytes(m)
     c, rows = plan_chunks(count, max(1, n), 0, per_pair, 0, max_bytes, chunk_size)
     acc = RunningLogSumExp(n, m.device)
     with progress_bar(progress, "exact log f(v)") as bar:

@@ -25,8 +25,6 @@ from raise_eval.models.boltzmann.buffers import Buffers
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 from raise_eval.models.sampling import sample_bernoulli_probs_
 
-Scratch = Buffers  # the name of 0.3 for the one buffer class (`models.boltzmann.buffers.Buffers`)
-
 
 class BoltzmannState(NamedTuple):
     """State of a chain of binary layers with the odd layers summed out.
@@ -83,7 +81,7 @@ def block_gibbs_step(
     state: BoltzmannState,
     generator: torch.Generator,
     clamped: Collection[int] = (),
-    scratch: Optional[Scratch] = None,
+    scratch: Optional[Buffers] = None,
     out: Optional[BoltzmannState] = None,
     odd_probs: Optional[Sequence[Optional[Tensor]]] = None,
 ) -> BoltzmannState:

@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from raise_eval.kernels.block_gibbs import BoltzmannState, clone_state  # noqa: F401 (one copy for both forms)
+from raise_eval.kernels.block_gibbs import BoltzmannState
 from raise_eval.models.boltzmann.buffers import Buffers
 from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
 from raise_eval.models.sampling import sample_bernoulli_probs_

@@ -30,12 +30,6 @@ from raise_eval.models.numerics import expm1_
 from raise_eval.paths.geometric import GeometricBoltzmannPath
 
 
-def is_mixed(model) -> bool:
-    """Whether `model` is a machine of typed layers (not the binary `LayeredBoltzmannMachine`), as it declares
-    (`models.contracts.BoltzmannModel.typed_layers`)."""
-    return bool(getattr(model, "typed_layers", False))
-
-
 def mixed_uniform_base(model: MixedBoltzmannMachine) -> list[Tensor]:
     """Base parameters of init='uniform': `Layer.uniform_params` of every layer."""
     return [layer.uniform_params(b) for layer, b in zip(model.layers, model.biases)]

@@ -182,10 +182,10 @@ def test_a_machine_with_a_layer_checkpoints_cannot_hold_is_refused_when_saving(t
         save_checkpoint(tmp_path / "m.pt", _bernoulli_exponential())
     assert not (tmp_path / "m.pt").exists()
     with pytest.raises(ValueError, match="train_pixel_means must be numbers"):
-        save_checkpoint(tmp_path / "r.pt", tiny_pair_rbm(), train_pixel_means="abc")
+        save_checkpoint(tmp_path / "r.pt", _small_rbm(), train_pixel_means="abc")
 
 
-def tiny_pair_rbm():
+def _small_rbm():
     from raise_eval.models import RBM
 
     return RBM.random(4, 3, generator=torch.Generator().manual_seed(0))
