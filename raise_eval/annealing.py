@@ -22,6 +22,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from raise_eval.contracts import AnnealingPath, KernelInfo
+from raise_eval.step_programs import current_loop_options, run_program
 
 S = TypeVar("S")
 
@@ -140,7 +141,8 @@ def anneal(
         start_step: the number of steps already done: `state` and `log_weights` are those after step
             `start_step` (as `on_step` saw them) and the loop runs steps start_step .. K-1, so that a saved run,
             with its generator's state restored, continues with the numbers of an uninterrupted one.
-        on_step: called as on_step(steps done, state, log-weights) after every step (e.g. to save them).
+        on_step: called as on_step(steps done, state, log-weights) after every step (e.g. to save them); where
+            the path's step program runs in CUDA graphs, after each graph of steps.
         on_info: called as on_info(steps done, info) with each transition's `KernelInfo` (acceptance rates and the
             like); needs a kernel that reports them (`contracts.InfoKernel`: its `step` returns (state, info)).
 
@@ -148,9 +150,21 @@ def anneal(
         (final state, log-weights), the log-weights in float64 shaped B:
         sum_j log f_{beta_{j+1}}(x_j) - log f_{beta_j}(x_j), x_j the state after the j-th transition.
 
+    A path that offers a step program (`contracts.StepProgram`, `path.step_program(options)`) runs through it
+    where `step_programs.current_loop_options()` allows (CUDA by default: many steps per CUDA graph), unless
+    a kernel or `on_info` is given: the same chain and weights, computed by the program.
+
     Raises `NonFiniteLogWeightError` (naming `desc` and the steps) when a log-weight turns NaN or +inf, checked
     every CHECK_EVERY steps and after the last (-inf, a weight of zero, is legitimate).
     """
+    program = None
+    if kernel is None and on_info is None and callable(getattr(path, "step_program", None)):
+        program = path.step_program(current_loop_options())  # None where it has none for this model or device
+    if program is not None:
+        return _run_program(
+            program, path, state, betas, generator=generator, progress=progress, desc=desc,
+            log_weights=log_weights, start_step=start_step, on_step=on_step,
+        )  # fmt: skip
     if kernel is None and hasattr(path, "transition_"):
         # The loop owns a copy of the start and updates it in place: no multi-megabyte allocation per step.
         state = path.clone_state(state)
@@ -172,13 +186,7 @@ def anneal(
             infos.append(info)
             return x
 
-    # Python floats: no device sync per step, and 32 bytes a step (iterating the tensor made a 0-d tensor per step)
-    beta_list = torch.as_tensor(betas, dtype=torch.float64).tolist()
-    num_steps = len(beta_list) - 1
-    if isinstance(start_step, bool) or not isinstance(start_step, int) or not 0 <= start_step <= num_steps:
-        raise ValueError(f"start_step must be an integer in [0, {num_steps}], got {start_step!r}")
-    if start_step > 0 and log_weights is None:
-        raise ValueError("continuing at start_step > 0 needs the log-weights accumulated so far")
+    beta_list, num_steps = _schedule(betas, start_step, log_weights)
     bar = tqdm(total=num_steps, initial=start_step, desc=desc, disable=not progress, leave=False, mininterval=0.5)
     checked = start_step  # the log-weights were good after this many steps
     try:
@@ -201,6 +209,32 @@ def anneal(
     finally:
         bar.close()
     return state, log_weights
+
+
+def _schedule(betas: Tensor, start_step: int, log_weights: Optional[Tensor]) -> tuple[list[float], int]:
+    """The betas as Python floats (no device sync per step, and 32 bytes a step) and K, the start step checked."""
+    beta_list = torch.as_tensor(betas, dtype=torch.float64).tolist()
+    num_steps = len(beta_list) - 1
+    if isinstance(start_step, bool) or not isinstance(start_step, int) or not 0 <= start_step <= num_steps:
+        raise ValueError(f"start_step must be an integer in [0, {num_steps}], got {start_step!r}")
+    if start_step > 0 and log_weights is None:
+        raise ValueError("continuing at start_step > 0 needs the log-weights accumulated so far")
+    return beta_list, num_steps
+
+
+def _run_program(program, path, state, betas, *, generator, progress, desc, log_weights, start_step, on_step):
+    """`anneal` through the path's step program (`step_programs`): the same steps, many per CUDA graph."""
+    beta_list, num_steps = _schedule(betas, start_step, log_weights)
+    program.begin(state, log_weights, beta_list[start_step])
+
+    def check(values: Tensor, steps: tuple[int, int]) -> None:
+        check_log_weights(values, desc, steps=steps, num_steps=num_steps)
+
+    run_program(
+        program, beta_list, start_step=start_step, generator=generator, options=current_loop_options(),
+        progress=progress, desc=desc, check=check, check_every=CHECK_EVERY, on_step=on_step,
+    )  # fmt: skip
+    return program.state(beta_list[-1]), program.log_weights
 
 
 def continuation(checkpoint: Any, phase: str, saved: Optional[dict], extra: Optional[dict] = None) -> dict[str, Any]:

@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 # docs/architecture.md: "The algorithm core (annealing, schedules, exact, estimators, kernels, paths) imports
 # nothing above it."
-CORE = ("annealing", "schedules", "exact", "exact_mixed", "estimators", "kernels", "paths")
+CORE = ("annealing", "step_programs", "schedules", "exact", "exact_mixed", "estimators", "kernels", "paths")
 ABOVE_CORE = (
     "evaluation",
     "certification",

@@ -20,6 +20,7 @@ from raise_eval import exact as exact_mod
 from raise_eval.evaluation.memory import CostEstimate, check_memory, plan_memory
 from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings, evaluate_settings
 from raise_eval.io.datasets import check_binary
+from raise_eval.kernels.split_products import split_error_bound, terms_needed
 from raise_eval.models.boltzmann import products
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, make_path, uniform_base
@@ -281,6 +282,9 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         "dtype": str(model.dtype).replace("torch.", ""),
         "threads": torch.get_num_threads(),
         **_product_route(s.product_route),
+        "loop": s.loop,
+        "gpu_products": s.gpu_products,
+        **_gpu_product_bound(s.gpu_products, plan.path),
         "torch": torch.__version__,
         "data": "",
         "split": "",
@@ -298,6 +302,20 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         out["schedule_betas"] = list(s.betas)  # a named schedule is its name and K: not these
     out.update(labels or {})
     return out
+
+
+def plan_loop_options(settings) -> dict[str, Any]:
+    """The `step_programs.loop_options` of a run's settings (`loop`, `gpu_products`)."""
+    programs = {"auto": "cuda", "eager": "never", "program": "always"}[settings.loop]
+    return {"programs": programs, "products": settings.gpu_products}
+
+
+def _gpu_product_bound(setting: str, path) -> dict[str, Any]:
+    """With half-split products, the bound on how far they move a log-density (`kernels.split_products`)."""
+    if setting != "half-split" or path is None or path.model.typed_layers:
+        return {}
+    model = path.model
+    return {"gpu_product_error_bound": split_error_bound(model.weights, model.weight_scale, terms_needed(model.weights))}
 
 
 def _product_route(setting: str) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate
 from raise_eval.evaluation.log_f_check import LogFCheck
 from raise_eval.evaluation.memory import CostEstimate
-from raise_eval.evaluation.plan import EvaluationPlan, plan_evaluation
+from raise_eval.evaluation.plan import EvaluationPlan, plan_evaluation, plan_loop_options
 from raise_eval.evaluation.report import EvaluationFailed, EvaluationInterrupted, EvaluationReport, ExactValues
 from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
 from raise_eval.evaluation.stage_registry import STAGE, STAGES
@@ -46,6 +46,7 @@ from raise_eval.runtime.resume import (
     tensor_digest,
 )
 from raise_eval.runtime.sharding import raise_vectors_per_shard, shard_bounds
+from raise_eval.step_programs import loop_options
 from raise_eval.runtime.threads import using_threads
 from raise_eval.settings import number_fields
 
@@ -147,7 +148,7 @@ def run_evaluation(
     if log_f_check is not None and log_f is None:
         raise ValueError("log_f_check is the check of a reused log_f: pass that log_f too")
     _check_reused(plan, log_f, exact_values)
-    with products.forced_route(plan.settings.product_route):
+    with products.forced_route(plan.settings.product_route), loop_options(**plan_loop_options(plan.settings)):
         return _run(plan, log_f, exact_values, log_f_check, resume_file, cost_estimate)
 
 

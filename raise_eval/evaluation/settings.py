@@ -205,6 +205,22 @@ class EvaluateSettings:
         "rounding: name the recorded one to reproduce a run bit for bit",
         kind="choice", choices=("auto", "mm", "onednn", "table", "amx"), flag="--product-route", group="run",
     )  # fmt: skip
+    loop: str = setting(
+        "auto",
+        "how the annealing loops run: auto runs the AIS and RAISE steps of binary Boltzmann paths as step programs "
+        "on CUDA (many steps captured in one CUDA graph, no host work between them) and the eager loop elsewhere; "
+        "eager runs every step from Python, as before step programs; program runs the step programs on every device "
+        "(eagerly off CUDA). The same distributions; other random numbers",
+        kind="choice", numbers="kept", choices=("auto", "eager", "program"), flag="--loop", group="run",
+    )  # fmt: skip
+    gpu_products: str = setting(
+        "model",
+        "the matrix products of a step program on CUDA: model multiplies in the model's dtype; half-split multiplies "
+        "the binary states (exact in bfloat16) by the weights split into bfloat16 terms on the tensor cores, "
+        "float32 models only: three terms hold float32 weights exactly, and the JSON gives the bound on how far "
+        "the split can move any log-density (settings.gpu_product_error_bound, 0 where it is exact)",
+        kind="choice", numbers="kept", choices=("model", "half-split"), flag="--gpu-products", group="run",
+    )  # fmt: skip
     resume_interval: float = setting(
         60.0,
         "with --resume-file: seconds between saves of the annealing state inside a shard. Each save rewrites the "

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from raise_eval.kernels.binary_program import BinaryGibbsProgram
 from raise_eval.kernels.block_gibbs import BoltzmannState, block_gibbs_step, collapse_odd_layers
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
 from raise_eval.paths.geometric import GeometricBoltzmannPath
@@ -147,6 +148,13 @@ class BoltzmannPath(GeometricBoltzmannPath):
         if keep:
             return ratio, state._replace(odd_probs=tuple(probs), probs_key=self.probs_key(beta_to, state))
         return ratio, state._replace(probs_key=None)
+
+    def step_program(self, options):
+        """The block Gibbs step and weight update as a `kernels.binary_program.BinaryGibbsProgram` where `options`
+        run step programs on the model's device (CUDA by default), else None."""
+        if not options.runs_on(self.model.device):
+            return None
+        return BinaryGibbsProgram(self, products=options.products, fuse=options.fuse)
 
     def _gibbs(self, at, state, generator, clamped, out, odd_probs) -> BoltzmannState:
         return block_gibbs_step(

@@ -75,6 +75,11 @@ class GeometricBoltzmannPath:
     def _gibbs(self, at, state, generator, clamped, out, odd_probs) -> BoltzmannState:
         raise NotImplementedError
 
+    def step_program(self, options):
+        """This path's annealing step as a step program (`contracts.StepProgram`) where `options`
+        (`step_programs.LoopOptions`) run one on the model's device, else None (the eager loop)."""
+        return None
+
     # ---------------------------------------------------------------- the path
     def at(self, beta: float):
         """The model at inverse temperature `beta` (shares the weight tensors)."""

@@ -1,0 +1,227 @@
+"""The annealing step of the geometric path of a chain of binary layers, as a step program (`contracts.StepProgram`).
+
+The same step as `BoltzmannPath.transition_` followed by its `weight_update_` (block Gibbs with the odd layers summed
+out, `kernels.block_gibbs`), written with the inverse temperatures as float64 tensors on the device so that a CUDA
+graph can capture many steps (`step_programs`). With base biases c, the model's biases b, d = b - c and the
+weight scale s, the chain at beta has logits
+
+    z_l(beta) = c_l + beta (d_l + s a_l),   a_l = x_{l-1} W_{l-1} + x_{l+1} W_l^T  (the unscaled input),
+
+and log f_beta(x_even) = sum_even z_l . x_l (with a_l = 0) + sum_odd sum_j softplus(z_lj(beta)). One step from beta to
+beta' samples every odd layer from p = sigmoid(z(beta)) (carried from the last weight update), every even layer
+that is not clamped given them, recomputes the odd inputs, and adds the log-weight increment
+
+    (beta' - beta) sum_even d_l . x_l + sum_odd sum_j [softplus(z_lj(beta')) - softplus(z_lj(beta))],
+
+each odd unit's difference as -log1p(expm1(-dz) sigmoid(z')) where |dz| = |(beta' - beta)(d + s a)| <= 1 (the
+accurate form for the small steps of a long schedule), as the difference of the softplus functions elsewhere; the
+sum over units in float64, and sigmoid(z(beta')) kept for the next step. The states stay in the model's dtype; the
+products run in it (`products='model'`) or, for float32 models on CUDA, on bfloat16 copies of the states times the
+weights split into bfloat16 terms (`products='half-split'`, `kernels.split_products`).
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from raise_eval.kernels.block_gibbs import BoltzmannState
+from raise_eval.kernels.split_products import HALF, SplitWeight, out_dtype_products_available, terms_needed
+
+
+def _probs_(acc: Tensor, base: Tensor, drift: Tensor, scale: float, beta: Tensor) -> Tensor:
+    """acc <- sigmoid(c + beta (d + s acc)), in place."""
+    if scale != 1.0:
+        acc.mul_(scale)
+    acc.add_(drift)
+    return torch.addcmul(base, acc, beta, out=acc).sigmoid_()
+
+
+def _odd_logits(inputs: Tensor, base: Tensor, drift: Tensor, scale: float, beta: Tensor, probs: Tensor):
+    """(d + s u, z(beta) = c + beta (d + s u)), with sigmoid(z(beta)) written into `probs`: the one formula of an
+    odd layer's probabilities, at a run's start and in every weight update (so a continued run has the same bits)."""
+    g = torch.add(drift, inputs, alpha=scale)
+    z = torch.addcmul(base, g, beta)
+    torch.sigmoid(z, out=probs)
+    return g, z
+
+
+def _odd_update(
+    inputs: Tensor, base: Tensor, drift: Tensor, scale: float, beta_from: Tensor, beta_to: Tensor, probs: Tensor
+) -> Tensor:
+    """sum_j softplus(z_j(beta_to)) - softplus(z_j(beta_from)) in float64, shaped (N,), with sigmoid(z(beta_to))
+    written into `probs` (module docstring)."""
+    g, z_to = _odd_logits(inputs, base, drift, scale, beta_to, probs)
+    dz = g.mul_(beta_to - beta_from)
+    small = torch.expm1(-dz).mul_(probs).log1p_().neg_()
+    large = F.softplus(z_to).sub_(F.softplus(z_to.sub_(dz)))
+    return torch.where(dz.abs_() <= 1.0, small, large).sum(-1, dtype=torch.float64)
+
+
+def _even_term(x: Tensor, drift: Tensor) -> Tensor:
+    """d . x in float64, shaped (N,) (x binary: each product exact, summed in float64)."""
+    return (x * drift).sum(-1, dtype=torch.float64)
+
+
+def _compiled(fuse: str):
+    if fuse != "compile":
+        return _probs_, _odd_update, _even_term
+
+    def probs(acc, base, drift, scale, beta):
+        return acc.copy_(torch.sigmoid(base + beta.to(acc.dtype) * (drift + scale * acc)))
+
+    def odd_update(inputs, base, drift, scale, beta_from, beta_to, probs_out):
+        g = drift + scale * inputs
+        b0, b1 = beta_from.to(g.dtype), beta_to.to(g.dtype)
+        z_to = base + b1 * g
+        p = torch.sigmoid(z_to)
+        probs_out.copy_(p)
+        dz = (beta_to - beta_from).to(g.dtype) * g
+        small = -torch.log1p(torch.expm1(-dz) * p)
+        large = F.softplus(z_to) - F.softplus(base + b0 * g)
+        return torch.where(dz.abs() <= 1.0, small, large).sum(-1, dtype=torch.float64)
+
+    options = {"fullgraph": True, "dynamic": False}
+    return torch.compile(probs, **options), torch.compile(odd_update, **options), torch.compile(_even_term, **options)
+
+
+class BinaryGibbsProgram:
+    """Block Gibbs annealing on `path` (a `paths.boltzmann.BoltzmannPath`) as a step program.
+
+    Args:
+        path: the geometric path (model, base biases, clamped even layers).
+        products: 'model' or 'half-split' (module docstring).
+        fuse: 'none' or 'compile' (the elementwise work through torch.compile).
+    """
+
+    def __init__(self, path, products: str = "model", fuse: str = "none"):
+        model = path.model
+        self.path = path
+        self.device, self.dtype = model.device, model.dtype
+        self.num_layers = model.num_layers
+        self.scale = float(model.weight_scale)
+        self.base = [c.contiguous() for c in path.base_biases]
+        self.drift = [(b - c).contiguous() for b, c in zip(model.biases, path.base_biases)]
+        self.odd = list(range(1, self.num_layers, 2))
+        self.sampled_even = [l for l in range(0, self.num_layers, 2) if l not in path.clamped]
+        self.half = products == "half-split"
+        if self.half:
+            if self.dtype != torch.float32 or self.device.type != "cuda":
+                raise ValueError(
+                    f"products='half-split' needs a float32 model on a CUDA device; this one is {self.dtype} on "
+                    f"{self.device} (use products='model')"
+                )
+            if not out_dtype_products_available(self.device):
+                raise ValueError(
+                    "products='half-split' needs torch.mm(..., out_dtype=torch.float32) for bfloat16 matrices, which "
+                    f"this torch ({torch.__version__}) lacks on {self.device} (use products='model')"
+                )
+            self.terms = terms_needed(model.weights)
+            self.split = [SplitWeight(w, self.terms) for w in model.weights]
+        else:
+            self.terms = 1
+            self.weights = list(model.weights)
+        self._probs_, self._odd_update, self._even_term = _compiled(fuse)
+
+    # ------------------------------------------------------------------ state
+    def begin(self, state: BoltzmannState, log_weights: Optional[Tensor], beta: float) -> None:
+        """Load `state` (not modified) and the log-weights to accumulate into (float64 shaped like the state's batch;
+        zeros when None; a given tensor is added to in place, as `anneal` does), at inverse temperature `beta`."""
+        first = next(x for x in state.layers if x is not None)
+        self.batch_shape = first.shape[:-1]
+        rows = first.reshape(-1, first.shape[-1]).shape[0]
+        sizes = [None] * self.num_layers
+
+        def flat(x: Tensor) -> Tensor:
+            return x.reshape(-1, x.shape[-1]).clone(memory_format=torch.contiguous_format)
+
+        self.layers = [None if x is None else flat(x) for x in state.layers]
+        self.inputs = [None if u is None else flat(u) for u in state.odd_inputs]
+        for l in range(self.num_layers):
+            sizes[l] = (self.layers[l] if l % 2 == 0 else self.inputs[l]).shape[-1]
+        self.sizes = sizes
+        self.probs = [None if u is None else torch.empty_like(u) for u in self.inputs]
+        self.uniform = [torch.empty(rows, n, dtype=self.dtype, device=self.device) for n in sizes]
+        self.acc = [torch.empty(rows, n, dtype=self.dtype, device=self.device) for n in sizes]
+        if self.half:
+            self.operand = [torch.empty(rows, self.terms * n, dtype=HALF, device=self.device) for n in sizes]
+            for l in range(0, self.num_layers, 2):
+                self._refresh_operand(l, self.layers[l])
+        else:  # the even layers multiply as they are; the odd samples get buffers of their own
+            self.operand = [self.layers[l] if l % 2 == 0 else torch.empty_like(self.inputs[l]) for l in range(len(sizes))]
+        if log_weights is None:
+            log_weights = torch.zeros(self.batch_shape, dtype=torch.float64, device=self.device)
+        self.log_weights = log_weights
+        self._flat_log_weights = log_weights.view(-1)
+        beta_t = torch.tensor(beta, dtype=torch.float64, device=self.device)
+        for l in self.odd:
+            _odd_logits(self.inputs[l], self.base[l], self.drift[l], self.scale, beta_t, self.probs[l])
+
+    def _refresh_operand(self, l: int, x: Tensor) -> None:
+        rows, n = x.shape
+        self.operand[l].view(rows, self.terms, n).copy_(x.unsqueeze(1).expand(rows, self.terms, n))
+
+    def state(self, beta: float) -> BoltzmannState:
+        """The chains' state (views of the program's tensors, batch-shaped), with the odd layers' probabilities at
+        `beta` (the inverse temperature of the last step's end)."""
+        shape = self.batch_shape
+
+        def view(x):
+            return None if x is None else x.view(*shape, x.shape[-1])
+
+        state = BoltzmannState(tuple(map(view, self.layers)), tuple(map(view, self.inputs)), tuple(map(view, self.probs)))
+        return state._replace(probs_key=self.path.probs_key(beta, state))
+
+    # ------------------------------------------------------------------ products
+    def _product(self, l: int, into: int, out: Tensor, accumulate: bool) -> Tensor:
+        """out (+)= x_l W (into = l + 1) or x_l W^T (into = l - 1), for the sampled layer l."""
+        w = min(l, into)
+        forward = into > l
+        if self.half:
+            matrix = self.split[w].forward if forward else self.split[w].backward
+            if accumulate:
+                return torch.addmm(out, self.operand[l], matrix, out_dtype=torch.float32, out=out)
+            return torch.mm(self.operand[l], matrix, out_dtype=torch.float32, out=out)
+        matrix = self.weights[w] if forward else self.weights[w].t()
+        if accumulate:
+            return torch.addmm(out, self.operand[l], matrix, out=out)
+        return torch.mm(self.operand[l], matrix, out=out)
+
+    def _neighbour_input(self, l: int, out: Tensor) -> Tensor:
+        first = True
+        for n in (l - 1, l + 1):
+            if 0 <= n < self.num_layers:
+                self._product(n, l, out, accumulate=not first)
+                first = False
+        return out
+
+    def _sample(self, l: int, probs: Tensor, generator: torch.Generator) -> None:
+        """Layer l's sample from `probs` into its state (even) and its product operand."""
+        if l % 2 == 0:
+            target = self.layers[l]
+        else:
+            target = self.uniform[l] if self.half else self.operand[l]
+        torch.rand(target.shape, generator=generator, dtype=target.dtype, device=self.device, out=target)
+        target.lt_(probs)
+        if self.half:
+            self._refresh_operand(l, target)
+
+    # ------------------------------------------------------------------ the step
+    def step(self, beta_from: Tensor, beta_to: Tensor, generator: torch.Generator) -> None:
+        """One transition at beta_from and the weight update to beta_to (0-d float64 tensors on the device)."""
+        for l in self.odd:
+            self._sample(l, self.probs[l], generator)
+        for l in self.sampled_even:
+            acc = self._neighbour_input(l, self.acc[l])
+            self._sample(l, self._probs_(acc, self.base[l], self.drift[l], self.scale, beta_from), generator)
+        for l in self.odd:
+            self._neighbour_input(l, self.inputs[l])
+        lw = self._flat_log_weights
+        delta = beta_to - beta_from
+        for l in range(0, self.num_layers, 2):
+            lw.addcmul_(self._even_term(self.layers[l], self.drift[l]), delta)
+        for l in self.odd:
+            lw.add_(self._odd_update(self.inputs[l], self.base[l], self.drift[l], self.scale, beta_from, beta_to, self.probs[l]))

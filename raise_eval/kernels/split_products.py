@@ -1,0 +1,73 @@
+"""Matrix products of binary states in half precision, with the weights split into bfloat16 terms.
+
+A state of 0s and 1s (or -1s and 1s) is exact in bfloat16, and a bfloat16 tensor-core product accumulates in float32,
+so x W equals x W' with float32 accumulation, where W' = W_1 + ... + W_n is the sum of the bfloat16 terms of W:
+W_1 = bf16(W), W_2 = bf16(W - W_1), ... Three terms hold a float32 weight exactly (8 significant bits each, the
+exponent range of float32), except for weights so small that a term underflows; the products then run on the
+tensor cores, several times faster than float32's. The n products are one: the state repeated n times along its
+units, [x, ..., x] (B, n m), times the terms stacked, [W_1; ...; W_n] (n m, k).
+
+What remains, W - W', is computed exactly in float64 (`split_error_bound`): for states in {0, 1} or {-1, 1},
+|x (W - W') y| <= sum_ij |W - W'|_ij, so every log-density the products enter (a joint's, or a marginal's with some
+layers summed out: softplus is 1-Lipschitz) moves by at most s B, s the weight scale, B that sum over the weight
+matrices; log Z by at most the same, and a log-likelihood by at most twice it. The estimators report it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+HALF = torch.bfloat16
+MAX_TERMS = 3
+
+
+def split_terms(weight: Tensor, terms: int = MAX_TERMS) -> list[Tensor]:
+    """The bfloat16 terms W_1, ..., W_terms of `weight` (each shaped like it), greedy: each the rounding of what the
+    ones before left."""
+    rest = weight.double()
+    out = []
+    for _ in range(terms):
+        term = rest.to(HALF)
+        out.append(term)
+        rest = rest - term.double()
+    return out
+
+
+def split_error_bound(weights: Sequence[Tensor], scale: float = 1.0, terms: int = MAX_TERMS) -> float:
+    """|s| sum over the weight matrices of sum_ij |W - (W_1 + ... + W_terms)|, in float64: the largest change the
+    split products can make to a log-density of binary (0/1 or +-1) states (module docstring)."""
+    total = 0.0
+    for w in weights:
+        residual = w.double() - sum(t.double() for t in split_terms(w, terms))
+        total += float(residual.abs().sum())
+    return abs(float(scale)) * total
+
+
+def terms_needed(weights: Sequence[Tensor]) -> int:
+    """The fewest terms (at most MAX_TERMS) whose split of every weight matrix is exact; MAX_TERMS where none is."""
+    for terms in range(1, MAX_TERMS + 1):
+        if split_error_bound(weights, 1.0, terms) == 0.0:
+            return terms
+    return MAX_TERMS
+
+
+def out_dtype_products_available(device: torch.device) -> bool:
+    """Whether torch multiplies bfloat16 matrices into a float32 result on `device` (aten::mm's out_dtype)."""
+    try:
+        a = torch.ones(2, 2, dtype=HALF, device=device)
+        return torch.mm(a, a, out_dtype=torch.float32).dtype == torch.float32
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
+
+
+class SplitWeight:
+    """One weight matrix W (m, k) ready for x W (x: (B, terms m), the state repeated) and y W^T (y: (B, terms k))."""
+
+    def __init__(self, weight: Tensor, terms: int):
+        parts = split_terms(weight, terms)
+        self.terms = terms
+        self.forward = torch.cat(parts, 0).contiguous()  # (terms m, k)
+        self.backward = torch.cat([p.t() for p in parts], 0).contiguous()  # (terms k, m)

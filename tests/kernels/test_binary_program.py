@@ -1,0 +1,154 @@
+"""The step program of binary Boltzmann paths (`kernels.binary_program`, run by `step_programs`), on the CPU.
+
+On CUDA the program runs many steps per CUDA graph (tests/test_cuda.py checks that there); here it runs eagerly
+(programs='always'), which checks its arithmetic and distributions: the weight update against the path's own
+log-density ratio (exact, to float64 rounding), then unbiasedness at K = 1, 2, 3 where off-by-one errors show (4-sigma
+checks, tests/statistics.py: about 6e-5 false alarms per z-score, about 40 z-scores here), then bits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from raise_eval import BoltzmannPath, ais, anneal, exact, linear_schedule, raise_log_likelihood
+from raise_eval.kernels.binary_program import BinaryGibbsProgram
+from raise_eval.kernels.split_products import split_error_bound, split_terms, terms_needed
+from raise_eval.step_programs import LoopOptions, current_loop_options, loop_options
+from tests.statistics import assert_unbiased
+
+CHAINS = 200_000
+
+
+def _gen(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+@pytest.mark.parametrize("betas", [(0.0, 1.0), (0.3, 0.3004), (1.0, 0.0), (0.9, 0.2)], ids=str)
+def test_the_weight_update_is_the_paths_log_density_ratio(tiny_rbm, tiny_dbm, betas):
+    """One step's log-weight increment equals log f_b1(x) - log f_b0(x) of the state it leaves, for steps with |dz|
+    above and below 1 (both forms of the softplus difference)."""
+    for model, clamped in ((tiny_rbm, ()), (tiny_dbm, ()), (tiny_dbm, (0,))):
+        path = BoltzmannPath(model, clamped=clamped)
+        state = path.sample_initial(500, _gen(1))
+        program = BinaryGibbsProgram(path)
+        program.begin(state, None, betas[0])
+        b0, b1 = (torch.tensor(b, dtype=torch.float64) for b in betas)
+        program.step(b0, b1, _gen(2))
+        after = program.state(betas[1])
+        expected = path.log_density_ratio(after, *betas)
+        assert torch.allclose(program.log_weights, expected, rtol=0, atol=1e-9)
+        if clamped:
+            assert torch.equal(after.layers[0], state.layers[0])
+
+
+def test_the_carried_probabilities_are_the_paths(tiny_dbm):
+    path = BoltzmannPath(tiny_dbm)
+    program = BinaryGibbsProgram(path)
+    program.begin(path.sample_initial(50, _gen(3)), None, 0.0)
+    program.step(torch.tensor(0.0, dtype=torch.float64), torch.tensor(0.4, dtype=torch.float64), _gen(4))
+    state = program.state(0.4)
+    at = path.at(0.4)
+    for l in range(1, tiny_dbm.num_layers, 2):
+        assert torch.allclose(state.odd_probs[l], at.layer_probs(state.layers, l, state.odd_inputs[l]), atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_rbm_ais_and_raise_are_unbiased(tiny_rbm, train_vectors, k):
+    from raise_eval import data_base_rates
+
+    path = BoltzmannPath(tiny_rbm, data_base_rates(tiny_rbm, train_vectors))
+    betas = linear_schedule(k)
+    with loop_options(programs="always"):
+        result = ais(path, betas, CHAINS, generator=_gen(k))
+        v = exact.binary_configurations(8)[[0, 37, 200, 255]]
+        raised = raise_log_likelihood(path, v, betas, CHAINS, generator=_gen(10 + k))
+    assert_unbiased(result.log_weights, exact.log_partition(tiny_rbm))
+    p_ann = exact.annealing_model_marginal(tiny_rbm, path.base_biases, betas)
+    assert_unbiased(raised.log_weights, torch.log(p_ann[exact.configuration_index(v)]))
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_dbm_ais_and_heating_raise_are_unbiased(tiny_dbm, k):
+    path = BoltzmannPath(tiny_dbm)
+    betas = linear_schedule(k)
+    v = exact.binary_configurations(tiny_dbm.n_visible)[[0, 5, -3, -1]]
+    with loop_options(programs="always"):
+        result = ais(path, betas, CHAINS, generator=_gen(100 + k))
+        raised = raise_log_likelihood(path, v, betas, CHAINS, generator=_gen(200 + k))
+    assert raised.start == "heating"
+    assert_unbiased(result.log_weights, exact.log_partition(tiny_dbm))
+    p_ann = exact.annealing_model_marginal(tiny_dbm, path.base_biases, betas)
+    assert_unbiased(raised.log_weights, torch.log(p_ann[exact.configuration_index(v)]))
+
+
+def test_same_seed_same_bits_and_a_continued_run_is_the_uninterrupted_one(tiny_dbm):
+    path = BoltzmannPath(tiny_dbm)
+    betas = linear_schedule(12)
+    start = path.sample_initial(300, _gen(5))
+
+    def run(seed, **kwargs):
+        with loop_options(programs="always"):
+            return anneal(path, start, betas, generator=_gen(seed), **kwargs)
+
+    (s1, w1), (s2, w2), (_, w3) = run(1), run(1), run(2)
+    assert torch.equal(w1, w2) and torch.equal(s1.layers[0], s2.layers[0]) and not torch.equal(w1, w3)
+    saved = {}
+
+    def keep(step, state, log_weights):
+        if step == 5:
+            saved.update(state=path.clone_state(state), log_weights=log_weights.clone(), generator=gen.get_state())
+
+    gen = _gen(1)
+    with loop_options(programs="always"):
+        anneal(path, start, betas, generator=gen, on_step=keep)
+        gen.set_state(saved["generator"])
+        s4, w4 = anneal(path, saved["state"], betas, generator=gen, log_weights=saved["log_weights"], start_step=5)
+    assert torch.equal(w4, w1) and torch.equal(s4.layers[2], s1.layers[2])
+
+
+def test_the_start_state_is_left_alone_and_a_kernel_or_info_takes_the_eager_loop(tiny_rbm):
+    path = BoltzmannPath(tiny_rbm)
+    start = path.sample_initial(20, _gen(6))
+    before = start.layers[0].clone()
+    calls = []
+
+    def kernel(state, beta, generator):
+        calls.append(beta)
+        return path.transition(state, beta, generator)
+
+    with loop_options(programs="always"):
+        anneal(path, start, linear_schedule(3), generator=_gen(7))
+        anneal(path, start, linear_schedule(3), generator=_gen(7), kernel=kernel)
+    assert torch.equal(start.layers[0], before) and len(calls) == 3
+
+
+def test_programs_run_where_the_options_say():
+    assert not current_loop_options().runs_on(torch.device("cpu")) or current_loop_options().programs == "always"
+    assert LoopOptions().runs_on(torch.device("cuda")) and not LoopOptions().runs_on(torch.device("cpu"))
+    assert LoopOptions(programs="always").runs_on(torch.device("cpu"))
+    assert not LoopOptions(programs="never").runs_on(torch.device("cuda"))
+    with pytest.raises(ValueError, match="products must be one of model, half-split; got 'fp8'"):
+        LoopOptions(products="fp8")
+    with pytest.raises(ValueError, match="steps_per_graph must be a non-negative integer"):
+        LoopOptions(steps_per_graph=-1)
+    with loop_options(steps_per_graph=4) as options:
+        assert current_loop_options() is options and options.steps_per_graph == 4
+    assert current_loop_options().steps_per_graph == LoopOptions().steps_per_graph
+
+
+def test_half_split_products_are_refused_off_cuda_naming_the_setting(tiny_rbm):
+    with pytest.raises(ValueError, match="products='half-split' needs a float32 model on a CUDA device"):
+        BinaryGibbsProgram(BoltzmannPath(tiny_rbm.to(dtype=torch.float32)), products="half-split")
+
+
+def test_three_bfloat16_terms_hold_float32_weights_exactly():
+    g = _gen(8)
+    w = torch.randn(300, 200, generator=g) * torch.logspace(-6, 2, 200)
+    terms = split_terms(w, 3)
+    assert all(t.dtype == torch.bfloat16 for t in terms)
+    assert torch.equal(sum(t.double() for t in terms), w.double())
+    assert split_error_bound([w], 1.0, 3) == 0.0 and terms_needed([w]) == 3
+    one = split_error_bound([w], 2.0, 1)
+    assert one == pytest.approx(2.0 * float((w.double() - w.to(torch.bfloat16).double()).abs().sum()))
+    assert 0 < split_error_bound([w], 1.0, 2) < one
