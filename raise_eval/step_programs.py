@@ -97,7 +97,8 @@ def _capture(program, steps: int, generator: torch.Generator, stream) -> tuple[A
     """A CUDA graph of `steps` program steps reading their betas from a window (float64, steps + 1) on the device."""
     window = torch.zeros(steps + 1, dtype=torch.float64, device=program.device)
     graph = torch.cuda.CUDAGraph()
-    if generator is not torch.cuda.default_generators[program.device.index or 0]:
+    index = program.device.index if program.device.index is not None else torch.cuda.current_device()
+    if generator is not torch.cuda.default_generators[index]:
         graph.register_generator_state(generator)  # the default generator is registered by capture itself
     with torch.cuda.graph(graph, stream=stream):
         for i in range(steps):

@@ -165,6 +165,97 @@ def benchmark(
     return result
 
 
+# ------------------------------------------------------------------------------------------- CUDA loops
+CUDA_LOOPS = {
+    "eager loop": {"programs": "never"},
+    "step program, graphs": {},
+    "graphs, half-split products": {"products": "half-split"},
+    "graphs, compiled elementwise": {"fuse": "compile"},
+    "graphs, half-split, compiled": {"products": "half-split", "fuse": "compile"},
+}
+
+
+def benchmark_cuda(device, chains: int, steps: int, repeats: int, dtype: torch.dtype, model_path=None) -> dict:
+    """Milliseconds per AIS step on CUDA for each way of running the loop (CUDA_LOOPS), each the marginal cost of a
+    step: (time of 5 * steps - time of steps) / (4 * steps), so that what a run pays once (a graph's capture, the
+    first eager step) is left out; and the bare products: two float32 torch.mm, and the two half-split products
+    (bfloat16 states times the stacked bfloat16 terms of W, `kernels.split_products`)."""
+    from raise_eval.kernels.split_products import HALF, SplitWeight, out_dtype_products_available
+    from raise_eval.step_programs import loop_options
+
+    g = torch.Generator(device=device).manual_seed(0)
+    model = make_rbm(model_path, g, dtype, device)
+    path = BoltzmannPath(model)
+    state = path.sample_initial(chains, g)
+    n_visible, n_hidden = model.layer_sizes
+    v = state.visible.contiguous()
+    h = (torch.rand(chains, n_hidden, generator=g, device=device, dtype=dtype) < 0.5).to(dtype)
+    W = model.W
+    loops = dict(CUDA_LOOPS)
+    split = dtype == torch.float32 and out_dtype_products_available(device)
+    if not split:
+        loops = {k: o for k, o in loops.items() if o.get("products") != "half-split"}
+
+    def ais(options, n):
+        def run():
+            with loop_options(**options):
+                anneal(path, state, linear_schedule(n), generator=g)
+
+        return run
+
+    def bare(n):
+        def run():
+            for _ in range(n):
+                torch.mm(h, W.t())
+                torch.mm(v, W)
+
+        return run
+
+    runs = {}
+    for name, options in loops.items():
+        runs[name] = (ais(options, steps), ais(options, 5 * steps))
+    runs["bare torch.mm products"] = (bare(steps), bare(5 * steps))
+    if split:
+        sw = SplitWeight(W, 3)
+        hs, vs = h.to(HALF).repeat(1, 3), v.to(HALF).repeat(1, 3)
+
+        def bare_split(n):
+            def run():
+                for _ in range(n):
+                    torch.mm(hs, sw.backward, out_dtype=torch.float32)
+                    torch.mm(vs, sw.forward, out_dtype=torch.float32)
+
+            return run
+
+        runs["bare half-split products"] = (bare_split(steps), bare_split(5 * steps))
+    failed = {}
+    for name, pair in list(runs.items()):  # warm up (compiles, cuBLAS heuristics); a loop that cannot run is named
+        try:
+            for fn in pair:
+                fn()
+        except Exception as e:  # noqa: BLE001 (a benchmark reports what failed and goes on)
+            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            del runs[name]
+    times = {name: [] for name in runs}
+    for _ in range(repeats):
+        for name, (short, long) in runs.items():
+            seconds = []
+            for fn in (short, long):
+                _sync(device)
+                start = time.perf_counter()
+                fn()
+                _sync(device)
+                seconds.append(time.perf_counter() - start)
+            times[name].append((seconds[1] - seconds[0]) / (4 * steps))
+    ms = {k: 1e3 * statistics.median(t) for k, t in times.items()}
+    ratios = {}
+    for name in runs:
+        if name in loops:
+            r = sorted(a / b for a, b in zip(times[name], times["bare torch.mm products"]))
+            ratios[name] = (statistics.median(r), r[0], r[-1])
+    return {"device": str(device), "ms": ms, "ratios": ratios, "failed": failed}
+
+
 # ------------------------------------------------------------------------------------------- breakdown
 _PRODUCTS_LABEL = "raise_eval::products"
 _NATIVE_LABEL = "raise_eval::native elementwise"
@@ -298,6 +389,21 @@ def main(argv=None) -> None:
     headline = None
     for name in args.devices:
         device = torch.device(name)
+        if device.type == "cuda":
+            r = benchmark_cuda(device, args.chains, args.steps, args.repeats, dtype, args.model)
+            print(f"{r['device']} ({torch.cuda.get_device_name(device)}), ms per step (marginal: runs of "
+                  f"{5 * args.steps} less runs of {args.steps} steps):")  # fmt: skip
+            for label, ms in r["ms"].items():
+                if label in r["ratios"]:
+                    med, lo, hi = r["ratios"][label]
+                    print(f"  AIS step, {label:30s} {ms:7.3f} ms: step / bare torch.mm {med:5.2f} ({lo:.2f}-{hi:.2f})")
+                else:
+                    print(f"  {label:40s} {ms:7.3f} ms")
+            for label, why in r["failed"].items():
+                print(f"  {label}: could not run ({why})")
+            if headline is None and "step program, graphs" in r["ratios"]:
+                headline = (r["device"], "step program, graphs", r["ratios"]["step program, graphs"][0])
+            continue
         for threads in args.threads if device.type == "cpu" else [torch.get_num_threads()]:
             torch.set_num_threads(threads)
             meter = LoadMeter()
@@ -350,7 +456,8 @@ def main(argv=None) -> None:
             )
     print(f"load average after: {loadavg()}")
     device, threads, ratio = headline
-    print(f"ratio (AIS step / bare torch.mm products, {device}, {threads} thread(s), median): {ratio:.2f}")
+    how = threads if isinstance(threads, str) else f"{threads} thread(s)"
+    print(f"ratio (AIS step / bare torch.mm products, {device}, {how}, median): {ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# The GPU checks, as one script for a lent GPU machine: the CUDA test module (exact answers and unbiasedness with
-# the model, states and generator on the GPU), the command line on CUDA for each kind of committed model, the AIS step
-# against its bare products, a paper-scale run (AIS with 5,000 chains and RAISE on 100 test vectors x 50 chains at
-# K = 100,000 on the shared 784-500 RBM) and BDMC on CUDA against the machine's CPU at equal settings.
+# The GPU checks, as one script for a lent GPU machine (about 6 minutes on an H200): the CUDA test module (exact
+# answers and unbiasedness with the model, states and generator on the GPU, the step programs in CUDA graphs of every
+# size that leaves a boundary, half-split products and compiled elementwise work), the AIS step against its bare
+# products for each way of running the loop (scripts/benchmark_gibbs.py --devices cuda), the paper-scale run (AIS with
+# 5,000 chains and RAISE on 100 test vectors x 50 chains at K = 100,000 on the shared 784-500 RBM) with the eager loop
+# as before step programs (--loop eager), with step programs (the default) and with half-split products, a DBM on
+# CUDA (heating RAISE through the programs), and, unless SKIP_BDMC=1, BDMC on CUDA against the machine's CPUs.
 #
 #   bash scripts/check_gpu.sh DATA_DIR OUT_DIR
 #
@@ -28,23 +31,28 @@ step() {  # step NAME LIMIT_S COMMAND...
 }
 
 step environment 60 bash -c "nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv; \
-  python3 -c 'import torch; print(torch.__version__, torch.cuda.get_device_name(0))'; nproc"
+  python3 -c 'import torch, triton; print(torch.__version__, torch.cuda.get_device_name(0), \"triton\", triton.__version__)'; nproc"
 step install 90 python3 -m pip install -q --no-deps --no-build-isolation -e .
-step test_cuda 150 env RAISE_EVAL_TEST_DEVICE=cuda python3 -m pytest tests/test_cuda.py -q -rs -p no:cacheprovider
+step test_cuda 300 env RAISE_EVAL_TEST_DEVICE=cuda python3 -m pytest tests/test_cuda.py -q -rs -p no:cacheprovider \
+  --durations=5
 step cli_default 45 raise-eval evaluate checkpoints/rbm_digits_64-16.pt --device cuda --no-progress
 for chains in 1000 5000; do
-  step "benchmark_gibbs_$chains" 45 python3 scripts/benchmark_gibbs.py --devices cuda --chains "$chains"
+  step "benchmark_gibbs_$chains" 120 python3 scripts/benchmark_gibbs.py --devices cuda --chains "$chains" --steps 100 \
+    --repeats 5
 done
-step paper_scale_rbm 200 raise-eval evaluate "$DATA/rbm_mnist_sgd_grosse_salakhutdinov_2015.npz" --device cuda \
-  --data "$DATA/mnist_test.npz" --train-data "$DATA/mnist_train.npz" --steps 100000 --ais-chains 5000 \
-  --raise-examples 100 --raise-chains 50 --exact never --no-progress --json "$OUT/paper_scale_rbm.json"
-step cli_dbn_heated 60 raise-eval evaluate checkpoints/dbn_mnist_500-2000.pt --device cuda --data "$DATA/mnist_test.npz" \
-  --train-data "$DATA/mnist_train.npz" --steps 100 --raise-examples 100 --raise-chains 20 --log-f ais \
-  --log-f-steps 20 --log-f-chains 5 --no-progress
-step cli_spin 45 raise-eval evaluate checkpoints/spin_binarized_mnist_784-20.pt --device cuda \
-  --data "$DATA/mnist_test.npz" --train-data "$DATA/mnist_train.npz" --steps 1000 --no-progress
-for device in cuda cpu; do
-  step "bdmc_$device" 60 raise-eval bdmc checkpoints/vae_mnist_z10.pt --device "$device" --examples 20 --chains 10 \
-    --steps 1000 --iwae 1 100 --no-progress --json "$OUT/bdmc_$device.json"
-done
+PAPER=(evaluate "$DATA/rbm_mnist_sgd_grosse_salakhutdinov_2015.npz" --device cuda --data "$DATA/mnist_test.npz"
+  --train-data "$DATA/mnist_train.npz" --steps 100000 --ais-chains 5000 --raise-examples 100 --raise-chains 50
+  --exact never --no-progress)
+step paper_scale_eager 120 raise-eval "${PAPER[@]}" --loop eager --json "$OUT/paper_scale_eager.json"
+step paper_scale_graphs 120 raise-eval "${PAPER[@]}" --json "$OUT/paper_scale_graphs.json"
+step paper_scale_half_split 90 raise-eval "${PAPER[@]}" --gpu-products half-split \
+  --json "$OUT/paper_scale_half_split.json"
+step cli_dbm 60 raise-eval evaluate checkpoints/dbm_mnist_20-500.pt --device cuda --data "$DATA/mnist_test.npz" \
+  --train-data "$DATA/mnist_train.npz" --steps 10000 --raise-examples 100 --raise-chains 20 --exact never --no-progress
+if [ "${SKIP_BDMC:-0}" != 1 ]; then
+  for device in cuda cpu; do
+    step "bdmc_$device" 60 raise-eval bdmc checkpoints/vae_mnist_z10.pt --device "$device" --examples 20 --chains 10 \
+      --steps 1000 --iwae 1 100 --no-progress --json "$OUT/bdmc_$device.json"
+  done
+fi
 printf '%s\n' "${SUMMARY[@]}" | tee -a "$LOG"

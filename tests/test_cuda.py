@@ -177,3 +177,97 @@ def test_same_seed_same_bits(tiny_dbm):
 
     (a1, r1), (a2, r2), (a3, _) = run(1), run(1), run(2)
     assert torch.equal(a1, a2) and torch.equal(r1, r2) and not torch.equal(a1, a3)
+
+
+# ----------------------------------------------------------------------------------------------- step programs
+# On CUDA the steps of binary Boltzmann paths run as step programs, many per CUDA graph (`raise_eval.step_programs`);
+# the checks above take them at the default graph size (32 steps: K = 50 runs one graph). These take them at graph
+# sizes that leave every kind of boundary (graphs of 1, 2 and 3 steps at K = 1, 2, 3 and 7: the first step eager,
+# whole graphs, an eager remainder), with the products in the model's dtype and split into bfloat16 terms.
+GRAPHS = pytest.mark.skipif(torch.device(DEVICE).type != "cuda", reason="CUDA graphs need a CUDA device")
+
+
+@GRAPHS
+@pytest.mark.parametrize("products", ["model", "half-split"])
+@pytest.mark.parametrize("per_graph", [1, 2, 3])
+@pytest.mark.parametrize("k", [1, 2, 3, 7])
+def test_graphs_of_steps_are_unbiased(tiny_rbm, tiny_dbm, train_vectors, k, per_graph, products):
+    from raise_eval.kernels.split_products import out_dtype_products_available
+    from raise_eval.step_programs import loop_options
+
+    if products == "half-split" and not out_dtype_products_available(torch.device(DEVICE)):
+        pytest.skip(f"torch {torch.__version__} has no bfloat16 products into float32 (mm's out_dtype)")
+
+    betas = linear_schedule(k)
+    with loop_options(steps_per_graph=per_graph, products=products):
+        rbm = tiny_rbm.to(dtype=torch.float32)
+        path = BoltzmannPath(_on_device(rbm, torch.float32), data_base_rates(rbm, train_vectors.float()))
+        assert_unbiased(_cpu(ais(path, betas, CHAINS, generator=_generator(300 + k)).log_weights),
+                        exact.log_partition(rbm))  # fmt: skip
+        v = exact.binary_configurations(8)[[0, 37, 200, 255]]
+        cpu_path = BoltzmannPath(rbm, [b.cpu() for b in path.base_biases])
+        p_ann = exact.annealing_model_marginal(rbm, cpu_path.base_biases, betas)
+        result = raise_log_likelihood(path, v.to(DEVICE, torch.float32), betas, CHAINS, generator=_generator(400 + k))
+        assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
+        dbm = tiny_dbm.to(dtype=torch.float32)
+        path = BoltzmannPath(_on_device(dbm, torch.float32))
+        assert_unbiased(_cpu(ais(path, betas, CHAINS, generator=_generator(500 + k)).log_weights),
+                        exact.log_partition(dbm))  # fmt: skip
+        v = _test_vectors(dbm.n_visible)
+        p_ann = exact.annealing_model_marginal(dbm, BoltzmannPath(dbm).base_biases, betas)
+        result = raise_log_likelihood(path, v.to(DEVICE, torch.float32), betas, CHAINS, generator=_generator(600 + k))
+        assert result.start == "heating"
+        assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
+
+
+@GRAPHS
+def test_a_graph_draws_what_the_same_steps_draw_eagerly(tiny_dbm):
+    """The generator's semantics in a graph: the same seed gives the same bits with graphs of 4 steps, of 7, and with
+    the program run eagerly (the graph registers the generator; each replay takes the next random numbers)."""
+    from raise_eval.step_programs import loop_options
+
+    path = BoltzmannPath(_on_device(tiny_dbm, torch.float32))
+    betas = linear_schedule(30)
+    runs = []
+    for per_graph in (0, 4, 7, 4):
+        with loop_options(steps_per_graph=per_graph):
+            generator = _generator(9)
+            weights = ais(path, betas, 5_000, generator=generator).log_weights
+            runs.append((weights, torch.rand(3, generator=generator, device=DEVICE)))
+    for weights, after in runs[1:]:
+        assert torch.equal(weights, runs[0][0]) and torch.equal(after, runs[0][1])
+
+
+@GRAPHS
+def test_half_split_products_are_the_float32_weights_times_the_states():
+    """x W through three bfloat16 terms equals x W in float64 to float32 accumulation (the split is exact)."""
+    from raise_eval import RBM
+    from raise_eval.kernels.binary_program import BinaryGibbsProgram
+
+    from raise_eval.kernels.split_products import out_dtype_products_available
+
+    if not out_dtype_products_available(torch.device(DEVICE)):
+        pytest.skip(f"torch {torch.__version__} has no bfloat16 products into float32 (mm's out_dtype)")
+    g = _generator(5)
+    model = RBM.random(784, 500, weight_std=0.05, generator=g, dtype=torch.float32, device=DEVICE)
+    path = BoltzmannPath(model)
+    program = BinaryGibbsProgram(path, products="half-split")
+    program.begin(path.sample_initial(64, g), None, 0.5)
+    x = program.layers[0]
+    out = torch.empty(64, 500, device=DEVICE)
+    program._product(0, 1, out, accumulate=False)
+    reference = x.double() @ model.weights[0].double()
+    scale = (x.double() @ model.weights[0].double().abs()).max()
+    assert float((out.double() - reference).abs().max()) <= 1e-6 * float(scale)
+
+
+@GRAPHS
+@pytest.mark.parametrize("k", [2, 7])
+def test_compiled_elementwise_work_is_unbiased(tiny_rbm, k):
+    from raise_eval.step_programs import loop_options
+
+    rbm = tiny_rbm.to(dtype=torch.float32)
+    path = BoltzmannPath(_on_device(rbm, torch.float32))
+    with loop_options(steps_per_graph=3, fuse="compile"):
+        result = ais(path, linear_schedule(k), CHAINS, generator=_generator(700 + k))
+    assert_unbiased(_cpu(result.log_weights), exact.log_partition(rbm))

@@ -38,7 +38,7 @@ from raise_eval.evaluation.plan import plan_loop_options
 from raise_eval.models.boltzmann import products
 from raise_eval.paths.posterior import posterior_path
 from raise_eval.runtime.sharding import raise_vectors_per_shard
-from raise_eval.step_programs import loop_options
+from raise_eval.step_programs import current_loop_options, loop_options
 from raise_eval.schedules import linear_schedule
 from raise_eval.settings import Named
 
@@ -88,18 +88,24 @@ class _StepClock:
         stamps = self.stamps.setdefault(phase, [])
 
         def stamp(step: int, state, log_weights) -> None:
-            stamps.append(self.now())
+            stamps.append((step, self.now()))
 
         return stamp
 
     def step_seconds(self, phase: str) -> float:
         """Mean seconds of a step of `phase`, the first left out: a new batch's first step pays once for what the
         others reuse (the kernels chosen for its shapes, the first touch of its memory; a whole run's first step
-        too, but that is one step in thousands)."""
-        times = [self.looping[phase], *self.stamps[phase]]
-        if len(times) > 2:
-            times = times[1:]
-        return (times[-1] - times[0]) / (len(times) - 1)
+        too, but that is one step in thousands). A step program on CUDA reports once per graph of steps
+        (`annealing.anneal`'s on_step): the first graph, which pays for its capture, is left out too."""
+        stamps = self.stamps[phase]
+        first_step = stamps[0][0] - 1 if stamps else 0
+        points = [(first_step, self.looping[phase]), *stamps]
+        spans = [(s1 - s0, t1 - t0) for (s0, t0), (s1, t1) in zip(points, points[1:])]
+        if len(spans) > 1:
+            spans = spans[1:]
+        if len(spans) > 1 and spans[0][0] > 1:
+            spans = spans[1:]
+        return sum(t for _, t in spans) / sum(n for n, _ in spans)
 
     def start_seconds(self, phase: str, first: Optional[str] = None) -> float:
         """Seconds from the start of phase `first` (default `phase`) to `phase`'s loop: drawing the start."""
@@ -329,6 +335,19 @@ def estimate_cost(plan, *, budget: float = TIMING_BUDGET) -> CostEstimate:
         return _estimate(plan, budget)
 
 
+def _graph_steps(plan) -> dict[str, int]:
+    """The steps to time for the stages (AIS, RAISE) whose path runs as a step program in CUDA graphs: the first
+    eager step and three graphs."""
+    options = current_loop_options()
+    per_graph = options.steps_per_graph
+    if plan.model.device.type != "cuda" or not per_graph or plan.path.step_program(options) is None:
+        return {}
+    steps = {"ais": 1 + 3 * per_graph}
+    if plan.family != "DBN":  # a DBN's RAISE anneals its posterior path, which has no program
+        steps["raise"] = 1 + 3 * per_graph
+    return steps
+
+
 def _estimate(plan, budget: float) -> CostEstimate:
     begin = time.perf_counter()
     stages = [replace(s) for s in (plan.cost.stages if getattr(plan, "cost", None) is not None else plan_memory(plan))]
@@ -336,9 +355,12 @@ def _estimate(plan, budget: float) -> CostEstimate:
     timers = _timers(plan, generator)
     for t in timers.values():
         t.fit_fixed_cost = plan.model.device.type != "cpu"
+    # Stages that run as step programs in CUDA graphs are timed over graphs (the first eager step, the first graph
+    # with its capture, then the graphs that count): a few eager steps would price the launches a graph saves.
+    graphed = _graph_steps(plan)
     with torch.no_grad():
-        for t in timers.values():
-            t.measure(t.probe, PROBE_STEPS)
+        for name, t in timers.items():
+            t.measure(t.probe, graphed.get(name, PROBE_STEPS))
         predicted = {name: t.seconds() for name, t in timers.items()}
         total = sum(predicted.values())
         allowed = min(budget, TIMING_FRACTION * total)
@@ -349,13 +371,13 @@ def _estimate(plan, budget: float) -> CostEstimate:
             share = 0.5 * predicted[name] / total + 0.5 / len(timers)
             batch = int(allowed * share / (TIMED_STEPS * t.per_step + t.start_scales * t.per_start))
             # at least twice the first batch, so that the two timings separate a step's fixed cost (`_Timer`)
-            t.measure(min(max(batch, 2 * t.batch), t.full), TIMED_STEPS)
+            t.measure(min(max(batch, 2 * t.batch), t.full), graphed.get(name, TIMED_STEPS))
             wider = min(WIDER_FACTOR * t.batch, t.full)
             wider_limit = min(WIDER_TIMING_LIMIT, WIDER_TIMING_FRACTION * total)
             if wider > t.batch and TIMED_STEPS * t.per_step * wider <= wider_limit:
                 # a batch several times larger: the line through the smallest and the largest timing is then
                 # decided by the cost of the batch, not by noise in the small timing
-                t.measure(wider, TIMED_STEPS)
+                t.measure(wider, graphed.get(name, TIMED_STEPS))
         exact_seconds = _exact_seconds(plan) if plan.use_exact else None
     for s in stages:
         s.seconds = exact_seconds if s.name == "exact" else timers[s.name].seconds() if s.name in timers else 0.0

@@ -125,6 +125,9 @@ class BinaryGibbsProgram:
             self.terms = 1
             self.weights = list(model.weights)
         self._probs_, self._odd_update, self._even_term = _compiled(fuse)
+        # compiled functions get betas of their own (aligned, never views): a view of the schedule or of a graph's
+        # window would be another input to the compiler's guards, and a recompilation cannot happen inside a capture
+        self._own_betas = fuse == "compile"
 
     # ------------------------------------------------------------------ state
     def begin(self, state: BoltzmannState, log_weights: Optional[Tensor], beta: float) -> None:
@@ -212,6 +215,8 @@ class BinaryGibbsProgram:
     # ------------------------------------------------------------------ the step
     def step(self, beta_from: Tensor, beta_to: Tensor, generator: torch.Generator) -> None:
         """One transition at beta_from and the weight update to beta_to (0-d float64 tensors on the device)."""
+        if self._own_betas:
+            beta_from, beta_to = beta_from.clone(), beta_to.clone()
         for l in self.odd:
             self._sample(l, self.probs[l], generator)
         for l in self.sampled_even:
