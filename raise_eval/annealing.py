@@ -225,7 +225,7 @@ def _schedule(betas: Tensor, start_step: int, log_weights: Optional[Tensor]) -> 
 def _run_program(program, path, state, betas, *, generator, progress, desc, log_weights, start_step, on_step):
     """`anneal` through the path's step program (`step_programs`): the same steps, many per CUDA graph."""
     beta_list, num_steps = _schedule(betas, start_step, log_weights)
-    program.begin(state, log_weights, beta_list[start_step])
+    program.begin(state, log_weights, beta_list[start_step], num_steps - start_step)
 
     def check(values: Tensor, steps: tuple[int, int]) -> None:
         check_log_weights(values, desc, steps=steps, num_steps=num_steps)

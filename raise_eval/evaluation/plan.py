@@ -200,6 +200,7 @@ def plan_evaluation(
     test_data = _as_test_tensor(model, test_data)
     family = model_family(model)
     annealed = model.top if family == "DBN" else model
+    _check_gpu_products(settings, annealed)
     cost = exact_mod.exact_cost(model, 1)
     needed = max(cost.log_z_units, cost.log_f_units)
     if settings.exact == "always" and not cost.enumerable:
@@ -302,6 +303,23 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         out["schedule_betas"] = list(s.betas)  # a named schedule is its name and K: not these
     out.update(labels or {})
     return out
+
+
+def _check_gpu_products(settings, model) -> None:
+    """Refuse half-split products where no step program would use them, naming the setting."""
+    if settings.gpu_products != "half-split":
+        return
+    where = None
+    if model.typed_layers:
+        where = "a model of typed layers (its annealing has no step program yet)"
+    elif model.device.type != "cuda":
+        where = f"a run on {model.device} (they are for CUDA: add --device cuda)"
+    elif model.dtype != torch.float32:
+        where = f"a {str(model.dtype).replace('torch.', '')} model (they hold float32 weights: use --dtype float32)"
+    elif settings.loop == "eager":
+        where = "{loop} eager (the eager loop multiplies in the model's dtype)"
+    if where is not None:
+        raise SettingsError(f"{{gpu_products}} half-split has nothing to compute in {where}", ("gpu_products",))
 
 
 def plan_loop_options(settings) -> dict[str, Any]:

@@ -168,6 +168,7 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             _resume_settings(all_settings, model, test, plan.path, betas),
             interval=plan.settings.resume_interval,
             context={"threads": torch.get_num_threads(), "torch": str(torch.__version__), "raise_eval": __version__},
+            older_settings=_settings_before_step_programs,
         )
         for change in store.context_changes:
             notes.append(f"resumed with {change}: the continued run is bit-identical only where these agree")
@@ -340,6 +341,13 @@ def _note_a_forced_route_unused(all_settings: dict, notes: list[str]) -> None:
             f"the {route} route ({source}) computes {_ROUTE_TAKES.get(route, 'other products')}, and this run's "
             f"products ({dtypes}) are not: torch.mm ran them all"
         )
+
+
+def _settings_before_step_programs(old: dict) -> dict[str, Any]:
+    """What a resume file written before --loop and --gpu-products existed ran with: the eager loop (which `auto`
+    still is off CUDA) and products in the model's dtype."""
+    on_cuda = str(old.get("device", "")).startswith("cuda")
+    return {"loop": "eager" if on_cuda else "auto", "gpu_products": "model"}
 
 
 def _resume_settings(all_settings: dict, model, test: Tensor, path: BoltzmannPath, betas) -> dict[str, Any]:

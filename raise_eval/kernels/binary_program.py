@@ -22,6 +22,7 @@ weights split into bfloat16 terms (`products='half-split'`, `kernels.split_produ
 
 from __future__ import annotations
 
+import warnings
 from typing import Optional
 
 import torch
@@ -66,26 +67,43 @@ def _even_term(x: Tensor, drift: Tensor) -> Tensor:
     return (x * drift).sum(-1, dtype=torch.float64)
 
 
-def _compiled(fuse: str):
-    if fuse != "compile":
-        return _probs_, _odd_update, _even_term
+def _sample_even_fused(x: Tensor, acc: Tensor, base: Tensor, drift: Tensor, scale: float, beta: Tensor, uniform):
+    """x <- 1{uniform < sigmoid(c + beta (d + s acc))}: an even layer's sample in one pass (when compiled)."""
+    z = base + beta.to(acc.dtype) * (drift + scale * acc)
+    x.copy_((uniform < torch.sigmoid(z)).to(x.dtype))
 
-    def probs(acc, base, drift, scale, beta):
-        return acc.copy_(torch.sigmoid(base + beta.to(acc.dtype) * (drift + scale * acc)))
 
-    def odd_update(inputs, base, drift, scale, beta_from, beta_to, probs_out):
+def _update_fused(log_weights: Tensor, evens: list, odds: list, scale: float, beta_from: Tensor, beta_to: Tensor):
+    """The weight update (module docstring) added to `log_weights` in place, the odd layers' sigmoid(z(beta_to))
+    written into their probability buffers: evens holds (x, d) of every even layer, odds (u, c, d, probs) of every
+    odd one. One expression, which torch.compile fuses into a few kernels."""
+    delta = beta_to - beta_from
+    total = None
+    for x, drift in evens:
+        term = (x * drift).sum(-1, dtype=torch.float64) * delta
+        total = term if total is None else total + term
+    for inputs, base, drift, probs in odds:
         g = drift + scale * inputs
-        b0, b1 = beta_from.to(g.dtype), beta_to.to(g.dtype)
-        z_to = base + b1 * g
+        z_to = base + beta_to.to(g.dtype) * g
         p = torch.sigmoid(z_to)
-        probs_out.copy_(p)
-        dz = (beta_to - beta_from).to(g.dtype) * g
+        probs.copy_(p)
+        dz = delta.to(g.dtype) * g
         small = -torch.log1p(torch.expm1(-dz) * p)
-        large = F.softplus(z_to) - F.softplus(base + b0 * g)
-        return torch.where(dz.abs() <= 1.0, small, large).sum(-1, dtype=torch.float64)
+        large = F.softplus(z_to) - F.softplus(base + beta_from.to(g.dtype) * g)
+        total = total + torch.where(dz.abs() <= 1.0, small, large).sum(-1, dtype=torch.float64)
+    log_weights.add_(total)
 
-    options = {"fullgraph": True, "dynamic": False}
-    return torch.compile(probs, **options), torch.compile(odd_update, **options), torch.compile(_even_term, **options)
+
+FUSED = {"none": None, "fused": (_sample_even_fused, _update_fused)}
+
+
+def _fused(fuse: str):
+    """The fused functions of `fuse`: None ('none': the unfused ops), as they are ('fused', for tests), or compiled
+    ('compile': symbolic sizes, so that one compilation serves every batch and layer width)."""
+    if fuse == "compile":
+        options = {"fullgraph": True, "dynamic": True}
+        return tuple(torch.compile(f, **options) for f in FUSED["fused"])
+    return FUSED[fuse]
 
 
 class BinaryGibbsProgram:
@@ -94,7 +112,8 @@ class BinaryGibbsProgram:
     Args:
         path: the geometric path (model, base biases, clamped even layers).
         products: 'model' or 'half-split' (module docstring).
-        fuse: 'none' or 'compile' (the elementwise work through torch.compile).
+        fuse: 'none' (one op at a time), 'compile' (the elementwise work of a step in a few kernels by torch.compile)
+            or 'fused' (the functions compile would compile, run as they are: for tests).
     """
 
     def __init__(self, path, products: str = "model", fuse: str = "none"):
@@ -124,15 +143,14 @@ class BinaryGibbsProgram:
         else:
             self.terms = 1
             self.weights = list(model.weights)
-        self._probs_, self._odd_update, self._even_term = _compiled(fuse)
-        # compiled functions get betas of their own (aligned, never views): a view of the schedule or of a graph's
-        # window would be another input to the compiler's guards, and a recompilation cannot happen inside a capture
-        self._own_betas = fuse == "compile"
+        self.fuse = fuse
+        self.note: Optional[str] = None  # why 'auto' fusion was not taken, where it failed
 
     # ------------------------------------------------------------------ state
-    def begin(self, state: BoltzmannState, log_weights: Optional[Tensor], beta: float) -> None:
+    def begin(self, state: BoltzmannState, log_weights: Optional[Tensor], beta: float, steps: int = 0) -> None:
         """Load `state` (not modified) and the log-weights to accumulate into (float64 shaped like the state's batch;
-        zeros when None; a given tensor is added to in place, as `anneal` does), at inverse temperature `beta`."""
+        zeros when None; a given tensor is added to in place, as `anneal` does), at inverse temperature `beta`, for a
+        run of `steps` steps (which decides 'auto' fusion)."""
         first = next(x for x in state.layers if x is not None)
         self.batch_shape = first.shape[:-1]
         rows = first.reshape(-1, first.shape[-1]).shape[0]
@@ -162,6 +180,33 @@ class BinaryGibbsProgram:
         beta_t = torch.tensor(beta, dtype=torch.float64, device=self.device)
         for l in self.odd:
             _odd_logits(self.inputs[l], self.base[l], self.drift[l], self.scale, beta_t, self.probs[l])
+        self._choose_fusion(rows * steps, beta_t)
+
+    def _choose_fusion(self, chain_steps: int, beta: Tensor) -> None:
+        """Set the fused functions: with 'auto', compiled where the run is long enough (`LoopOptions.fuse_for`) and
+        they compile here, on scratch copies of this run's tensors (a failure is noted, and the ops run unfused)."""
+        from raise_eval.step_programs import LoopOptions
+
+        fuse = LoopOptions(fuse=self.fuse).fuse_for(self.device, chain_steps) if self.fuse == "auto" else self.fuse
+        self._fused = _fused(fuse)
+        # compiled functions get betas of their own (aligned, never views): a view of the schedule or of a graph's
+        # window would be another input to the compiler's guards, and a recompilation cannot happen inside a capture
+        self._own_betas = fuse == "compile"
+        if fuse != "compile":
+            return
+        try:  # compile now, outside any capture
+            for l in self.sampled_even:
+                self._fused[0](self.layers[l].clone(), self.acc[l], self.base[l], self.drift[l], self.scale, beta.clone(),
+                               self.uniform[l])  # fmt: skip
+            evens = [(self.layers[l], self.drift[l]) for l in range(0, self.num_layers, 2)]
+            odds = [(self.inputs[l], self.base[l], self.drift[l], self.probs[l].clone()) for l in self.odd]
+            self._fused[1](self._flat_log_weights.clone(), evens, odds, self.scale, beta.clone(), beta.clone())
+        except Exception as e:  # noqa: BLE001 (any compiler failure: the unfused ops compute the same)
+            if self.fuse != "auto":
+                raise
+            self.note = f"the fused elementwise work did not compile ({type(e).__name__}: {e}); it ran unfused"
+            warnings.warn(self.note, RuntimeWarning, stacklevel=2)
+            self._fused, self._own_betas = None, False
 
     def _refresh_operand(self, l: int, x: Tensor) -> None:
         rows, n = x.shape
@@ -221,12 +266,24 @@ class BinaryGibbsProgram:
             self._sample(l, self.probs[l], generator)
         for l in self.sampled_even:
             acc = self._neighbour_input(l, self.acc[l])
-            self._sample(l, self._probs_(acc, self.base[l], self.drift[l], self.scale, beta_from), generator)
+            if self._fused is None:
+                self._sample(l, _probs_(acc, self.base[l], self.drift[l], self.scale, beta_from), generator)
+            else:
+                uniform = self.uniform[l]
+                torch.rand(uniform.shape, generator=generator, dtype=uniform.dtype, device=self.device, out=uniform)
+                self._fused[0](self.layers[l], acc, self.base[l], self.drift[l], self.scale, beta_from, uniform)
+                if self.half:
+                    self._refresh_operand(l, self.layers[l])
         for l in self.odd:
             self._neighbour_input(l, self.inputs[l])
         lw = self._flat_log_weights
+        if self._fused is not None:
+            evens = [(self.layers[l], self.drift[l]) for l in range(0, self.num_layers, 2)]
+            odds = [(self.inputs[l], self.base[l], self.drift[l], self.probs[l]) for l in self.odd]
+            self._fused[1](lw, evens, odds, self.scale, beta_from, beta_to)
+            return
         delta = beta_to - beta_from
         for l in range(0, self.num_layers, 2):
-            lw.addcmul_(self._even_term(self.layers[l], self.drift[l]), delta)
+            lw.addcmul_(_even_term(self.layers[l], self.drift[l]), delta)
         for l in self.odd:
-            lw.add_(self._odd_update(self.inputs[l], self.base[l], self.drift[l], self.scale, beta_from, beta_to, self.probs[l]))
+            lw.add_(_odd_update(self.inputs[l], self.base[l], self.drift[l], self.scale, beta_from, beta_to, self.probs[l]))

@@ -40,7 +40,7 @@ import time
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
@@ -115,8 +115,15 @@ class ResumeFile:
     """
 
     def __init__(
-        self, path, settings: dict[str, Any], interval: float = DEFAULT_INTERVAL, context: Optional[dict] = None
+        self,
+        path,
+        settings: dict[str, Any],
+        interval: float = DEFAULT_INTERVAL,
+        context: Optional[dict] = None,
+        older_settings: Optional[Callable[[dict], dict]] = None,
     ):
+        """`older_settings(old)`: the values of settings added since a file was written, as the run that wrote it
+        ran (e.g. the eager loop before step programs existed), for a file that lacks them."""
         if not interval >= 0:
             raise SettingsError(f"the resume interval must be a number of seconds >= 0, got {interval!r}")
         self.path = Path(path)
@@ -153,6 +160,8 @@ class ResumeFile:
                     "name another file"
                 )
             old = loaded.get("settings", {})
+            if older_settings is not None:
+                old = {**older_settings(old), **old}
             differ = [
                 _difference(k, old.get(k), self.settings.get(k))
                 for k in sorted(set(old) | set(self.settings))

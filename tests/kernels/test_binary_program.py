@@ -24,14 +24,15 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
+@pytest.mark.parametrize("fuse", ["none", "fused"])
 @pytest.mark.parametrize("betas", [(0.0, 1.0), (0.3, 0.3004), (1.0, 0.0), (0.9, 0.2)], ids=str)
-def test_the_weight_update_is_the_paths_log_density_ratio(tiny_rbm, tiny_dbm, betas):
+def test_the_weight_update_is_the_paths_log_density_ratio(tiny_rbm, tiny_dbm, betas, fuse):
     """One step's log-weight increment equals log f_b1(x) - log f_b0(x) of the state it leaves, for steps with |dz|
     above and below 1 (both forms of the softplus difference)."""
     for model, clamped in ((tiny_rbm, ()), (tiny_dbm, ()), (tiny_dbm, (0,))):
         path = BoltzmannPath(model, clamped=clamped)
         state = path.sample_initial(500, _gen(1))
-        program = BinaryGibbsProgram(path)
+        program = BinaryGibbsProgram(path, fuse=fuse)
         program.begin(state, None, betas[0])
         b0, b1 = (torch.tensor(b, dtype=torch.float64) for b in betas)
         program.step(b0, b1, _gen(2))
@@ -53,13 +54,14 @@ def test_the_carried_probabilities_are_the_paths(tiny_dbm):
         assert torch.allclose(state.odd_probs[l], at.layer_probs(state.layers, l, state.odd_inputs[l]), atol=1e-12)
 
 
+@pytest.mark.parametrize("fuse", ["none", "fused"])
 @pytest.mark.parametrize("k", [1, 2, 3])
-def test_rbm_ais_and_raise_are_unbiased(tiny_rbm, train_vectors, k):
+def test_rbm_ais_and_raise_are_unbiased(tiny_rbm, train_vectors, k, fuse):
     from raise_eval import data_base_rates
 
     path = BoltzmannPath(tiny_rbm, data_base_rates(tiny_rbm, train_vectors))
     betas = linear_schedule(k)
-    with loop_options(programs="always"):
+    with loop_options(programs="always", fuse=fuse):
         result = ais(path, betas, CHAINS, generator=_gen(k))
         v = exact.binary_configurations(8)[[0, 37, 200, 255]]
         raised = raise_log_likelihood(path, v, betas, CHAINS, generator=_gen(10 + k))
@@ -68,12 +70,13 @@ def test_rbm_ais_and_raise_are_unbiased(tiny_rbm, train_vectors, k):
     assert_unbiased(raised.log_weights, torch.log(p_ann[exact.configuration_index(v)]))
 
 
+@pytest.mark.parametrize("fuse", ["none", "fused"])
 @pytest.mark.parametrize("k", [1, 3])
-def test_dbm_ais_and_heating_raise_are_unbiased(tiny_dbm, k):
+def test_dbm_ais_and_heating_raise_are_unbiased(tiny_dbm, k, fuse):
     path = BoltzmannPath(tiny_dbm)
     betas = linear_schedule(k)
     v = exact.binary_configurations(tiny_dbm.n_visible)[[0, 5, -3, -1]]
-    with loop_options(programs="always"):
+    with loop_options(programs="always", fuse=fuse):
         result = ais(path, betas, CHAINS, generator=_gen(100 + k))
         raised = raise_log_likelihood(path, v, betas, CHAINS, generator=_gen(200 + k))
     assert raised.start == "heating"
@@ -128,6 +131,9 @@ def test_programs_run_where_the_options_say():
     assert LoopOptions().runs_on(torch.device("cuda")) and not LoopOptions().runs_on(torch.device("cpu"))
     assert LoopOptions(programs="always").runs_on(torch.device("cpu"))
     assert not LoopOptions(programs="never").runs_on(torch.device("cuda"))
+    assert LoopOptions().fuse_for(torch.device("cpu"), 10**12) == "none"
+    assert LoopOptions().fuse_for(torch.device("cuda"), 1000) == "none"
+    assert LoopOptions(fuse="compile").fuse_for(torch.device("cpu"), 1) == "compile"
     with pytest.raises(ValueError, match="products must be one of model, half-split; got 'fp8'"):
         LoopOptions(products="fp8")
     with pytest.raises(ValueError, match="steps_per_graph must be a non-negative integer"):
@@ -152,3 +158,13 @@ def test_three_bfloat16_terms_hold_float32_weights_exactly():
     one = split_error_bound([w], 2.0, 1)
     assert one == pytest.approx(2.0 * float((w.double() - w.to(torch.bfloat16).double()).abs().sum()))
     assert 0 < split_error_bound([w], 1.0, 2) < one
+
+
+def test_half_split_products_where_nothing_would_use_them_are_refused_naming_the_setting(tiny_rbm):
+    from raise_eval.evaluation.plan import _check_gpu_products
+    from raise_eval.evaluation.settings import EvaluateSettings
+    from raise_eval.settings import SettingsError
+
+    with pytest.raises(SettingsError, match="gpu_products half-split has nothing to compute in a run on cpu"):
+        _check_gpu_products(EvaluateSettings(gpu_products="half-split"), tiny_rbm.to(dtype=torch.float32))
+    _check_gpu_products(EvaluateSettings(), tiny_rbm)  # the default computes in the model's dtype anywhere
