@@ -6,6 +6,7 @@
 # 5,000 chains and RAISE on 100 test vectors x 50 chains at K = 100,000 on the shared 784-500 RBM) with the eager loop
 # as before step programs (--loop eager), with step programs (the default) and with half-split products, a DBM on
 # CUDA (heating RAISE through the programs), and, unless SKIP_BDMC=1, BDMC on CUDA against the machine's CPUs.
+# PAPER_RUNS="default" (say) runs only those of the paper-scale runs (eager, default, half_split).
 #
 #   bash scripts/check_gpu.sh DATA_DIR OUT_DIR
 #
@@ -43,10 +44,14 @@ done
 PAPER=(evaluate "$DATA/rbm_mnist_sgd_grosse_salakhutdinov_2015.npz" --device cuda --data "$DATA/mnist_test.npz"
   --train-data "$DATA/mnist_train.npz" --steps 100000 --ais-chains 5000 --raise-examples 100 --raise-chains 50
   --exact never --no-progress)
-step paper_scale_eager 120 raise-eval "${PAPER[@]}" --loop eager --json "$OUT/paper_scale_eager.json"
-step paper_scale_graphs 120 raise-eval "${PAPER[@]}" --json "$OUT/paper_scale_graphs.json"
-step paper_scale_half_split 90 raise-eval "${PAPER[@]}" --gpu-products half-split \
-  --json "$OUT/paper_scale_half_split.json"
+for run in ${PAPER_RUNS:-eager default half_split}; do  # PAPER_RUNS: some of these, to spend less device time
+  case $run in
+    eager) step paper_scale_eager 120 raise-eval "${PAPER[@]}" --loop eager --json "$OUT/paper_scale_eager.json" ;;
+    default) step paper_scale_default 120 raise-eval "${PAPER[@]}" --json "$OUT/paper_scale_default.json" ;;
+    half_split) step paper_scale_half_split 120 raise-eval "${PAPER[@]}" --gpu-products half-split \
+      --json "$OUT/paper_scale_half_split.json" ;;
+  esac
+done
 step cli_dbm 60 raise-eval evaluate checkpoints/dbm_mnist_20-500.pt --device cuda --data "$DATA/mnist_test.npz" \
   --train-data "$DATA/mnist_train.npz" --steps 10000 --raise-examples 100 --raise-chains 20 --exact never --no-progress
 if [ "${SKIP_BDMC:-0}" != 1 ]; then
