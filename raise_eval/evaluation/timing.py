@@ -332,7 +332,11 @@ def estimate_cost(plan, *, budget: float = TIMING_BUDGET) -> CostEstimate:
     count. The plan and its random streams are left as they were.
     """
     with products.forced_route(plan.settings.product_route), loop_options(**plan_loop_options(plan.settings)):
-        return _estimate(plan, budget)
+        # the timed steps fuse their elementwise work as the run's long stages will ('auto' decides by a run's
+        # length, and the timings are short)
+        chains = max(plan.ais_chains, min(plan.raise_examples, plan.n_test) * plan.raise_chains)
+        with loop_options(fuse=current_loop_options().fuse_for(plan.model.device, chains * plan.steps)):
+            return _estimate(plan, budget)
 
 
 def _graph_steps(plan) -> dict[str, int]:
