@@ -8,6 +8,8 @@ these members, never for a class by name.
 - `GeometricPath`: the path of a Boltzmann machine (binary or typed layers) from an independent base, with every
   member the estimators, evaluation, resume and the adaptive schedules use.
 - `ChainState`: what a resume file saves of a Boltzmann chain and rebuilds (`runtime.resume`).
+- `StepProgram`: a path's step with the betas as device tensors, which `anneal` runs many steps per CUDA graph
+  (`step_programs`); `GeometricPath.step_program` offers one, or None.
 - `TransitionKernel`: (state, beta, generator) -> state, p_beta-invariant and reversible; an `InfoKernel` also
   reports per-step diagnostics (acceptance rates and the like) in a `KernelInfo`, as BlackJAX's step returns
   (state, info): the info travels beside the state, never inside it.
@@ -128,6 +130,33 @@ class GeometricPath(AnnealingPath[S], Protocol[S]):
 
     def clone_state(self, state: S) -> S:
         """A copy of `state` in new tensors that `transition_` and `weight_update_` may overwrite."""
+        ...
+
+    def step_program(self, options: Any) -> Optional[StepProgram]:
+        """The path's transition and weight update as a `StepProgram` where `options`
+        (`step_programs.LoopOptions`) run one on the model's device, else None (the eager loop serves)."""
+        ...
+
+
+@runtime_checkable
+class StepProgram(Protocol):
+    """A path's annealing step written with the inverse temperatures as 0-d float64 tensors on the device, holding the
+    chains' state in tensors of its own, so that `step_programs.run_program` can capture many steps in one CUDA graph.
+    `anneal` runs it in place of `transition_` and `weight_update_`: the same chain and weights."""
+
+    device: torch.device
+    log_weights: Tensor  # float64, the state's batch shape: accumulated in place
+
+    def begin(self, state: Any, log_weights: Optional[Tensor], beta: float, steps: int = 0) -> None:
+        """Load `state` (not modified) and the log-weights to add to, at `beta`, for a run of `steps` steps."""
+        ...
+
+    def step(self, beta_from: Tensor, beta_to: Tensor, generator: torch.Generator) -> None:
+        """One transition at beta_from and the weight update to beta_to, in place, every draw from `generator`."""
+        ...
+
+    def state(self, beta: float) -> Any:
+        """The chains' state as the path's state type (at `beta`, the last step's end)."""
         ...
 
 

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The GPU checks, as one script for a lent GPU machine (about 6 minutes on an H200): the CUDA test module (exact
+# The GPU checks, as one script for a lent GPU machine (about 8 minutes on an H200): the CUDA test module (exact
 # answers and unbiasedness with the model, states and generator on the GPU, the step programs in CUDA graphs of every
 # size that leaves a boundary, half-split products and compiled elementwise work), the AIS step against its bare
 # products for each way of running the loop (scripts/benchmark_gibbs.py --devices cuda), the paper-scale run (AIS with
 # 5,000 chains and RAISE on 100 test vectors x 50 chains at K = 100,000 on the shared 784-500 RBM) with the eager loop
-# as before step programs (--loop eager), with step programs (the default) and with half-split products, a DBM on
+# as before step programs (--loop eager), with step programs (the default), with their elementwise work compiled
+# (--gpu-fuse compile) and with half-split products too, a DBM on
 # CUDA (heating RAISE through the programs), and, unless SKIP_BDMC=1, BDMC on CUDA against the machine's CPUs.
-# PAPER_RUNS="default" (say) runs only those of the paper-scale runs (eager, default, half_split).
+# PAPER_RUNS="default compile" (say) runs only those of the paper-scale runs (eager, default, compile, half_split).
 #
 #   bash scripts/check_gpu.sh DATA_DIR OUT_DIR
 #
@@ -44,11 +45,13 @@ done
 PAPER=(evaluate "$DATA/rbm_mnist_sgd_grosse_salakhutdinov_2015.npz" --device cuda --data "$DATA/mnist_test.npz"
   --train-data "$DATA/mnist_train.npz" --steps 100000 --ais-chains 5000 --raise-examples 100 --raise-chains 50
   --exact never --no-progress)
-for run in ${PAPER_RUNS:-eager default half_split}; do  # PAPER_RUNS: some of these, to spend less device time
+for run in ${PAPER_RUNS:-eager default compile half_split}; do  # PAPER_RUNS: some of these, for less device time
   case $run in
     eager) step paper_scale_eager 120 raise-eval "${PAPER[@]}" --loop eager --json "$OUT/paper_scale_eager.json" ;;
     default) step paper_scale_default 120 raise-eval "${PAPER[@]}" --json "$OUT/paper_scale_default.json" ;;
-    half_split) step paper_scale_half_split 120 raise-eval "${PAPER[@]}" --gpu-products half-split \
+    compile) step paper_scale_compile 120 raise-eval "${PAPER[@]}" --gpu-fuse compile \
+      --json "$OUT/paper_scale_compile.json" ;;
+    half_split) step paper_scale_half_split 120 raise-eval "${PAPER[@]}" --gpu-products half-split --gpu-fuse compile \
       --json "$OUT/paper_scale_half_split.json" ;;
   esac
 done

@@ -91,6 +91,13 @@ def test_boltzmann_models_and_their_paths_conform(name, model, family):
     assert log_w.shape == (3,) and log_w.dtype == torch.float64 and bool(torch.isfinite(log_w).all())
     assert path.with_clamped((0,)).clamped == (0,)
     assert path.log_base_prob(state.layers[0], 0).shape == (3,)
+    # a step program where one is written (binary layers), None elsewhere; none where the options run none
+    from raise_eval.step_programs import LoopOptions
+
+    program = path.step_program(LoopOptions(programs="always"))
+    assert (program is None) == model.typed_layers
+    assert program is None or isinstance(program, contracts.StepProgram)
+    assert path.step_program(LoopOptions(programs="never")) is None
 
 
 def test_posterior_paths_conform_and_the_dbn_heating_state_is_what_resume_keeps():

@@ -285,6 +285,7 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         **_product_route(s.product_route),
         "loop": s.loop,
         "gpu_products": s.gpu_products,
+        "gpu_fuse": s.gpu_fuse,
         **_gpu_product_bound(s.gpu_products, plan.path),
         "torch": torch.__version__,
         "data": "",
@@ -323,9 +324,9 @@ def _check_gpu_products(settings, model) -> None:
 
 
 def plan_loop_options(settings) -> dict[str, Any]:
-    """The `step_programs.loop_options` of a run's settings (`loop`, `gpu_products`)."""
+    """The `step_programs.loop_options` of a run's settings (`loop`, `gpu_products`, `gpu_fuse`)."""
     programs = {"auto": "cuda", "eager": "never", "program": "always"}[settings.loop]
-    return {"programs": programs, "products": settings.gpu_products}
+    return {"programs": programs, "products": settings.gpu_products, "fuse": settings.gpu_fuse}
 
 
 def _gpu_product_bound(setting: str, path) -> dict[str, Any]:

@@ -344,10 +344,10 @@ def _note_a_forced_route_unused(all_settings: dict, notes: list[str]) -> None:
 
 
 def _settings_before_step_programs(old: dict) -> dict[str, Any]:
-    """What a resume file written before --loop and --gpu-products existed ran with: the eager loop (which `auto`
+    """What a resume file written before --loop, --gpu-products and --gpu-fuse existed ran with: the eager loop (which `auto`
     still is off CUDA) and products in the model's dtype."""
     on_cuda = str(old.get("device", "")).startswith("cuda")
-    return {"loop": "eager" if on_cuda else "auto", "gpu_products": "model"}
+    return {"loop": "eager" if on_cuda else "auto", "gpu_products": "model", "gpu_fuse": "none"}
 
 
 def _resume_settings(all_settings: dict, model, test: Tensor, path: BoltzmannPath, betas) -> dict[str, Any]:

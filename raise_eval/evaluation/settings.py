@@ -221,6 +221,14 @@ class EvaluateSettings:
         "the split can move any log-density (settings.gpu_product_error_bound, 0 where it is exact)",
         kind="choice", numbers="kept", choices=("model", "half-split"), flag="--gpu-products", group="run",
     )  # fmt: skip
+    gpu_fuse: str = setting(
+        "none",
+        "the elementwise work of a step program on CUDA: none runs it one operation at a time; compile fuses each "
+        "step's into a few kernels with torch.compile (needs Triton; the first compilation in a process takes about "
+        "10 s); auto compiles for runs of at least 2 x 10^8 chain-steps, where that repays it. The same distributions, "
+        "other rounding",
+        kind="choice", numbers="kept", choices=("none", "auto", "compile"), flag="--gpu-fuse", group="run",
+    )  # fmt: skip
     resume_interval: float = setting(
         60.0,
         "with --resume-file: seconds between saves of the annealing state inside a shard. Each save rewrites the "

@@ -144,6 +144,7 @@ class BinaryGibbsProgram:
             self.terms = 1
             self.weights = list(model.weights)
         self.fuse = fuse
+        self.log_weights: Optional[Tensor] = None  # set by `begin`
         self.note: Optional[str] = None  # why 'auto' fusion was not taken, where it failed
 
     # ------------------------------------------------------------------ state

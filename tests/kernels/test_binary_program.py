@@ -131,8 +131,9 @@ def test_programs_run_where_the_options_say():
     assert LoopOptions().runs_on(torch.device("cuda")) and not LoopOptions().runs_on(torch.device("cpu"))
     assert LoopOptions(programs="always").runs_on(torch.device("cpu"))
     assert not LoopOptions(programs="never").runs_on(torch.device("cuda"))
-    assert LoopOptions().fuse_for(torch.device("cpu"), 10**12) == "none"
-    assert LoopOptions().fuse_for(torch.device("cuda"), 1000) == "none"
+    assert LoopOptions().fuse_for(torch.device("cuda"), 10**12) == "none"  # compiling is asked for, not assumed
+    assert LoopOptions(fuse="auto").fuse_for(torch.device("cpu"), 10**12) == "none"
+    assert LoopOptions(fuse="auto").fuse_for(torch.device("cuda"), 1000) == "none"
     assert LoopOptions(fuse="compile").fuse_for(torch.device("cpu"), 1) == "compile"
     with pytest.raises(ValueError, match="products must be one of model, half-split; got 'fp8'"):
         LoopOptions(products="fp8")
