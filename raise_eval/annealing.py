@@ -150,16 +150,17 @@ def anneal(
         (final state, log-weights), the log-weights in float64 shaped B:
         sum_j log f_{beta_{j+1}}(x_j) - log f_{beta_j}(x_j), x_j the state after the j-th transition.
 
-    A path that offers a step program (`contracts.StepProgram`, `path.step_program(options)`) runs through it
-    where `step_programs.current_loop_options()` allows (CUDA by default: many steps per CUDA graph), unless
-    a kernel or `on_info` is given: the same chain and weights, computed by the program.
+    A path that offers a step program (`contracts.StepProgram`, `path.step_program(options)`), or a given kernel
+    that offers one (HMC), runs through it where `step_programs.current_loop_options()` allows (CUDA by default:
+    many steps per CUDA graph), unless `on_info` is given: the same chain and weights, computed by the program.
 
     Raises `NonFiniteLogWeightError` (naming `desc` and the steps) when a log-weight turns NaN or +inf, checked
     every CHECK_EVERY steps and after the last (-inf, a weight of zero, is legitimate).
     """
     program = None
-    if kernel is None and on_info is None and callable(getattr(path, "step_program", None)):
-        program = path.step_program(current_loop_options())  # None where it has none for this model or device
+    owner = path if kernel is None else kernel  # a kernel of the caller's may offer a program of its own (HMC)
+    if on_info is None and callable(getattr(owner, "step_program", None)):
+        program = owner.step_program(current_loop_options())  # None where it has none for this model or device
     if program is not None:
         return _run_program(
             program, path, state, betas, generator=generator, progress=progress, desc=desc,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import os
+import warnings
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
@@ -116,16 +117,29 @@ def loop_options(**overrides: Any):
         _OPTIONS.reset(token)
 
 
-def _capture(program, steps: int, generator: torch.Generator, stream) -> tuple[Any, Tensor]:
-    """A CUDA graph of `steps` program steps reading their betas from a window (float64, steps + 1) on the device."""
-    window = torch.zeros(steps + 1, dtype=torch.float64, device=program.device)
+def schedule_table(program, betas: Tensor) -> tuple[Tensor, ...]:
+    """What each step of `program` reads, one row per beta: (betas,) (float64, K + 1), or the program's own table
+    (`program.schedule(betas)`, e.g. HMC's step sizes beside the betas)."""
+    schedule = getattr(program, "schedule", None)
+    return (betas,) if schedule is None else tuple(schedule(betas))
+
+
+def _rows(table: tuple[Tensor, ...], j: int):
+    """Row j of the table: the betas' entry alone (a 0-d tensor) where the table is the betas alone."""
+    return table[0][j] if len(table) == 1 else tuple(t[j] for t in table)
+
+
+def _capture(program, steps: int, generator: torch.Generator, stream, table) -> tuple[Any, tuple[Tensor, ...]]:
+    """A CUDA graph of `steps` program steps reading their rows of the schedule table from a window (steps + 1 rows)
+    on the device."""
+    window = tuple(torch.zeros((steps + 1, *t.shape[1:]), dtype=t.dtype, device=t.device) for t in table)
     graph = torch.cuda.CUDAGraph()
     index = program.device.index if program.device.index is not None else torch.cuda.current_device()
     if generator is not torch.cuda.default_generators[index]:
         graph.register_generator_state(generator)  # the default generator is registered by capture itself
     with torch.cuda.graph(graph, stream=stream):
         for i in range(steps):
-            program.step(window[i], window[i + 1], generator)
+            program.step(_rows(window, i), _rows(window, i + 1), generator)
     return graph, window
 
 
@@ -153,7 +167,7 @@ def run_program(
     steps, or one eager step)."""
     device = program.device
     num_steps = len(betas) - 1
-    on_device = torch.tensor(betas, dtype=torch.float64, device=device)
+    table = schedule_table(program, torch.tensor(betas, dtype=torch.float64, device=device))
     per_graph = options.steps_per_graph if device.type == "cuda" and can_capture(generator) else 0
     stream = torch.cuda.Stream(device) if per_graph else None
     caller = torch.cuda.current_stream(device) if per_graph else None
@@ -165,15 +179,25 @@ def run_program(
             stream.wait_stream(caller)
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             while done < num_steps:
-                if per_graph and num_steps - done >= per_graph and done > start_step:
+                if per_graph and num_steps - done >= per_graph and done > start_step and graph is None:
                     # (the run's first step is eager: it initialises what capture needs on this stream)
-                    if graph is None:
-                        graph, window = _capture(program, per_graph, generator, stream)
-                    window.copy_(on_device[done : done + per_graph + 1])
+                    try:
+                        graph, window = _capture(program, per_graph, generator, stream, table)
+                    except RuntimeError as e:
+                        # Capture runs nothing: the state and the generator are as they were, and the same steps
+                        # run eagerly (e.g. a user's decoder that reads a value back to the host cannot be captured)
+                        warnings.warn(
+                            f"{desc}: the steps could not be captured in a CUDA graph ({str(e).splitlines()[0]}); "
+                            "they run one at a time", RuntimeWarning, stacklevel=3,
+                        )  # fmt: skip
+                        per_graph = 0
+                if per_graph and num_steps - done >= per_graph and graph is not None:
+                    for w, t in zip(window, table):
+                        w.copy_(t[done : done + per_graph + 1])
                     graph.replay()
                     taken = per_graph
                 else:
-                    program.step(on_device[done], on_device[done + 1], generator)
+                    program.step(_rows(table, done), _rows(table, done + 1), generator)
                     taken = 1
                 done += taken
                 bar.update(taken)

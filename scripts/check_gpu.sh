@@ -6,7 +6,8 @@
 # 5,000 chains and RAISE on 100 test vectors x 50 chains at K = 100,000 on the shared 784-500 RBM) with the eager loop
 # as before step programs (--loop eager), with step programs (the default), with their elementwise work compiled
 # (--gpu-fuse compile) and with half-split products too, a DBM on
-# CUDA (heating RAISE through the programs), and, unless SKIP_BDMC=1, BDMC on CUDA against the machine's CPUs.
+# CUDA (heating RAISE through the programs), and, unless SKIP_BDMC=1, BDMC on CUDA (HMC in CUDA graphs, where
+# RAISE_EVAL_STEP_PROGRAMS=always asks for them, and the eager loop) against the machine's CPUs.
 # PAPER_RUNS="default compile" (say) runs only those of the paper-scale runs (eager, default, compile, half_split).
 #
 #   bash scripts/check_gpu.sh DATA_DIR OUT_DIR
@@ -58,9 +59,11 @@ done
 step cli_dbm 60 raise-eval evaluate checkpoints/dbm_mnist_20-500.pt --device cuda --data "$DATA/mnist_test.npz" \
   --train-data "$DATA/mnist_train.npz" --steps 10000 --raise-examples 100 --raise-chains 20 --exact never --no-progress
 if [ "${SKIP_BDMC:-0}" != 1 ]; then
+  BDMC=(bdmc checkpoints/vae_mnist_z10.pt --examples 20 --chains 10 --steps 1000 --iwae 1 100 --no-progress)
+  step bdmc_cuda_graphs 60 env RAISE_EVAL_STEP_PROGRAMS=always raise-eval "${BDMC[@]}" --device cuda \
+    --json "$OUT/bdmc_cuda_graphs.json"
   for device in cuda cpu; do
-    step "bdmc_$device" 60 raise-eval bdmc checkpoints/vae_mnist_z10.pt --device "$device" --examples 20 --chains 10 \
-      --steps 1000 --iwae 1 100 --no-progress --json "$OUT/bdmc_$device.json"
+    step "bdmc_$device" 60 raise-eval "${BDMC[@]}" --device "$device" --json "$OUT/bdmc_$device.json"
   done
 fi
 printf '%s\n' "${SUMMARY[@]}" | tee -a "$LOG"

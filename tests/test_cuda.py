@@ -271,3 +271,38 @@ def test_compiled_elementwise_work_is_unbiased(tiny_rbm, k):
     with loop_options(steps_per_graph=3, fuse="compile"):
         result = ais(path, linear_schedule(k), CHAINS, generator=_generator(700 + k))
     assert_unbiased(_cpu(result.log_weights), exact.log_partition(rbm))
+
+
+@GRAPHS
+@pytest.mark.parametrize("per_graph", [2, 3])
+@pytest.mark.parametrize("k", [1, 2, 3, 7])
+def test_hmc_in_graphs_is_unbiased_forward_and_reverse(k, per_graph):
+    """BDMC's HMC transitions as a step program in CUDA graphs (asked for with programs='always'), on a linear-Gaussian
+    model written as a user would (an nn.Linear decoder in `DecoderModel`: its forward and backward passes captured),
+    float64: forward weights unbiased for p(x), reverse ones from exact posterior samples for 1/p(x)."""
+    from torch import nn
+
+    from raise_eval import DirectedPath, reverse_ais
+    from raise_eval.kernels import HMCKernel
+    from raise_eval.models import DecoderModel, GaussianPosterior, LinearGaussianModel
+    from raise_eval.step_programs import loop_options
+
+    g = torch.Generator().manual_seed(0)
+    lg = LinearGaussianModel(torch.randn(6, 2, generator=g, dtype=torch.float64) * 0.25,
+                             torch.randn(6, generator=g, dtype=torch.float64), 1.0)  # fmt: skip
+    _, x = lg.sample_joint(3, g)
+    decoder = nn.Linear(2, 6).double()
+    with torch.no_grad():
+        decoder.weight.copy_(lg.W)
+        decoder.bias.copy_(lg.b)
+    model = DecoderModel(decoder.to(DEVICE), latent_dim=2, likelihood="gaussian", scale=1.0).requires_grad_(False)
+    path = DirectedPath(model, x.to(DEVICE))
+    kernel = HMCKernel(path, 0.5, num_leapfrog=3)
+    posterior = GaussianPosterior(lg).sample(x, CHAINS, g).to(DEVICE)
+    with loop_options(programs="always", steps_per_graph=per_graph):
+        forward = ais(path, linear_schedule(k), CHAINS, generator=_generator(800 + k), kernel=kernel)
+        reverse = reverse_ais(path, path.state_from_latents(posterior), linear_schedule(k),
+                              generator=_generator(900 + k), kernel=kernel)  # fmt: skip
+    log_p = lg.log_marginal(x)
+    assert_unbiased(_cpu(forward.log_weights), log_p)
+    assert_unbiased(_cpu(reverse.log_weights), -log_p)

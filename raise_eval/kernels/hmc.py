@@ -60,6 +60,20 @@ class StepSizeSchedule:
         t = min(max((beta - lo) / (hi - lo), 0.0), 1.0) if hi > lo else 0.0
         return torch.lerp(self.log_step_sizes[i], self.log_step_sizes[i + 1], t).exp()
 
+    def at(self, betas: Tensor) -> Tensor:
+        """Step sizes at each of `betas` (K + 1,), stacked: (K + 1, *shape of one beta's), on the log step sizes'
+        device; the interpolation of `__call__`, vectorized (a table for step programs)."""
+        grid = self.betas
+        b = betas.detach().double().cpu().clamp(grid[0], grid[-1])
+        if grid.numel() == 1:
+            return self.log_step_sizes[0].exp().expand(b.numel(), *self.log_step_sizes.shape[1:])
+        i = (torch.searchsorted(grid, b, right=True) - 1).clamp(0, grid.numel() - 2)
+        lo, hi = grid[i], grid[i + 1]
+        t = torch.where(hi > lo, (b - lo) / torch.where(hi > lo, hi - lo, 1.0), 0.0).clamp(0.0, 1.0)
+        logs = self.log_step_sizes
+        t = t.to(logs.dtype).to(logs.device).reshape(-1, *([1] * (logs.dim() - 1)))
+        return torch.lerp(logs[i.to(logs.device)], logs[(i + 1).to(logs.device)], t).exp()
+
     def to_dict(self) -> dict:
         """Summary: median step size over examples at a few betas."""
         out = {}
@@ -101,6 +115,24 @@ class HMCKernel:
     @staticmethod
     def _shaped(eps: Tensor) -> Tensor:
         return eps.reshape(eps.shape + (1,) * max(0, 3 - eps.dim())) if eps.dim() in (1, 2) else eps
+
+    def step_sizes_at(self, betas: Tensor, like: Tensor) -> Tensor:
+        """The step sizes at each of `betas` (K + 1,), as `step_size` gives them, stacked: (K + 1, ...)."""
+        s = self.step_sizes
+        if isinstance(s, StepSizeSchedule):
+            table = s.at(betas).to(dtype=like.dtype, device=like.device)
+            return table.reshape(table.shape + (1,) * max(0, 4 - table.dim())) if table.dim() in (2, 3) else table
+        eps = self.step_size(0.0, like)
+        return eps.unsqueeze(0).expand(betas.numel(), *eps.shape)
+
+    def step_program(self, options):
+        """This kernel's transitions on its path, with the path's weight update, as a step program
+        (`kernels.hmc_program.HMCProgram`) where `options` ask for programs on every device (programs='always'),
+        else None. (Not yet where they run by default, on CUDA: the capture of a decoder's forward and backward
+        passes has not run on a GPU; `scripts/check_gpu.sh` measures it.)"""
+        from raise_eval.kernels.hmc_program import HMCProgram
+
+        return HMCProgram(self) if options.programs == "always" else None
 
     def __call__(self, state: DirectedState, beta: float, generator: torch.Generator) -> DirectedState:
         return hmc_step(self.path, state, beta, self.step_size(beta, state.z), self.num_leapfrog, generator, self)
