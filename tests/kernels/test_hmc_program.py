@@ -1,4 +1,4 @@
-"""BDMC's HMC transitions as a step program (`kernels.hmc_program`), run eagerly on the CPU (programs='always'):
+"""BDMC's HMC transitions as a step program (`kernels.hmc.HMCProgram`), run eagerly on the CPU (programs='always'):
 the same numbers as the eager loop, and forward and reverse weights unbiased at K = 1, 2, 3 on a linear-Gaussian model
 with an exact p(x) (4-sigma checks, tests/statistics.py: about 6e-5 false alarms per z-score, 18 z-scores here)."""
 
