@@ -15,6 +15,7 @@ with the index slip of the paper's Algorithm 2 fixed: the state x_k is drawn wit
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from typing import Any, Callable, Optional, TypeVar
 
 import torch
@@ -127,6 +128,7 @@ def anneal(
     start_step: int = 0,
     on_step: Optional[StepCallback] = None,
     on_info: Optional[Callable[[int, KernelInfo], None]] = None,
+    report_steps: Optional[Collection[int]] = None,
 ) -> tuple[S, Tensor]:
     """Run the annealing chain from `state` through `betas` (beta_0 .. beta_K, in the order given).
 
@@ -141,8 +143,11 @@ def anneal(
         start_step: the number of steps already done: `state` and `log_weights` are those after step
             `start_step` (as `on_step` saw them) and the loop runs steps start_step .. K-1, so that a saved run,
             with its generator's state restored, continues with the numbers of an uninterrupted one.
-        on_step: called as on_step(steps done, state, log-weights) after every step (e.g. to save them); where
-            the path's step program runs in CUDA graphs, after each graph of steps.
+        on_step: called as on_step(steps done, state, log-weights) after every step (e.g. to save them).
+        report_steps: with `on_step`, the steps after which it must be called, where a step program runs many steps
+            per CUDA graph: it is then called after each graph and after these steps (an empty collection: any
+            graph's end will do, e.g. for saves that are due every so many seconds). None: after every step, so that
+            no graphs are captured.
         on_info: called as on_info(steps done, info) with each transition's `KernelInfo` (acceptance rates and the
             like); needs a kernel that reports them (`contracts.InfoKernel`: its `step` returns (state, info)).
 
@@ -164,7 +169,7 @@ def anneal(
     if program is not None:
         return _run_program(
             program, path, state, betas, generator=generator, progress=progress, desc=desc,
-            log_weights=log_weights, start_step=start_step, on_step=on_step,
+            log_weights=log_weights, start_step=start_step, on_step=on_step, report_steps=report_steps,
         )  # fmt: skip
     if kernel is None and hasattr(path, "transition_"):
         # The loop owns a copy of the start and updates it in place: no multi-megabyte allocation per step.
@@ -223,7 +228,9 @@ def _schedule(betas: Tensor, start_step: int, log_weights: Optional[Tensor]) -> 
     return beta_list, num_steps
 
 
-def _run_program(program, path, state, betas, *, generator, progress, desc, log_weights, start_step, on_step):
+def _run_program(
+    program, path, state, betas, *, generator, progress, desc, log_weights, start_step, on_step, report_steps
+):
     """`anneal` through the path's step program (`step_programs`): the same steps, many per CUDA graph."""
     beta_list, num_steps = _schedule(betas, start_step, log_weights)
     program.begin(state, log_weights, beta_list[start_step], num_steps - start_step)
@@ -234,6 +241,7 @@ def _run_program(program, path, state, betas, *, generator, progress, desc, log_
     run_program(
         program, beta_list, start_step=start_step, generator=generator, options=current_loop_options(),
         progress=progress, desc=desc, check=check, check_every=CHECK_EVERY, on_step=on_step,
+        report_steps=None if on_step is None else report_steps,
     )  # fmt: skip
     return program.state(beta_list[-1]), program.log_weights
 
@@ -241,9 +249,11 @@ def _run_program(program, path, state, betas, *, generator, progress, desc, log_
 def continuation(checkpoint: Any, phase: str, saved: Optional[dict], extra: Optional[dict] = None) -> dict[str, Any]:
     """The `anneal` arguments of a phase run under a checkpoint (`raise_eval.runtime.resume.ShardCheckpoint`, or None):
     from `saved` (what `checkpoint.restore(phase, path)` returned, or None for a fresh start) and saving through
-    `checkpoint.on_step(phase, extra)` as it goes."""
+    `checkpoint.on_step(phase, extra)` as it goes (at any step's end: saves are due by the clock, and a step
+    program's graphs keep running between them)."""
     return {
         "log_weights": None if saved is None else saved["log_weights"],
         "start_step": 0 if saved is None else saved["step"],
         "on_step": None if checkpoint is None else checkpoint.on_step(phase, extra),
+        "report_steps": (),
     }

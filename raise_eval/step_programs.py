@@ -20,10 +20,12 @@ for a whole process (`never`: the eager loop of every step, as before programs e
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import contextvars
 import os
 import warnings
+from collections.abc import Collection
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
@@ -59,7 +61,7 @@ class LoopOptions:
     products: 'model' (matrix products in the model's dtype) or 'half-split' (binary states, exact in half
         precision, times the weights split into half-precision terms whose sum is the weight to within a bound
         reported by `kernels.split_products.split_error_bound`; float32 models on CUDA).
-    fuse: 'none' (the default), 'compile' (the elementwise work of a step through torch.compile, fused into few kernels) or
+    fuse: 'none' (the default), 'compile' (the elementwise work of a step through torch.compile, in few kernels) or
         'auto' (compile on CUDA for a run of at least FUSE_MIN_CHAIN_STEPS chain-steps, where Triton is present and
         the compilation succeeds: the first compilation in a process takes about 10 s, which a long run repays);
         'fused' runs the functions compile would compile as they are (to test them where nothing compiles).
@@ -143,6 +145,15 @@ def _capture(program, steps: int, generator: torch.Generator, stream, table) -> 
     return graph, window
 
 
+def _graph_fits(done: int, per_graph: int, num_steps: int, reported: list[int]) -> bool:
+    """Whether a graph of `per_graph` steps can run after `done` steps: within the schedule, and with no step that
+    must be reported strictly inside it."""
+    if num_steps - done < per_graph:
+        return False
+    after = bisect.bisect_right(reported, done)
+    return after == len(reported) or reported[after] >= done + per_graph
+
+
 def can_capture(generator: torch.Generator) -> bool:
     """Whether a CUDA graph can draw from `generator` (a non-default CUDA generator needs torch >= 2.5)."""
     return generator.device.type == "cuda" and hasattr(torch.cuda.CUDAGraph, "register_generator_state")
@@ -160,15 +171,20 @@ def run_program(
     check: Callable[[Tensor, tuple[int, int]], None],
     check_every: int,
     on_step: Optional[Callable[[int, Any, Tensor], None]] = None,
+    report_steps: Optional[Collection[int]] = None,
 ) -> None:
     """Run steps start_step .. K-1 of `betas` (beta_0 .. beta_K as Python floats) through `program`, which holds the
     state and log-weights (`program.begin` was called). `check(log_weights, (first, last))` runs every
     `check_every` steps and after the last; `on_step(steps done, state, log-weights)` after each launch (a graph of
-    steps, or one eager step)."""
+    steps, or one eager step), and never inside a graph for the steps in `report_steps` (None: every step, so no
+    graphs with `on_step`)."""
     device = program.device
     num_steps = len(betas) - 1
     table = schedule_table(program, torch.tensor(betas, dtype=torch.float64, device=device))
     per_graph = options.steps_per_graph if device.type == "cuda" and can_capture(generator) else 0
+    if on_step is not None and report_steps is None:
+        per_graph = 0
+    reported = sorted(set(report_steps or ()))
     stream = torch.cuda.Stream(device) if per_graph else None
     caller = torch.cuda.current_stream(device) if per_graph else None
     bar = tqdm(total=num_steps, initial=start_step, desc=desc, disable=not progress, leave=False, mininterval=0.5)
@@ -179,7 +195,8 @@ def run_program(
             stream.wait_stream(caller)
         with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
             while done < num_steps:
-                if per_graph and num_steps - done >= per_graph and done > start_step and graph is None:
+                capture = graph is None and done > start_step
+                if per_graph and capture and _graph_fits(done, per_graph, num_steps, reported):
                     # (the run's first step is eager: it initialises what capture needs on this stream)
                     try:
                         graph, window = _capture(program, per_graph, generator, stream, table)
@@ -191,7 +208,7 @@ def run_program(
                             "they run one at a time", RuntimeWarning, stacklevel=3,
                         )  # fmt: skip
                         per_graph = 0
-                if per_graph and num_steps - done >= per_graph and graph is not None:
+                if per_graph and graph is not None and _graph_fits(done, per_graph, num_steps, reported):
                     for w, t in zip(window, table):
                         w.copy_(t[done : done + per_graph + 1])
                     graph.replay()

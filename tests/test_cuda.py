@@ -306,3 +306,20 @@ def test_hmc_in_graphs_is_unbiased_forward_and_reverse(k, per_graph):
     log_p = lg.log_marginal(x)
     assert_unbiased(_cpu(forward.log_weights), log_p)
     assert_unbiased(_cpu(reverse.log_weights), -log_p)
+
+
+@GRAPHS
+@pytest.mark.parametrize("per_graph", [2, 4])
+def test_the_ladder_reads_its_rungs_between_graphs(tiny_rbm, per_graph):
+    """`ladder_pass` on a Boltzmann path in CUDA graphs: no graph spans a rung, whose log-weights are unbiased for
+    the log Z of the model at that beta."""
+    from raise_eval.estimators.ladder import ladder_pass
+    from raise_eval.step_programs import loop_options
+
+    path = BoltzmannPath(_on_device(tiny_rbm, torch.float32))
+    betas = linear_schedule(13)
+    with loop_options(steps_per_graph=per_graph):
+        result = ladder_pass(path, betas, CHAINS, rungs=[3, 5, 10], generator=_generator(40 + per_graph))
+    cpu_path = BoltzmannPath(tiny_rbm.to(dtype=torch.float32))
+    for r, index in enumerate(result.rungs[1:], start=1):  # (rung 0 is the base's exact log Z)
+        assert_unbiased(_cpu(result.log_weights[r]), exact.log_partition(cpu_path.at(float(betas[index]))))

@@ -117,8 +117,9 @@ def ladder_pass(
 
     extended = torch.cat([betas, betas[-1:]])  # one more transition at beta = 1: the last rung's samples
     state, _ = anneal(
-        path, state, extended, generator=generator, kernel=kernel, progress=progress, desc=desc, on_step=on_step
-    )
+        path, state, extended, generator=generator, kernel=kernel, progress=progress, desc=desc, on_step=on_step,
+        report_steps={*weights_at, *samples_at},
+    )  # fmt: skip
     log_weights += path.log_partition_initial
     check_log_weights(log_weights, desc, chains_dim=-1)
     for name, ratios in (("forward", forward), ("reverse", reverse)):  # BAR's inputs (-inf, a zero, is legitimate)

@@ -169,3 +169,24 @@ def test_half_split_products_where_nothing_would_use_them_are_refused_naming_the
     with pytest.raises(SettingsError, match="gpu_products half-split has nothing to compute in a run on cpu"):
         _check_gpu_products(EvaluateSettings(gpu_products="half-split"), tiny_rbm.to(dtype=torch.float32))
     _check_gpu_products(EvaluateSettings(), tiny_rbm)  # the default computes in the model's dtype anywhere
+
+
+def test_graphs_never_span_a_step_that_must_be_reported():
+    from raise_eval.step_programs import _graph_fits
+
+    assert _graph_fits(0, 4, 10, []) and not _graph_fits(7, 4, 10, [])
+    assert not _graph_fits(0, 4, 10, [2]) and _graph_fits(0, 4, 10, [4]) and _graph_fits(0, 4, 10, [0, 9])
+    assert _graph_fits(2, 4, 10, [2, 6]) and not _graph_fits(3, 4, 10, [2, 6])
+
+
+def test_the_ladder_reads_every_rung_through_a_program(tiny_rbm):
+    """`ladder_pass` needs the log-weights after given steps: under a step program they are reported there."""
+    from raise_eval.estimators.ladder import ladder_pass
+
+    path = BoltzmannPath(tiny_rbm)
+    betas = linear_schedule(9)
+    with loop_options(programs="always"):
+        result = ladder_pass(path, betas, 50_000, rungs=[3, 6], generator=_gen(12))
+    for r, index in enumerate(result.rungs[1:], start=1):  # (rung 0 is the base's exact log Z)
+        truth = exact.log_partition(path.at(float(betas[index])))
+        assert_unbiased(result.log_weights[r], truth)
