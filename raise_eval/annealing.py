@@ -233,7 +233,7 @@ def _run_program(
 ):
     """`anneal` through the path's step program (`step_programs`): the same steps, many per CUDA graph."""
     beta_list, num_steps = _schedule(betas, start_step, log_weights)
-    program.begin(state, log_weights, beta_list[start_step], num_steps - start_step)
+    program.begin(state, log_weights, beta_list[start_step], num_steps)
 
     def check(values: Tensor, steps: tuple[int, int]) -> None:
         check_log_weights(values, desc, steps=steps, num_steps=num_steps)
@@ -243,7 +243,8 @@ def _run_program(
         progress=progress, desc=desc, check=check, check_every=CHECK_EVERY, on_step=on_step,
         report_steps=None if on_step is None else report_steps,
     )  # fmt: skip
-    return program.state(beta_list[-1]), program.log_weights
+    finish = getattr(program, "finish", None)  # a program that worked on a copy of the given log-weights
+    return program.state(beta_list[-1]), program.log_weights if finish is None else finish()
 
 
 def continuation(checkpoint: Any, phase: str, saved: Optional[dict], extra: Optional[dict] = None) -> dict[str, Any]:

@@ -182,14 +182,15 @@ def test_same_seed_same_bits(tiny_dbm):
 # ----------------------------------------------------------------------------------------------- step programs
 # On CUDA the steps of binary Boltzmann paths run as step programs, many per CUDA graph (`raise_eval.step_programs`);
 # the checks above take them at the default graph size (32 steps: K = 50 runs one graph). These take them at graph
-# sizes that leave every kind of boundary (graphs of 1, 2 and 3 steps at K = 1, 2, 3 and 7: the first step eager,
-# whole graphs, an eager remainder), with the products in the model's dtype and split into bfloat16 terms.
+# sizes that leave every kind of boundary (graphs of 1 to 4 steps at K = 1, 2, 3 and 7: the first step eager, whole
+# graphs, an eager remainder after them at K = 7 with 4), with the products in the model's dtype and split into
+# bfloat16 terms.
 GRAPHS = pytest.mark.skipif(torch.device(DEVICE).type != "cuda", reason="CUDA graphs need a CUDA device")
 
 
 @GRAPHS
 @pytest.mark.parametrize("products", ["model", "half-split"])
-@pytest.mark.parametrize("per_graph", [1, 2, 3])
+@pytest.mark.parametrize("per_graph", [1, 2, 3, 4])
 @pytest.mark.parametrize("k", [1, 2, 3, 7])
 def test_graphs_of_steps_are_unbiased(tiny_rbm, tiny_dbm, train_vectors, k, per_graph, products):
     from raise_eval.kernels.split_products import out_dtype_products_available

@@ -22,6 +22,7 @@ weights split into bfloat16 terms (`products='half-split'`, `kernels.split_produ
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Optional
 
@@ -30,7 +31,13 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from raise_eval.kernels.block_gibbs import BoltzmannState
-from raise_eval.kernels.split_products import HALF, SplitWeight, out_dtype_products_available, terms_needed
+from raise_eval.kernels.split_products import (
+    HALF,
+    SplitWeight,
+    out_dtype_products_available,
+    split_error_bound,
+    terms_needed,
+)
 
 
 def _probs_(acc: Tensor, base: Tensor, drift: Tensor, scale: float, beta: Tensor) -> Tensor:
@@ -139,6 +146,11 @@ class BinaryGibbsProgram:
                     f"this torch ({torch.__version__}) lacks on {self.device} (use products='model')"
                 )
             self.terms = terms_needed(model.weights)
+            if not math.isfinite(split_error_bound(model.weights, self.scale, self.terms)):
+                raise ValueError(
+                    "products='half-split' cannot hold these weights: some are too large for bfloat16 terms "
+                    "(|W| >= 3.39e38); use products='model'"
+                )
             self.split = [SplitWeight(w, self.terms) for w in model.weights]
         else:
             self.terms = 1
@@ -151,7 +163,8 @@ class BinaryGibbsProgram:
     def begin(self, state: BoltzmannState, log_weights: Optional[Tensor], beta: float, steps: int = 0) -> None:
         """Load `state` (not modified) and the log-weights to accumulate into (float64 shaped like the state's batch;
         zeros when None; a given tensor is added to in place, as `anneal` does), at inverse temperature `beta`, for a
-        run of `steps` steps (which decides 'auto' fusion)."""
+        run of `steps` steps in all (which decides 'auto' fusion: the whole run's length, so that a continued run
+        fuses as the uninterrupted one did)."""
         first = next(x for x in state.layers if x is not None)
         self.batch_shape = first.shape[:-1]
         rows = first.reshape(-1, first.shape[-1]).shape[0]
@@ -166,8 +179,13 @@ class BinaryGibbsProgram:
             sizes[l] = (self.layers[l] if l % 2 == 0 else self.inputs[l]).shape[-1]
         self.sizes = sizes
         self.probs = [None if u is None else torch.empty_like(u) for u in self.inputs]
-        self.uniform = [torch.empty(rows, n, dtype=self.dtype, device=self.device) for n in sizes]
-        self.acc = [torch.empty(rows, n, dtype=self.dtype, device=self.device) for n in sizes]
+        def scratch(l: int, wanted: bool):
+            return torch.empty(rows, sizes[l], dtype=self.dtype, device=self.device) if wanted else None
+
+        # uniforms for the sampled even layers (and the odd ones' draws with half-split operands), products' sums
+        # for the sampled even layers
+        self.uniform = [scratch(l, l in self.sampled_even or (l % 2 == 1 and self.half)) for l in range(len(sizes))]
+        self.acc = [scratch(l, l in self.sampled_even) for l in range(len(sizes))]
         if self.half:
             self.operand = [torch.empty(rows, self.terms * n, dtype=HALF, device=self.device) for n in sizes]
             for l in range(0, self.num_layers, 2):
@@ -176,12 +194,20 @@ class BinaryGibbsProgram:
             self.operand = [self.layers[l] if l % 2 == 0 else torch.empty_like(self.inputs[l]) for l in range(len(sizes))]
         if log_weights is None:
             log_weights = torch.zeros(self.batch_shape, dtype=torch.float64, device=self.device)
-        self.log_weights = log_weights
-        self._flat_log_weights = log_weights.view(-1)
+        # accumulated in place; a non-contiguous tensor through a contiguous copy (`finish` writes it back)
+        self._given = log_weights
+        self.log_weights = log_weights if log_weights.is_contiguous() else log_weights.contiguous()
+        self._flat_log_weights = self.log_weights.view(-1)
         beta_t = torch.tensor(beta, dtype=torch.float64, device=self.device)
         for l in self.odd:
             _odd_logits(self.inputs[l], self.base[l], self.drift[l], self.scale, beta_t, self.probs[l])
         self._choose_fusion(rows * steps, beta_t)
+
+    def finish(self) -> Tensor:
+        """The log-weights the run was given (or made), holding the run's sums."""
+        if self._given is not self.log_weights:
+            self._given.copy_(self.log_weights)
+        return self._given
 
     def _choose_fusion(self, chain_steps: int, beta: Tensor) -> None:
         """Set the fused functions: with 'auto', compiled where the run is long enough (`LoopOptions.fuse_for`) and

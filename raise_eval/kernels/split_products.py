@@ -1,9 +1,11 @@
 """Matrix products of binary states in half precision, with the weights split into bfloat16 terms.
 
 A state of 0s and 1s (or -1s and 1s) is exact in bfloat16, and a bfloat16 tensor-core product accumulates in float32,
-so x W equals x W' with float32 accumulation, where W' = W_1 + ... + W_n is the sum of the bfloat16 terms of W:
+so x W equals x W' up to the accumulation's rounding (the tensor cores', as a float32 product's own), where
+W' = W_1 + ... + W_n is the sum of the bfloat16 terms of W:
 W_1 = bf16(W), W_2 = bf16(W - W_1), ... Three terms hold a float32 weight exactly (8 significant bits each, the
-exponent range of float32), except for weights so small that a term underflows; the products then run on the
+exponent range of float32), except for weights so small that a term underflows (|W| below about 2^-110: the bound
+is then positive) or so large that the first rounds to infinity (|W| >= 3.39e38: refused); the products run on the
 tensor cores, several times faster than float32's. The n products are one: the state repeated n times along its
 units, [x, ..., x] (B, n m), times the terms stacked, [W_1; ...; W_n] (n m, k).
 
@@ -15,6 +17,7 @@ matrices; log Z by at most the same, and a log-likelihood by at most twice it. T
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -43,7 +46,7 @@ def split_error_bound(weights: Sequence[Tensor], scale: float = 1.0, terms: int 
     for w in weights:
         residual = w.double() - sum(t.double() for t in split_terms(w, terms))
         total += float(residual.abs().sum())
-    return abs(float(scale)) * total
+    return abs(float(scale)) * total if math.isfinite(total) else math.inf  # inf: a term overflowed
 
 
 def terms_needed(weights: Sequence[Tensor]) -> int:

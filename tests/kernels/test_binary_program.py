@@ -71,7 +71,7 @@ def test_rbm_ais_and_raise_are_unbiased(tiny_rbm, train_vectors, k, fuse):
 
 
 @pytest.mark.parametrize("fuse", ["none", "fused"])
-@pytest.mark.parametrize("k", [1, 3])
+@pytest.mark.parametrize("k", [1, 2, 3])
 def test_dbm_ais_and_heating_raise_are_unbiased(tiny_dbm, k, fuse):
     path = BoltzmannPath(tiny_dbm)
     betas = linear_schedule(k)
@@ -190,3 +190,47 @@ def test_the_ladder_reads_every_rung_through_a_program(tiny_rbm):
     for r, index in enumerate(result.rungs[1:], start=1):  # (rung 0 is the base's exact log Z)
         truth = exact.log_partition(path.at(float(betas[index])))
         assert_unbiased(result.log_weights[r], truth)
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_float32_models_are_unbiased_too(tiny_rbm, tiny_dbm, k):
+    """The float32 arithmetic of the program (betas rounded to float32 in the logits, mixed-dtype products with the
+    float64 log-weights): AIS and RAISE of float32 models against the exact answers of the same float32 models."""
+    betas = linear_schedule(k)
+    for model in (tiny_rbm.to(dtype=torch.float32), tiny_dbm.to(dtype=torch.float32)):
+        path = BoltzmannPath(model)
+        v = exact.binary_configurations(model.n_visible)[[0, 5, -3, -1]].float()
+        with loop_options(programs="always", fuse="fused"):
+            result = ais(path, betas, CHAINS, generator=_gen(30 + k))
+            raised = raise_log_likelihood(path, v, betas, CHAINS, generator=_gen(40 + k))
+        assert result.log_weights.dtype == torch.float64
+        assert_unbiased(result.log_weights, exact.log_partition(model))
+        p_ann = exact.annealing_model_marginal(model, path.base_biases, betas)
+        assert_unbiased(raised.log_weights, torch.log(p_ann[exact.configuration_index(v)]))
+
+
+def test_given_log_weights_are_added_to_even_when_not_contiguous(tiny_rbm):
+    path = BoltzmannPath(tiny_rbm)
+    start = path.sample_initial(10, _gen(13))
+    given = torch.ones(10, 2, dtype=torch.float64)[:, 0]  # a strided view (10,)
+    assert not given.is_contiguous()
+    with loop_options(programs="always"):
+        _, plain = anneal(path, start, linear_schedule(4), generator=_gen(14))
+        _, added = anneal(path, start, linear_schedule(4), generator=_gen(14), log_weights=given)
+    assert added is given and torch.allclose(given, plain + 1.0, rtol=0, atol=1e-12)
+
+
+def test_auto_fusion_is_decided_by_the_whole_run_so_a_continued_run_fuses_alike(tiny_rbm, monkeypatch):
+    from raise_eval import step_programs
+
+    seen = []
+    monkeypatch.setattr(step_programs, "FUSE_MIN_CHAIN_STEPS", 100)
+    original = step_programs.LoopOptions.fuse_for
+    monkeypatch.setattr(step_programs.LoopOptions, "fuse_for",
+                        lambda self, device, chain_steps: seen.append(chain_steps) or original(self, device, chain_steps))
+    path = BoltzmannPath(tiny_rbm)
+    start = path.sample_initial(10, _gen(15))
+    with loop_options(programs="always", fuse="auto"):
+        _, log_w = anneal(path, start, linear_schedule(12), generator=_gen(16))
+        anneal(path, start, linear_schedule(12), generator=_gen(16), log_weights=log_w.clone(), start_step=9)
+    assert seen == [120, 120]
