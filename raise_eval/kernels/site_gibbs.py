@@ -7,7 +7,7 @@ then L-1, ..., 0, each update leaving every other site alone:
 
 - 'gibbs': draw v_i from p_beta(v_i | v_rest), proportional to exp(g[i, a] + beta u[i, a]), with
   u[i, a] = sum_j J[i, a, j, v_j] the coupling input (cached for every site and state, and updated after each
-  site's draw by J[:, :, i, new] - J[:, :, i, old]);
+  site's draw by J[:, :, i, new] - J[:, :, i, old], on the coupled sites only where the couplings are sparse);
 - 'metropolis': propose one of the q - 1 other states uniformly, accept with min(1, f_beta(v') / f_beta(v)).
 
 Each single-site update is reversible with respect to p_beta, and a palindromic product of reversible updates is
@@ -40,6 +40,7 @@ def site_scan(
     coupling_scale: float,
     generator: torch.Generator,
     method: str = "gibbs",
+    neighbour_tables: Optional[list] = None,
 ) -> tuple[Tensor, Optional[Tensor]]:
     """One palindromic scan of single-site updates of the density exp(sum_i fields[i, v_i] + coupling_scale *
     sum_{i<j} couplings[i, v_i, j, v_j]).
@@ -50,6 +51,9 @@ def site_scan(
         couplings: (L, q, L, q), symmetric (J[i, a, j, b] = J[j, b, i, a]) with J[i, :, i, :] = 0.
         coupling_scale: the factor of the couplings (beta on the geometric path).
         method: 'gibbs' or 'metropolis'.
+        neighbour_tables: per site i, (the sites j coupled to i (m,), couplings[i][:, those sites, :] (q, m, q)) as
+            `neighbour_tables` builds them, or None (every site updated after each draw): with sparse couplings (a
+            lattice) a draw then touches only the coupled sites' inputs.
 
     Returns:
         (new codes (*B, L), for 'metropolis' the mean acceptance probability of the scan's 2L proposals per chain
@@ -78,11 +82,30 @@ def site_scan(
             acceptance += accept_prob
             new = torch.where(u[1] < accept_prob, proposal, old)
         # the coupling input of every site from site i: J[:, :, i, b] = J[i, b, :, :] (symmetry)
-        coupling_input += couplings[i][new] - couplings[i][old]
+        if neighbour_tables is None:
+            coupling_input += couplings[i][new] - couplings[i][old]
+        else:
+            sites, table = neighbour_tables[i]
+            coupling_input.index_add_(-2, sites, table[new] - table[old])
         codes[..., i] = new
     if acceptance is not None:
         acceptance /= len(order)
     return codes, acceptance
+
+
+def neighbour_tables(couplings: Tensor, max_fraction: float = 0.25) -> Optional[list]:
+    """For `site_scan`: per site i, (the sites j with J[i, :, j, :] != 0 (int64), couplings[i][:, those, :]), or
+    None when some site is coupled to more than `max_fraction` of the sites (dense couplings, as a DCA model's:
+    updating every site's input is then cheaper than indexing). couplings: (L, q, L, q)."""
+    coupled = couplings.ne(0).any(dim=3).any(dim=1)  # (L, L)
+    size = coupled.shape[0]
+    if int(coupled.sum(1).max()) > max_fraction * size:
+        return None
+    out = []
+    for i in range(size):
+        sites = coupled[i].nonzero().squeeze(1)
+        out.append((sites, couplings[i][:, sites, :].contiguous()))
+    return out
 
 
 def _sample_categorical(logits: Tensor, generator: torch.Generator) -> Tensor:
@@ -111,7 +134,8 @@ class SiteGibbsKernel:
 
     def step(self, state: Tensor, beta: float, generator: torch.Generator) -> tuple[Tensor, KernelInfo]:
         fields, couplings, scale = self.path.site_parameters(beta)
-        codes, acceptance = site_scan(state, fields, couplings, scale, generator, self.method)
+        tables = self.path.neighbour_tables()
+        codes, acceptance = site_scan(state, fields, couplings, scale, generator, self.method, tables)
         if acceptance is None:
             acceptance = torch.ones(state.shape[:-1], dtype=fields.dtype, device=fields.device)
         return codes, KernelInfo(acceptance=acceptance)

@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from raise_eval.kernels.site_gibbs import site_scan
+from raise_eval.kernels.site_gibbs import neighbour_tables, site_scan
 from raise_eval.models.fully_visible import SITE_VALUES, FullyVisibleModel, log_sum_exp_fields
 
 
@@ -86,6 +86,8 @@ class FullyVisiblePath:
         self.base_biases = [base.to(dtype=model.dtype, device=model.device)]
         self.clamped = ()
         self._base_categorical = model.categorical_fields(self.base_biases[0])  # (L, q)
+        self._neighbour_tables: Optional[list] = None
+        self._tables_built = False
 
     # ---------------------------------------------------------------- the base
     @property
@@ -147,11 +149,19 @@ class FullyVisiblePath:
         fields, couplings = self.model.categorical_parameters()
         return (1 - beta) * self._base_categorical + beta * fields, couplings, float(beta)
 
+    def neighbour_tables(self) -> Optional[list]:
+        """The kernel's per-site tables of coupled sites (`kernels.site_gibbs.neighbour_tables`), built once; None
+        for dense couplings."""
+        if not self._tables_built:
+            self._neighbour_tables = neighbour_tables(self.model.categorical_parameters()[1])
+            self._tables_built = True
+        return self._neighbour_tables
+
     def transition(self, state: Tensor, beta: float, generator: torch.Generator) -> Tensor:
         """One palindromic single-site scan at `beta` (reversible, leaves p_beta invariant); `state` is not
         modified."""
         fields, couplings, scale = self.site_parameters(beta)
-        return site_scan(state, fields, couplings, scale, generator, self.method)[0]
+        return site_scan(state, fields, couplings, scale, generator, self.method, self.neighbour_tables())[0]
 
 
 def fully_visible_path(

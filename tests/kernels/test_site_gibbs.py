@@ -9,7 +9,7 @@ import torch
 from raise_eval import contracts
 from raise_eval.annealing import anneal
 from raise_eval.exact import fully_visible as exact_fv
-from raise_eval.kernels.site_gibbs import SiteGibbsKernel, palindromic_order, site_scan
+from raise_eval.kernels.site_gibbs import SiteGibbsKernel, neighbour_tables, palindromic_order, site_scan
 from raise_eval.paths.fully_visible import FullyVisiblePath, data_base_fields
 from tests.fully_visible_models import random_model
 from tests.statistics import assert_counts_match
@@ -86,3 +86,24 @@ def test_the_kernel_reports_metropolis_acceptance_through_anneal_and_uses_only_i
     assert torch.equal(log_w, again)
     with pytest.raises(ValueError, match="method must be one of gibbs, metropolis"):
         SiteGibbsKernel(path, "heat-bath")
+
+
+def test_sparse_couplings_update_only_the_coupled_sites_with_the_same_draws():
+    # a ring of 12 Potts sites: each coupled to two others, so the kernel keeps per-site tables
+    g = torch.Generator().manual_seed(5)
+    size, q = 12, 3
+    couplings = torch.zeros(size, q, size, q, dtype=torch.float64)
+    for i in range(size):
+        j = (i + 1) % size
+        block = torch.randn(q, q, generator=g, dtype=torch.float64)
+        couplings[i, :, j, :] = block
+        couplings[j, :, i, :] = block.t()
+    fields = torch.randn(size, q, generator=g, dtype=torch.float64)
+    tables = neighbour_tables(couplings)
+    assert tables is not None and [t[0].tolist() for t in tables[:2]] == [[1, 11], [0, 2]]
+    assert neighbour_tables(random_model("categorical", 4, 3).categorical_parameters()[1]) is None  # dense
+    start = torch.randint(0, q, (50, size), generator=g)
+    for method in ("gibbs", "metropolis"):
+        dense = site_scan(start, fields, couplings, 0.8, torch.Generator().manual_seed(6), method)
+        sparse = site_scan(start, fields, couplings, 0.8, torch.Generator().manual_seed(6), method, tables)
+        assert torch.equal(dense[0], sparse[0])
