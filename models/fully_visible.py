@@ -181,7 +181,9 @@ def _check_parameters(fields: Tensor, couplings: Tensor, sites: str, alphabet: O
         raise ValueError(f"sites must be one of {', '.join(SITES)}, got {sites!r}")
     if sites == "categorical":
         if fields.dim() != 2 or fields.shape[0] < 1 or fields.shape[1] < 2:
-            raise ValueError(f"fields of categorical sites must be shaped (L, q) with q >= 2, got {tuple(fields.shape)}")
+            raise ValueError(
+                f"fields of categorical sites must be shaped (L, q) with q >= 2, got {tuple(fields.shape)}"
+            )
         size, q = fields.shape
         if tuple(couplings.shape) != (size, q, size, q):
             raise ValueError(
@@ -193,7 +195,9 @@ def _check_parameters(fields: Tensor, couplings: Tensor, sites: str, alphabet: O
             raise ValueError(f"fields of {sites} sites must be shaped (n,), got {tuple(fields.shape)}")
         size = fields.shape[0]
         if tuple(couplings.shape) != (size, size):
-            raise ValueError(f"couplings of {sites} sites must be shaped (n, n) = {(size, size)}, got {tuple(couplings.shape)}")
+            raise ValueError(
+                f"couplings of {sites} sites must be shaped (n, n) = {(size, size)}, got {tuple(couplings.shape)}"
+            )
     if fields.device != couplings.device or fields.dtype != couplings.dtype:
         raise ValueError(
             f"fields ({fields.dtype}, {fields.device}) and couplings ({couplings.dtype}, {couplings.device}) "
@@ -213,7 +217,9 @@ def _check_parameters(fields: Tensor, couplings: Tensor, sites: str, alphabet: O
         where = "the diagonal J[i, i]"
         symmetry = "J == J.T"
     if bool((self_couplings != 0).any()):
-        raise ValueError(f"couplings must have no self-couplings: {where} must be zero (put a site's own terms in fields)")
+        raise ValueError(
+            f"couplings must have no self-couplings: {where} must be zero (put a site's own terms in fields)"
+        )
     asymmetry = float((couplings - transposed).abs().max()) if couplings.numel() else 0.0
     scale = float(couplings.abs().max()) if couplings.numel() else 0.0
     if asymmetry > 8 * torch.finfo(couplings.dtype).eps * max(scale, 1.0):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 
 import torch
-
 from raise_eval.models import FullyVisibleModel
 
 

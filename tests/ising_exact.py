@@ -17,7 +17,6 @@ from __future__ import annotations
 import math
 
 import torch
-
 from raise_eval.models import FullyVisibleModel
 
 CRITICAL_COUPLING = 0.5 * math.log(1 + math.sqrt(2))  # 0.44068679...

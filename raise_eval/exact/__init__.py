@@ -35,7 +35,6 @@ from raise_eval.exact.enumeration import (
     softplus_,
 )
 
-
 # The module of each family whose exact answers do not depend on its layers' form; a Boltzmann machine ('RBM',
 # 'DBM', 'DBN') goes to the module of its layers, as it declares them (`typed_layers`).
 _FAMILY_MODULES = {"fully-visible": fully_visible}

@@ -76,7 +76,9 @@ class FullyVisiblePath:
             base = base[0]
         base = torch.as_tensor(base)
         if tuple(base.shape) != tuple(model.fields.shape):
-            raise ValueError(f"base fields have shape {tuple(base.shape)}, the model's fields {tuple(model.fields.shape)}")
+            raise ValueError(
+                f"base fields have shape {tuple(base.shape)}, the model's fields {tuple(model.fields.shape)}"
+            )
         if not bool(torch.isfinite(base).all()):
             raise ValueError("base fields have NaN or infinite entries")
         if method not in ("gibbs", "metropolis"):

@@ -7,10 +7,10 @@ import math
 
 import pytest
 import torch
+from raise_eval.models import RBM, FullyVisibleModel
 
 from raise_eval import exact
 from raise_eval.exact import fully_visible as exact_fv
-from raise_eval.models import RBM, FullyVisibleModel
 from raise_eval.paths.fully_visible import FullyVisiblePath, data_base_fields
 from tests.fully_visible_models import all_site_states, brute_log_f, random_model
 
@@ -56,14 +56,20 @@ def _symmetric(size, q):
     return j
 
 
+def _one_coupling(index):
+    j = torch.zeros(2, 2, 2, 2)
+    j[index] = 1.0  # J[0, 0, 1, 1] without J[1, 1, 0, 0]: not symmetric
+    return j
+
+
 BAD = [
     (torch.zeros(3, 2), _symmetric(3, 3), "categorical", None, "couplings of categorical sites must be shaped"),
     (torch.zeros(3), torch.zeros(3, 3), "categorical", None, "fields of categorical sites must be shaped"),
     (torch.zeros(3, 1), torch.zeros(3, 1, 3, 1), "categorical", None, "q >= 2"),
     (torch.zeros(3, 3, dtype=torch.float64), torch.ones(3, 3, 3, 3, dtype=torch.float64), "categorical", None,
      r"J\[i, :, i, :\] must be zero"),
-    (torch.zeros(2, 2), torch.zeros(2, 2, 2, 2).index_put_((torch.tensor(0),) * 2 + (torch.tensor(1),) * 2,
-                                                          torch.tensor(1.0)), "categorical", None, r"symmetric \(J\[i, a, j, b\] == J\[j, b, i, a\]\)"),
+    (torch.zeros(2, 2), _one_coupling((0, 0, 1, 1)), "categorical", None,
+     r"symmetric \(J\[i, a, j, b\] == J\[j, b, i, a\]\)"),
     (torch.zeros(3), torch.eye(3), "spin", None, r"the diagonal J\[i, i\] must be zero"),
     (torch.zeros(2), torch.tensor([[0.0, 1.0], [0.5, 0.0]]), "bernoulli", None, r"symmetric \(J == J.T\)"),
     (torch.zeros(2), torch.zeros(3, 3), "spin", None, "couplings of spin sites must be shaped"),
