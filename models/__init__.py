@@ -1,7 +1,8 @@
 """Generative models evaluated by raise-eval. Models expose energies, conditionals and samplers; they never
 import the estimators in `raise_eval`.
 
-Folders by family: boltzmann/ (the layered energy, RBM, DBM, DBN), directed/ (p(z) p(x|z) models), io/
+Folders by family: boltzmann/ (the layered energy, RBM, DBM, DBN), directed/ (p(z) p(x|z) models),
+fully_visible.py (pairwise models with no hidden units: DCA Potts, Ising), io/
 (checkpoints), training/ (how the project's checkpoints were made); sampling.py is shared by all.
 
 The folder sits at the top of the repository (the layout the project was asked for) but is installed as
@@ -32,6 +33,7 @@ from raise_eval.models.directed import (
     SigmoidBeliefNet,
     VAEConfig,
 )
+from raise_eval.models.fully_visible import FullyVisibleModel
 
 __all__ = [
     "DBM",
@@ -43,6 +45,7 @@ __all__ = [
     "DecoderModel",
     "DiagonalGaussianPosterior",
     "DirectedLatentModel",
+    "FullyVisibleModel",
     "GaussianLayer",
     "GaussianPosterior",
     "LayeredBoltzmannMachine",

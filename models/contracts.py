@@ -6,7 +6,8 @@
   it. `typed_layers` says whether its layers are typed `Layer`s (with declared supports) or binary vectors.
 
 Families: 'RBM' and 'DBM' (undirected chains of two, and of three or more, layers), 'DBN' (a top RBM under directed
-layers), 'directed' (p(z) p(x | z): VAEs, sigmoid belief nets, a user's decoder).
+layers), 'directed' (p(z) p(x | z): VAEs, sigmoid belief nets, a user's decoder), 'fully-visible' (pairwise models with
+no hidden units, `FullyVisibleModel`: DCA Potts and Ising models).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from typing import Optional, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-FAMILIES = ("RBM", "DBM", "DBN", "directed")
+FAMILIES = ("RBM", "DBM", "DBN", "directed", "fully-visible")
 
 
 @runtime_checkable

@@ -19,6 +19,7 @@ from raise_eval.paths.boltzmann import make_path
 from raise_eval.paths.directed import DirectedPath
 from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath
 from raise_eval.runtime.resume import model_digest, tensor_digest
+from tests.fully_visible_models import random_model
 from tests.mixed_models import tiny_dbm, tiny_pair
 
 
@@ -52,7 +53,13 @@ def all_models():
     out.append(("linear Gaussian", LinearGaussianModel.random(4, 2, generator=_g()), "directed"))
     torch.manual_seed(0)  # nn.Linear's own initialization (a test, not library code)
     out.append(("VAE", VAE(VAEConfig(data_dim=6, latent_dim=2, hidden=[5])), "directed"))
+    out += [(f"fully visible {name}", model, "fully-visible") for name, model in fully_visible_models()]
     return out
+
+
+def fully_visible_models():
+    """(name, model) for every kind of site of the 'fully-visible' family."""
+    return [(sites, random_model(sites, 3, 3)) for sites in ("categorical", "spin", "bernoulli")]
 
 
 @pytest.mark.parametrize("name, model, family", all_models(), ids=[m[0] for m in all_models()])
@@ -98,6 +105,18 @@ def test_boltzmann_models_and_their_paths_conform(name, model, family):
     assert (program is None) == model.typed_layers
     assert program is None or isinstance(program, contracts.StepProgram)
     assert path.step_program(LoopOptions(programs="never")) is None
+
+
+@pytest.mark.parametrize("name, model", fully_visible_models(), ids=[m[0] for m in fully_visible_models()])
+def test_fully_visible_models_and_their_paths_conform(name, model):
+    assert not isinstance(model, BoltzmannModel)  # no layers: its path is chosen by its family
+    path = make_path(model)
+    assert isinstance(path, contracts.AnnealingPath)
+    state = path.sample_initial(3, _g())
+    state, log_w = anneal(path, state, torch.linspace(0, 1, 4, dtype=torch.float64), generator=_g(1))
+    assert log_w.shape == (3,) and log_w.dtype == torch.float64 and bool(torch.isfinite(log_w).all())
+    assert isinstance(path.log_partition_initial, float)
+    assert model.to(dtype=torch.float32).dtype == torch.float32 and model.digest_parts()[1] == 1.0
 
 
 def test_posterior_paths_conform_and_the_dbn_heating_state_is_what_resume_keeps():

@@ -1,8 +1,9 @@
 """Exact answers by enumeration: the ground truth of every estimator test, and the exact values of evaluations.
 
 One package: `enumeration` (chunks within a memory bound, the running log-sum-exp, limits, `ExactCost`), `binary`
-(binary layers: RBMs, DBMs, and DBNs), `typed` (typed layers, dispatched on their declared supports). The functions
-below take any Boltzmann machine and hand it to the module of its layers, as the model declares (`typed_layers`).
+(binary layers: RBMs, DBMs, and DBNs), `typed` (typed layers, dispatched on their declared supports),
+`fully_visible` (pairwise models with no hidden units). The functions below take any such model and hand it to the
+module its declared `family` names (a Boltzmann machine: the module of its layers, as it declares `typed_layers`).
 
 - `log_partition`, `log_unnormalized_visible`, `log_likelihood`: log Z, log f(v), log p(v) in float64.
 - `exact_cost`, `log_f_units`: what they would enumerate, without doing it (or why they cannot: `ExactCost.refusal`).
@@ -18,7 +19,7 @@ from typing import Optional
 
 from torch import Tensor
 
-from raise_eval.exact import binary, typed
+from raise_eval.exact import binary, fully_visible, typed
 from raise_eval.exact.binary import (
     LOG_F_ROUTES,
     annealing_model_marginal_along,
@@ -34,8 +35,15 @@ from raise_eval.exact.enumeration import (
     softplus_,
 )
 
+# The module of each family whose exact answers do not depend on its layers' form; a Boltzmann machine ('RBM',
+# 'DBM', 'DBN') goes to the module of its layers, as it declares them (`typed_layers`).
+_FAMILY_MODULES = {"fully-visible": fully_visible}
+
 
 def _module(model):
+    module = _FAMILY_MODULES.get(model.family)
+    if module is not None:
+        return module
     return typed if model.typed_layers else binary
 
 
@@ -54,7 +62,10 @@ def chunk_bytes(model, num_vectors: int, with_log_f: bool, max_bytes: int) -> in
 def log_f_units(model) -> int:
     """Units the cheapest exact log f(v) route enumerates (2^units configurations; 0 for an RBM, whose log f(v) is
     closed-form); ValueError saying why when no route exists."""
-    if model.typed_layers:
+    module = _module(model)
+    if module is fully_visible:
+        return fully_visible.log_f_units(model)
+    if module is typed:
         cost = typed.exact_cost(model, 1)
         if not cost.enumerable:
             raise ValueError(cost.refusal)
@@ -90,9 +101,12 @@ def log_unnormalized_visible(
 ) -> Tensor:
     """Exact log f(v) in float64, shaped (*batch,) for v shaped (*batch, n_visible) (see `binary` for the routes of
     binary machines; `route` forces one of them; typed machines choose their own)."""
-    if model.typed_layers:
-        if route is not None:
-            raise ValueError(f"route {route!r} applies to binary machines; a machine of typed layers chooses its own")
+    module = _module(model)
+    if module is not binary and route is not None:
+        raise ValueError(f"route {route!r} applies to binary machines; a {model.describe()} chooses its own")
+    if module is fully_visible:
+        return fully_visible.log_unnormalized_visible(model, v, max_bytes=max_bytes)
+    if module is typed:
         return typed.log_unnormalized_visible(
             model, v, max_units=max_units, chunk_size=chunk_size, max_bytes=max_bytes, progress=progress
         )
@@ -111,8 +125,10 @@ def log_likelihood(
 
 def annealing_model_marginal(model, base_biases: Sequence[Tensor], betas: Tensor, *, max_units: int = 14) -> Tensor:
     """p_ann(v) for every visible configuration (index `configuration_index(v)` for binary machines, the visible
-    layer's `configuration_index` for typed ones), float64: the visible state's distribution after the forward
-    annealing chain from the base through the collapsed block-Gibbs kernels at `betas`. Tiny models only."""
+    layer's `configuration_index` for typed ones, `fully_visible.site_configuration_index` for fully visible ones:
+    `base_biases` then holds the base's fields, and the kernel is the palindromic single-site Gibbs scan), float64:
+    the visible state's distribution after the forward annealing chain from the base through the collapsed
+    block-Gibbs kernels at `betas`. Tiny models only."""
     return _module(model).annealing_model_marginal(model, base_biases, betas, max_units=max_units)
 
 

@@ -5,5 +5,15 @@ from raise_eval.kernels.binary_gibbs import BinaryGibbsKernel
 from raise_eval.kernels.block_gibbs import block_gibbs_step
 from raise_eval.kernels.hmc import HMCKernel, StepSizeSchedule, tune_hmc
 from raise_eval.kernels.mixed_gibbs import mixed_gibbs_step
+from raise_eval.kernels.site_gibbs import SiteGibbsKernel, site_scan
 
-__all__ = ["BinaryGibbsKernel", "HMCKernel", "StepSizeSchedule", "block_gibbs_step", "mixed_gibbs_step", "tune_hmc"]
+__all__ = [
+    "BinaryGibbsKernel",
+    "HMCKernel",
+    "SiteGibbsKernel",
+    "StepSizeSchedule",
+    "block_gibbs_step",
+    "mixed_gibbs_step",
+    "site_scan",
+    "tune_hmc",
+]

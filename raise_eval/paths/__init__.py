@@ -4,6 +4,7 @@ geometric (temperature) path, posteriors with v clamped, directed models, and a 
 
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, make_path, uniform_base
 from raise_eval.paths.directed import DirectedPath, DirectedState
+from raise_eval.paths.fully_visible import FullyVisiblePath, data_base_fields, uniform_fields
 from raise_eval.paths.mixed import MixedPath, mixed_data_base, mixed_uniform_base, visible_statistics
 from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath, posterior_path
 from raise_eval.paths.trajectory import TrajectoryPath, TrajectoryState, check_trajectory, trajectory_path
@@ -14,10 +15,12 @@ __all__ = [
     "DBNPosteriorPath",
     "DirectedPath",
     "DirectedState",
+    "FullyVisiblePath",
     "MixedPath",
     "TrajectoryPath",
     "TrajectoryState",
     "check_trajectory",
+    "data_base_fields",
     "data_base_rates",
     "make_path",
     "mixed_data_base",
@@ -25,5 +28,6 @@ __all__ = [
     "posterior_path",
     "trajectory_path",
     "uniform_base",
+    "uniform_fields",
     "visible_statistics",
 ]
