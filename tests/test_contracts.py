@@ -76,11 +76,15 @@ def test_the_named_classes_declare_their_family_on_the_class():
 
 
 def test_evaluate_refuses_a_model_without_a_boltzmann_family():
+    from raise_eval.models import FullyVisibleModel
+
     from raise_eval.evaluation.plan import model_family
 
-    with pytest.raises(TypeError, match="a directed model: for a VAE or decoder use raise-eval bdmc"):
+    with pytest.raises(TypeError, match="a directed model: use raise-eval bdmc"):
         model_family(SigmoidBeliefNet.random(6, 3, generator=_g()))
-    with pytest.raises(TypeError, match="declares no family"):
+    with pytest.raises(TypeError, match="a fully-visible model: evaluate does not run fully visible models yet"):
+        model_family(FullyVisibleModel(torch.zeros(3, 2), torch.zeros(3, 2, 3, 2)))
+    with pytest.raises(TypeError, match=r"an instance of object \(it declares no family\): for a VAE or decoder use"):
         model_family(object())
 
 

@@ -244,7 +244,6 @@ def test_half_split_products_are_the_float32_weights_times_the_states():
     """x W through three bfloat16 terms equals x W in float64 to float32 accumulation (the split is exact)."""
     from raise_eval import RBM
     from raise_eval.kernels.binary_program import BinaryGibbsProgram
-
     from raise_eval.kernels.split_products import out_dtype_products_available
 
     if not out_dtype_products_available(torch.device(DEVICE)):
@@ -281,11 +280,11 @@ def test_hmc_in_graphs_is_unbiased_forward_and_reverse(k, per_graph):
     """BDMC's HMC transitions as a step program in CUDA graphs (asked for with programs='always'), on a linear-Gaussian
     model written as a user would (an nn.Linear decoder in `DecoderModel`: its forward and backward passes captured),
     float64: forward weights unbiased for p(x), reverse ones from exact posterior samples for 1/p(x)."""
+    from raise_eval.models import DecoderModel, GaussianPosterior, LinearGaussianModel
     from torch import nn
 
     from raise_eval import DirectedPath, reverse_ais
     from raise_eval.kernels import HMCKernel
-    from raise_eval.models import DecoderModel, GaussianPosterior, LinearGaussianModel
     from raise_eval.step_programs import loop_options
 
     g = torch.Generator().manual_seed(0)

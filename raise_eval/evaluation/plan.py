@@ -334,7 +334,8 @@ def _gpu_product_bound(setting: str, path) -> dict[str, Any]:
     if setting != "half-split" or path is None or path.model.typed_layers:
         return {}
     model = path.model
-    return {"gpu_product_error_bound": split_error_bound(model.weights, model.weight_scale, terms_needed(model.weights))}
+    terms = terms_needed(model.weights)
+    return {"gpu_product_error_bound": split_error_bound(model.weights, model.weight_scale, terms)}
 
 
 def _product_route(setting: str) -> dict[str, Any]:
@@ -379,11 +380,20 @@ def model_family(model) -> str:
     another family (e.g. a directed model: `bdmc`) is refused here, naming it."""
     family = getattr(model, "family", None)
     if family not in ("RBM", "DBM", "DBN"):
-        what = f"a {family} model" if isinstance(family, str) else f"a {type(model).__name__} (it declares no family)"
-        raise TypeError(
-            f"evaluate runs on RBMs, DBMs and DBNs; this is {what}: for a VAE or decoder use raise-eval bdmc"
-        )
+        what = f"a {family} model"
+        if not isinstance(family, str):
+            what = f"an instance of {type(model).__name__} (it declares no family)"
+        where = _OTHER_FAMILIES.get(family, "for a VAE or decoder use raise-eval bdmc")
+        raise TypeError(f"evaluate runs on RBMs, DBMs and DBNs; this is {what}: {where}")
     return family
+
+
+# Where a model of a family `evaluate` does not run yet is served instead.
+_OTHER_FAMILIES = {
+    "directed": "use raise-eval bdmc (or raise_eval.bdmc)",
+    "fully-visible": "evaluate does not run fully visible models yet; their AIS and RAISE run from Python "
+    "(raise_eval.ais and raise_eval.raise_log_likelihood on raise_eval.paths.fully_visible.FullyVisiblePath)",
+}
 
 
 def recognition_means(model: DBN, train_data: Tensor) -> Tensor:

@@ -46,9 +46,9 @@ from raise_eval.runtime.resume import (
     tensor_digest,
 )
 from raise_eval.runtime.sharding import raise_vectors_per_shard, shard_bounds
-from raise_eval.step_programs import loop_options
 from raise_eval.runtime.threads import using_threads
 from raise_eval.settings import number_fields
+from raise_eval.step_programs import loop_options
 
 
 def evaluate(
@@ -344,8 +344,8 @@ def _note_a_forced_route_unused(all_settings: dict, notes: list[str]) -> None:
 
 
 def _settings_before_step_programs(old: dict) -> dict[str, Any]:
-    """What a resume file written before --loop, --gpu-products and --gpu-fuse existed ran with: the eager loop (which `auto`
-    still is off CUDA) and products in the model's dtype."""
+    """What a resume file written before --loop, --gpu-products and --gpu-fuse existed ran with: the eager loop
+    (which `auto` still is off CUDA), products in the model's dtype, no fusion."""
     on_cuda = str(old.get("device", "")).startswith("cuda")
     return {"loop": "eager" if on_cuda else "auto", "gpu_products": "model", "gpu_fuse": "none"}
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from typing import Any, Optional, Union
 
 from raise_eval.adaptive import DEFAULT_PILOT_CHAINS, DEFAULT_PILOT_GRID
-from raise_eval.exact import DEFAULT_MAX_UNITS
 from raise_eval.estimators.raise_ import DBN_STARTS
+from raise_eval.exact import DEFAULT_MAX_UNITS
 from raise_eval.schedules import SCHEDULES, validate_schedule
 from raise_eval.settings import (
     SettingsError,

@@ -30,17 +30,16 @@ from raise_eval.annealing import anneal
 from raise_eval.estimators.ais import ais
 from raise_eval.estimators.raise_ import raise_log_likelihood
 from raise_eval.estimators.unnormalized import _CHUNK_ELEMENTS as LOG_F_CHUNK_ELEMENTS
-from raise_eval.estimators.unnormalized import ais_chunk_vectors
-from raise_eval.estimators.unnormalized import log_unnormalized_estimate
+from raise_eval.estimators.unnormalized import ais_chunk_vectors, log_unnormalized_estimate
 from raise_eval.evaluation.log_f_check import LOG_F_CHECK_FACTOR
 from raise_eval.evaluation.memory import STAGES, CostEstimate, plan_memory
 from raise_eval.evaluation.plan import plan_loop_options
 from raise_eval.models.boltzmann import products
 from raise_eval.paths.posterior import posterior_path
 from raise_eval.runtime.sharding import raise_vectors_per_shard
-from raise_eval.step_programs import current_loop_options, loop_options
 from raise_eval.schedules import linear_schedule
 from raise_eval.settings import Named
+from raise_eval.step_programs import current_loop_options, loop_options
 
 # Steps run per stage in the first (small) timing and in the second; the first step of each is not counted (see
 # `_StepClock.step_seconds`).

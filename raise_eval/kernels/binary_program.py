@@ -191,7 +191,7 @@ class BinaryGibbsProgram:
             for l in range(0, self.num_layers, 2):
                 self._refresh_operand(l, self.layers[l])
         else:  # the even layers multiply as they are; the odd samples get buffers of their own
-            self.operand = [self.layers[l] if l % 2 == 0 else torch.empty_like(self.inputs[l]) for l in range(len(sizes))]
+            self.operand = [x if l % 2 == 0 else torch.empty_like(self.inputs[l]) for l, x in enumerate(self.layers)]
         if log_weights is None:
             log_weights = torch.zeros(self.batch_shape, dtype=torch.float64, device=self.device)
         # accumulated in place; a non-contiguous tensor through a contiguous copy (`finish` writes it back)
@@ -223,8 +223,9 @@ class BinaryGibbsProgram:
             return
         try:  # compile now, outside any capture
             for l in self.sampled_even:
-                self._fused[0](self.layers[l].clone(), self.acc[l], self.base[l], self.drift[l], self.scale, beta.clone(),
-                               self.uniform[l])  # fmt: skip
+                sample_even = self._fused[0]
+                sample_even(self.layers[l].clone(), self.acc[l], self.base[l], self.drift[l], self.scale,
+                            beta.clone(), self.uniform[l])  # fmt: skip
             evens = [(self.layers[l], self.drift[l]) for l in range(0, self.num_layers, 2)]
             odds = [(self.inputs[l], self.base[l], self.drift[l], self.probs[l].clone()) for l in self.odd]
             self._fused[1](self._flat_log_weights.clone(), evens, odds, self.scale, beta.clone(), beta.clone())
@@ -247,7 +248,8 @@ class BinaryGibbsProgram:
         def view(x):
             return None if x is None else x.view(*shape, x.shape[-1])
 
-        state = BoltzmannState(tuple(map(view, self.layers)), tuple(map(view, self.inputs)), tuple(map(view, self.probs)))
+        layers, inputs, probs = (tuple(map(view, xs)) for xs in (self.layers, self.inputs, self.probs))
+        state = BoltzmannState(layers, inputs, probs)
         return state._replace(probs_key=self.path.probs_key(beta, state))
 
     # ------------------------------------------------------------------ products
@@ -313,4 +315,5 @@ class BinaryGibbsProgram:
         for l in range(0, self.num_layers, 2):
             lw.addcmul_(_even_term(self.layers[l], self.drift[l]), delta)
         for l in self.odd:
-            lw.add_(_odd_update(self.inputs[l], self.base[l], self.drift[l], self.scale, beta_from, beta_to, self.probs[l]))
+            base, drift = self.base[l], self.drift[l]
+            lw.add_(_odd_update(self.inputs[l], base, drift, self.scale, beta_from, beta_to, self.probs[l]))

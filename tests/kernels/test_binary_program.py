@@ -226,8 +226,11 @@ def test_auto_fusion_is_decided_by_the_whole_run_so_a_continued_run_fuses_alike(
     seen = []
     monkeypatch.setattr(step_programs, "FUSE_MIN_CHAIN_STEPS", 100)
     original = step_programs.LoopOptions.fuse_for
-    monkeypatch.setattr(step_programs.LoopOptions, "fuse_for",
-                        lambda self, device, chain_steps: seen.append(chain_steps) or original(self, device, chain_steps))
+    def fuse_for(self, device, chain_steps):
+        seen.append(chain_steps)
+        return original(self, device, chain_steps)
+
+    monkeypatch.setattr(step_programs.LoopOptions, "fuse_for", fuse_for)
     path = BoltzmannPath(tiny_rbm)
     start = path.sample_initial(10, _gen(15))
     with loop_options(programs="always", fuse="auto"):

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from raise_eval.models import GaussianPosterior, LinearGaussianModel
 
 from raise_eval import DirectedPath, ais, linear_schedule, reverse_ais
 from raise_eval.kernels import HMCKernel, tune_hmc
-from raise_eval.models import GaussianPosterior, LinearGaussianModel
 from raise_eval.step_programs import loop_options
 from tests.statistics import assert_unbiased
 
@@ -22,7 +22,9 @@ def weak_lg():
     weights at small K)."""
     g = torch.Generator().manual_seed(0)
     model = LinearGaussianModel(
-        torch.randn(6, 2, generator=g, dtype=torch.float64) * 0.25, torch.randn(6, generator=g, dtype=torch.float64), 1.0
+        torch.randn(6, 2, generator=g, dtype=torch.float64) * 0.25,
+        torch.randn(6, generator=g, dtype=torch.float64),
+        1.0,
     )
     _, x = model.sample_joint(3, g)
     return model, x
@@ -52,7 +54,8 @@ def test_the_program_computes_what_the_eager_loop_computes(weak_lg):
     runs = []
     for programs in ("never", "always"):
         with loop_options(programs=programs):
-            runs.append(ais(path, betas, 50, generator=torch.Generator().manual_seed(4), kernel=HMCKernel(path, 0.4, 3)))
+            kernel = HMCKernel(path, 0.4, 3)
+            runs.append(ais(path, betas, 50, generator=torch.Generator().manual_seed(4), kernel=kernel))
     assert torch.equal(runs[0].log_weights, runs[1].log_weights)
     schedule = tune_hmc(path, betas, num_chains=4, num_leapfrog=3, generator=torch.Generator().manual_seed(5))
     grid = torch.linspace(-0.1, 1.1, 29, dtype=torch.float64)
