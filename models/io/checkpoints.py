@@ -29,6 +29,8 @@ Importers (`load_checkpoint` picks one from the file name):
     recognition_biases_{L-1}, named as in the .pt state above;
   * either may hold train_pixel_means (n_visible,). Other arrays are loaded past and listed in
     metadata["ignored_variables"]. `save_npz` writes this format.
+  * a fully visible pairwise model: arrays h and J, visible and optionally alphabet (`fully_visible_files`; its .pt
+    has model_type 'fully-visible').
 - MATLAB .mat (level 5) with vishid (n_visible, n_hidden), hidbiases (or hidrecbiases) and visbiases, as saved by
   Salakhutdinov's RBM code; other MATLAB variables are listed in metadata["ignored_variables"].
 
@@ -70,6 +72,13 @@ from raise_eval.models.io.builders import (
     mixed_state,
 )
 from raise_eval.models.io.files import check_magic, why_unusable
+from raise_eval.models.io.fully_visible_files import MODEL_TYPE as FULLY_VISIBLE
+from raise_eval.models.io.fully_visible_files import (
+    fully_visible_payload,
+    is_fully_visible_npz,
+    make_fully_visible_npz,
+    make_fully_visible_pt,
+)
 from raise_eval.models.io.matfile import read_mat
 from raise_eval.models.io.metadata import _storable, metadata_problem
 from torch import Tensor
@@ -79,7 +88,7 @@ VERSION = 1
 _TOP_KEYS_REQUIRED = {"format", "version", "model_type", "state"}
 _TOP_KEYS_OPTIONAL = {"metadata", "train_pixel_means", "config"}
 _STATE_KEYS = {"rbm": ("W", "vbias", "hbias")}
-_MODEL_TYPES = ("rbm", "dbm", "dbn", "vae", "mixed")  # mixed: typed layers (models/boltzmann/mixed.py)
+_MODEL_TYPES = ("rbm", "dbm", "dbn", "vae", "mixed", FULLY_VISIBLE)  # mixed: typed layers (models/boltzmann/mixed.py)
 _NPZ_MODEL_TYPES = ("rbm", "dbm", "dbn")
 
 
@@ -133,7 +142,13 @@ def save_checkpoint(
             path,
         )
         return
-    model_type, state = _boltzmann_state(model, "save_checkpoint writes RBMs, DBMs, DBNs and VAEs")
+    config = None
+    if getattr(model, "family", None) == FULLY_VISIBLE:  # declared by the model (`models.contracts`)
+        model_type = FULLY_VISIBLE
+        config, state = fully_visible_payload(model)
+    else:
+        what = "save_checkpoint writes RBMs, DBMs, DBNs, fully visible models and VAEs"
+        model_type, state = _boltzmann_state(model, what)
     payload: dict[str, Any] = {
         "format": FORMAT,
         "version": VERSION,
@@ -143,6 +158,8 @@ def save_checkpoint(
     }
     if model_type == "mixed":
         payload["config"] = mixed_state(model)[0]
+    if config is not None:
+        payload["config"] = config
     if train_pixel_means is not None:
         payload["train_pixel_means"] = _pixel_means_to_save(train_pixel_means, model)
     _save_whole(payload, path)
@@ -261,8 +278,8 @@ def _vae_pixel_means(train_pixel_means, model) -> Tensor:
 
 
 def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None, device=None) -> Checkpoint:
-    """Load a raise-eval .pt checkpoint, an .npz (RBM, DBM or DBN) or a MATLAB .mat RBM (chosen by the file
-    name)."""
+    """Load a raise-eval .pt checkpoint, an .npz (RBM, DBM, DBN or fully visible model) or a MATLAB .mat RBM (chosen
+    by the file name)."""
     path = Path(path)
     unusable = why_unusable(path)
     if unusable == "does not exist":
@@ -279,7 +296,8 @@ def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None,
     else:
         raise CheckpointError(
             f"{path}: unknown checkpoint type {suffix or '(no extension)'}; expected .pt (raise-eval), "
-            ".npz (W, vbias, hbias, or model_type and weights_l, biases_l) or .mat (vishid, hidbiases, visbiases)"
+            ".npz (W, vbias, hbias, or model_type and weights_l, biases_l, or h and J) or .mat (vishid, hidbiases, "
+            "visbiases)"
         )
     if dtype is not None or device is not None:
         ckpt.model = ckpt.model.to(device=device, dtype=dtype)  # nn.Module.to for VAEs (in place, returns self)
@@ -354,6 +372,9 @@ def _load_raise_eval(path: Path) -> Checkpoint:
         model = _make_rbm(path, state["W"], state["vbias"], state["hbias"])
     elif model_type == "mixed":
         model = make_mixed(path, payload.get("config"), state)
+    elif model_type == FULLY_VISIBLE:
+        model = make_fully_visible_pt(path, payload.get("config"), state)
+        return Checkpoint(model, _metadata(path, payload), None, str(path), "raise-eval")
     else:
         model, _ = _make_layered(path, model_type, state, strict=True)
     means = _pixel_means(path, payload.get("train_pixel_means"), model, convert=False)
@@ -493,6 +514,11 @@ def _load_npz(path: Path) -> Checkpoint:
     except (EOFError, OSError, zipfile.BadZipFile, zlib.error) as e:
         raise CheckpointError(f"{path} cannot be read: it is truncated or damaged ({type(e).__name__}: {e})") from None
     means = arrays.pop("train_pixel_means", None)
+    if is_fully_visible_npz(arrays):  # h and J: a fully visible pairwise model (DCA Potts, Ising)
+        model = make_fully_visible_npz(path, arrays)
+        if means is not None:
+            arrays["train_pixel_means"] = means  # (a fully visible model's base is fitted to sequences, not means)
+        return Checkpoint(model, {"ignored_variables": sorted(arrays)} if arrays else {}, None, str(path), "npz")
     layered = sorted(k for k in arrays if _LAYERED_KEY.match(k))
     if is_typed_npz(arrays):  # visible/hidden unit types: never read as a binary RBM
         metadata = {"log_z_exact": _log_z_exact(path, arrays.pop("logZ_exact"))} if "logZ_exact" in arrays else {}

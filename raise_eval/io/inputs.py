@@ -179,19 +179,26 @@ class EvaluationInputs:
 
 
 def load_model(inputs: InputSettings):
-    """The checkpoint's `Checkpoint` (model on the device, in the dtype); an RBM, DBM or DBN, else SettingsError."""
-    from raise_eval.models.boltzmann.dbn import DBN
-    from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
-    from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
+    """The checkpoint's `Checkpoint` (model on the device, in the dtype); of a family evaluate runs (RBM, DBM, DBN: as
+    the model declares), else SettingsError saying where it runs."""
     from raise_eval.models.io.checkpoints import load_checkpoint
 
     ckpt = load_checkpoint(inputs.checkpoint, dtype=inputs.torch_dtype, device=torch.device(inputs.device))
-    if not isinstance(ckpt.model, (LayeredBoltzmannMachine, DBN, MixedBoltzmannMachine)):
+    family = getattr(ckpt.model, "family", None)
+    if family not in ("RBM", "DBM", "DBN"):
         raise SettingsError(
             f"{{checkpoint}} {inputs.checkpoint} holds a {type(ckpt.model).__name__}; raise-eval evaluate evaluates "
-            "RBMs, DBMs and DBNs (use raise-eval bdmc for VAEs)"
+            f"RBMs, DBMs and DBNs ({_ELSEWHERE.get(family, 'use raise-eval bdmc for VAEs')})"
         )
     return ckpt
+
+
+# Where a checkpoint of a family `evaluate` does not run is served instead.
+_ELSEWHERE = {
+    "directed": "use raise-eval bdmc for VAEs and decoders",
+    "fully-visible": "a fully visible model loads, but evaluate does not run it yet: its AIS and RAISE run from "
+    "Python, raise_eval.ais and raise_eval.raise_log_likelihood on raise_eval.make_path(model)",
+}
 
 
 def input_files(inputs: InputSettings, metadata: dict) -> list[tuple[str, Optional[str]]]:

@@ -1,0 +1,89 @@
+"""Fully visible models in checkpoint files (`models/io/fully_visible_files.py`): the .npz convention of issue 42
+(h, J, visible, alphabet) and the .pt round trip through save_checkpoint/load_checkpoint, with bad files refused
+naming the file and what is wrong."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from raise_eval.models import FullyVisibleModel
+from raise_eval.models.io.builders import CheckpointError
+
+from raise_eval import exact, load_checkpoint, save_checkpoint
+
+
+def _potts(L=4, q=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    h = torch.randn(L, q, generator=g, dtype=torch.float64)
+    J = torch.randn(L, q, L, q, generator=g, dtype=torch.float64) * 0.3
+    J = (J + J.permute(2, 3, 0, 1)) / 2
+    for i in range(L):
+        J[i, :, i, :] = 0
+    return h, J
+
+
+def _ising(n=5, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    J = torch.randn(n, n, generator=g, dtype=torch.float64) * 0.4
+    J = (J + J.T) / 2
+    J.fill_diagonal_(0)
+    return torch.randn(n, generator=g, dtype=torch.float64), J
+
+
+def test_the_npz_convention_reads_categorical_spin_and_bernoulli_models(tmp_path):
+    h, J = _potts()
+    np.savez(tmp_path / "potts.npz", h=h.numpy(), J=J.numpy(), visible="categorical", alphabet="ACG")
+    ckpt = load_checkpoint(tmp_path / "potts.npz")
+    model = ckpt.model
+    assert model.family == "fully-visible" and model.sites == "categorical" and model.alphabet == "ACG"
+    assert model.dtype == torch.float64 and torch.equal(model.couplings, J)
+    assert exact.log_partition(model) == pytest.approx(exact.log_partition(FullyVisibleModel(h, J)), abs=1e-12)
+    np.savez(tmp_path / "no_visible.npz", h=h.numpy().astype(np.float32), J=J.numpy().astype(np.float32))
+    assert load_checkpoint(tmp_path / "no_visible.npz").model.sites == "categorical"  # a 4-d J is categorical
+    h, J = _ising()
+    for sites in ("spin", "bernoulli"):
+        np.savez(tmp_path / f"{sites}.npz", h=h.numpy(), J=J.numpy(), visible=sites, extra=np.zeros(2))
+        ckpt = load_checkpoint(tmp_path / f"{sites}.npz")
+        assert ckpt.model.sites == sites and ckpt.metadata["ignored_variables"] == ["extra"]
+
+
+@pytest.mark.parametrize("kind", ["categorical", "spin"])
+def test_save_checkpoint_round_trips_a_fully_visible_model(tmp_path, kind):
+    if kind == "categorical":
+        model = FullyVisibleModel(*_potts(), alphabet="ACG")
+    else:
+        model = FullyVisibleModel(*_ising(), "spin")
+    save_checkpoint(tmp_path / "m.pt", model, metadata={"source": "test"})
+    loaded = load_checkpoint(tmp_path / "m.pt")
+    assert loaded.metadata["source"] == "test" and loaded.model.sites == model.sites
+    assert loaded.model.alphabet == model.alphabet
+    assert torch.equal(loaded.model.fields, model.fields) and torch.equal(loaded.model.couplings, model.couplings)
+
+
+def test_bad_fully_visible_files_are_refused_naming_the_file_and_the_fault(tmp_path):
+    h, J = _ising()
+    np.savez(tmp_path / "ambiguous.npz", h=h.numpy(), J=J.numpy())
+    with pytest.raises(CheckpointError, match=r"ambiguous.npz: J is shaped \(5, 5\) and there is no visible array"):
+        load_checkpoint(tmp_path / "ambiguous.npz")
+    np.savez(tmp_path / "kind.npz", h=h.numpy(), J=J.numpy(), visible="potts")
+    with pytest.raises(CheckpointError, match=r"kind.npz: visible = 'potts'; a fully visible model's sites are"):
+        load_checkpoint(tmp_path / "kind.npz")
+    bad = J.clone()
+    bad[0, 1] += 1.0
+    np.savez(tmp_path / "asym.npz", h=h.numpy(), J=bad.numpy(), visible="spin")
+    with pytest.raises(CheckpointError, match="asym.npz: .*symmetric"):
+        load_checkpoint(tmp_path / "asym.npz")
+
+
+def test_evaluate_refuses_a_fully_visible_checkpoint_saying_where_it_runs(tmp_path, capsys):
+    from raise_eval.cli import main
+
+    h, J = _potts()
+    np.savez(tmp_path / "potts.npz", h=h.numpy(), J=J.numpy())
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", str(tmp_path / "potts.npz"), "--steps", "2", "--no-progress"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "holds a FullyVisibleModel; raise-eval evaluate evaluates RBMs, DBMs and DBNs (a fully visible" in err
+    assert "raise_eval.make_path(model)" in err and "Traceback" not in err
