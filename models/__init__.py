@@ -34,6 +34,7 @@ from raise_eval.models.directed import (
     VAEConfig,
 )
 from raise_eval.models.fully_visible import FullyVisibleModel
+from raise_eval.models.io.fully_visible_files import read_adabmdca_parameters
 
 __all__ = [
     "DBM",
@@ -46,6 +47,7 @@ __all__ = [
     "DiagonalGaussianPosterior",
     "DirectedLatentModel",
     "FullyVisibleModel",
+    "read_adabmdca_parameters",
     "GaussianLayer",
     "GaussianPosterior",
     "LayeredBoltzmannMachine",

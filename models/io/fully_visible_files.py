@@ -11,6 +11,7 @@ self-couplings, NaN) is said with the file's name.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Optional
 
@@ -85,3 +86,82 @@ def make_fully_visible_pt(path: Path, config, state: dict) -> FullyVisibleModel:
             f"missing {sorted(missing)}, unknown {sorted(unknown)}"
         )
     return build(path, state["fields"], state["couplings"], config["sites"], config["alphabet"])
+
+
+# ------------------------------------------------------------------------------------------- adabmDCA
+# adabmDCA 1.0.0's parameter text format (its io.save_params / io.load_params): lines "J i j a b value" (0-based
+# positions, letters of the alphabet) for the couplings, written for i < j, and "h i a value" for the fields; '#'
+# lines are comments. Its energy is E(x) = -h.x - x'Jx / 2 with J made symmetric on reading (a block written under
+# both (i, j) and (j, i) is summed, as its loader sums them), so log f(v) = -E(v) is our convention. Its alphabets:
+ADABMDCA_ALPHABETS = {"protein": "-ACDEFGHIKLMNPQRSTVWY", "rna": "-ACGU", "dna": "-ACGT"}
+
+
+def read_adabmdca_parameters(path, alphabet: str = "protein", dtype: torch.dtype = torch.float64) -> FullyVisibleModel:
+    """The categorical model of an adabmDCA parameter file (plain or gzip-compressed), read as adabmDCA reads it.
+
+    `alphabet`: 'protein', 'rna', 'dna' (adabmDCA's own, gap first) or the letters themselves, in the order of the
+    states. A malformed line, a letter outside the alphabet, a negative position, a value that is not a finite
+    number, or a self-coupling is refused (CheckpointError) naming the file and the line.
+    """
+    import gzip
+
+    path = Path(path)
+    tokens = ADABMDCA_ALPHABETS.get(alphabet, alphabet)
+    index = {t: i for i, t in enumerate(tokens)}
+    if len(index) != len(tokens) or len(tokens) < 2:
+        raise CheckpointError(f"{path}: alphabet {alphabet!r} must have two or more distinct letters")
+    with open(path, "rb") as probe:
+        compressed = probe.read(2) == b"\x1f\x8b"
+    fields: dict[tuple[int, int], float] = {}
+    couplings: dict[tuple[int, int, int, int], float] = {}
+    try:
+        with (gzip.open(path, "rt", encoding="utf-8") if compressed else open(path, encoding="utf-8")) as handle:
+            for number, line in enumerate(handle, 1):
+                parts = line.split()
+                if not parts or parts[0].startswith("#"):
+                    continue
+                _adabmdca_record(path, number, parts, index, fields, couplings)
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        what = f"{type(e).__name__}: {e}"
+        raise CheckpointError(f"{path} cannot be read as an adabmDCA parameter file ({what})") from None
+    if not fields:
+        raise CheckpointError(f"{path}: no field records ('h i a value'): not an adabmDCA parameter file?")
+    size = 1 + max(max(i for i, _ in fields), max((max(k[0], k[1]) for k in couplings), default=0))
+    q = len(tokens)
+    h = torch.zeros(size, q, dtype=torch.float64)
+    for (i, a), value in fields.items():
+        h[i, a] = value
+    written = torch.zeros(size, q, size, q, dtype=torch.float64)  # as the lines say (a repeated line: the last)
+    for (i, j, a, b), value in couplings.items():
+        written[i, a, j, b] = value
+    J = written + written.permute(2, 3, 0, 1)  # symmetric, the two triangles summed: adabmDCA's reading
+    return build(path, h.to(dtype), J.to(dtype), "categorical", tokens)
+
+
+def _adabmdca_record(path, number, parts, index, fields, couplings) -> None:
+    where = f"{path}, line {number}"
+    kind, want = parts[0], {"J": 6, "h": 4}.get(parts[0])
+    if want is None or len(parts) != want:
+        raise CheckpointError(f"{where}: expected 'J i j a b value' or 'h i a value', got {' '.join(parts)[:80]!r}")
+    try:
+        positions = [int(p) for p in parts[1 : want - 1 - (2 if kind == "J" else 1)]]
+        value = float(parts[-1])
+    except ValueError:
+        shown = " ".join(parts)
+        raise CheckpointError(f"{where}: positions must be integers and the value a number: {shown!r}") from None
+    letters = parts[want - 1 - (2 if kind == "J" else 1) : want - 1]
+    if any(p < 0 for p in positions):
+        raise CheckpointError(f"{where}: a negative position")
+    unknown = [c for c in letters if c not in index]
+    if unknown:
+        raise CheckpointError(f"{where}: letter {unknown[0]!r} is not in the alphabet {''.join(index)!r}")
+    if not math.isfinite(value):
+        raise CheckpointError(f"{where}: the value {parts[-1]} is not finite")
+    states = [index[c] for c in letters]
+    if kind == "h":
+        fields[(positions[0], states[0])] = value
+        return
+    i, j = positions
+    if i == j:
+        raise CheckpointError(f"{where}: a self-coupling (i = j = {i}); a pairwise model couples distinct sites")
+    couplings[(i, j, states[0], states[1])] = value

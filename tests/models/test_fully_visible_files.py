@@ -87,3 +87,76 @@ def test_evaluate_refuses_a_fully_visible_checkpoint_saying_where_it_runs(tmp_pa
     err = capsys.readouterr().err
     assert "holds a FullyVisibleModel; raise-eval evaluate evaluates RBMs, DBMs and DBNs (a fully visible" in err
     assert "raise_eval.make_path(model)" in err and "Traceback" not in err
+
+
+# ------------------------------------------------------------------------------------------- adabmDCA's files
+def _adabmdca_text(h, J, tokens, both_triangles=False) -> str:
+    """adabmDCA's text format written by hand: 'J i j a b value' for i < j (and j > i too), 'h i a value'."""
+    L, q = h.shape
+    lines = ["# written by the test"]
+    for i in range(L):
+        for j in range(L):
+            if i < j or (both_triangles and i > j):
+                value = J[i, :, j, :] / (2 if both_triangles else 1)
+                for a in range(q):
+                    lines += [f"J {i} {j} {tokens[a]} {tokens[b]} {float(value[a, b])!r}" for b in range(q)]
+    lines += [f"h {i} {tokens[a]} {float(h[i, a])!r}" for i in range(L) for a in range(q)]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.mark.parametrize("both_triangles", [False, True])
+@pytest.mark.parametrize("compressed", [False, True])
+def test_an_adabmdca_parameter_file_reads_as_the_model(tmp_path, compressed, both_triangles):
+    import gzip
+
+    from raise_eval.models import read_adabmdca_parameters
+
+    h, J = _potts(L=4, q=5)
+    text = _adabmdca_text(h, J, "-ACGU", both_triangles)
+    path = tmp_path / ("params.dat.gz" if compressed else "params.dat")
+    if compressed:
+        with gzip.open(path, "wt") as f:
+            f.write(text)
+    else:
+        path.write_text(text)
+    model = read_adabmdca_parameters(path, alphabet="rna")
+    assert model.alphabet == "-ACGU" and model.sites == "categorical"
+    assert torch.allclose(model.fields, h, atol=1e-15) and torch.allclose(model.couplings, J, atol=1e-15)
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("J 0 1 A Z 0.5", "line 2: letter 'Z' is not in the alphabet '-ACGU'"),
+        ("J 0 0 A C 0.5", "line 2: a self-coupling (i = j = 0)"),
+        ("h 0 A nan", "line 2: the value nan is not finite"),
+        ("h -1 A 0.5", "line 2: a negative position"),
+        ("h 0 A", "line 2: expected 'J i j a b value' or 'h i a value'"),
+        ("J x 1 A C 0.5", "line 2: positions must be integers and the value a number"),
+    ],
+)
+def test_a_bad_adabmdca_line_is_refused_naming_the_file_and_line(tmp_path, line, message):
+    from raise_eval.models import read_adabmdca_parameters
+
+    path = tmp_path / "bad.dat"
+    path.write_text(f"h 1 C 0.25\n{line}\n")
+    with pytest.raises(CheckpointError) as error:
+        read_adabmdca_parameters(path, alphabet="rna")
+    assert str(error.value).startswith(f"{path}, {message}")
+
+
+def test_energies_agree_with_adabmdca_s_own_code(tmp_path):
+    """adabmDCA writes the file (its save_params) and computes the energies (its compute_energy); ours are -E."""
+    adabm_io = pytest.importorskip("adabmDCA.io", reason="adabmDCA is not installed (pip install adabmDCA)")
+    statmech = pytest.importorskip("adabmDCA.statmech")
+    from raise_eval.models import read_adabmdca_parameters
+
+    h, J = _potts(L=6, q=21, seed=4)
+    adabm_io.save_params(str(tmp_path / "p.dat"), {"bias": h, "coupling_matrix": J}, "protein")
+    model = read_adabmdca_parameters(tmp_path / "p.dat")
+    codes = torch.randint(0, 21, (50, 6), generator=torch.Generator().manual_seed(5))
+    one_hot = torch.nn.functional.one_hot(codes, 21).double()
+    theirs = -statmech.compute_energy(one_hot, {"bias": h, "coupling_matrix": J})
+    assert torch.allclose(model.log_unnormalized(codes), theirs, atol=1e-10)
+    loaded = adabm_io.load_params(str(tmp_path / "p.dat"), "protein", torch.device("cpu"), torch.float64)
+    assert torch.allclose(model.couplings, loaded["coupling_matrix"], atol=1e-12)
