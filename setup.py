@@ -16,8 +16,8 @@ setup(
     + ["raise_eval.models"]
     + [f"raise_eval.models.{name}" for name in find_packages(where="models")],
     package_dir={"raise_eval.models": "models"},
-    # native/: C sources compiled on first use (raise_eval.native)
-    package_data={"raise_eval": ["data/*.npz", "native/*.c", "native/*.h"]},
+    # models/native/: C sources compiled on first use (raise_eval.models.native)
+    package_data={"raise_eval": ["data/*.npz"], "raise_eval.models": ["native/*.c", "native/*.h"]},
     # torch>=2.0 admits the CPU wheel 2.13.0 that .ci/run installs first, so pip installs nothing more.
     install_requires=["torch>=2.0", "numpy>=1.22", "tqdm>=4.60"],
     extras_require={

@@ -290,7 +290,7 @@ _RANDOM = ("random_", "uniform_", "aten::rand", "bernoulli", "normal_")
 def breakdown(chains: int, steps: int, dtype: torch.dtype, model_path=None, beta=None) -> dict:
     """Milliseconds per AIS step (CPU) in: the products (everything inside the library's product routine, its
     table lookups and their index computation included), random numbers, transcendental functions, the native
-    elementwise kernels (`raise_eval.native`'s step.c: the Philox draws, the weight update), other
+    elementwise kernels (`raise_eval.models.native`'s step.c: the Philox draws, the weight update), other
     ops, and the Python between ops (the step's wall time less all ops), from torch.profiler's self times."""
     g = torch.Generator().manual_seed(0)
     model = make_rbm(model_path, g, dtype, torch.device("cpu"))
@@ -400,7 +400,7 @@ def main(argv=None) -> None:
     print(f"machine: {cpu_description()}; torch {torch.__version__}, {torch.backends.cpu.get_cpu_capability()}")
     kernels = native.report()
     print(
-        f"C kernels (raise_eval.native): the step's draws and weight update {kernels['step']}; "
+        f"C kernels (raise_eval.models.native): the step's draws and weight update {kernels['step']}; "
         f"the amx product route {kernels['amx_products']}"
     )
     sizes = "-".join(str(n) for n in make_rbm(args.model, torch.Generator(), dtype, torch.device("cpu")).layer_sizes)

@@ -12,7 +12,7 @@ their ratio, so both see the same machine load; the last line is the median rati
 before and after and the share of the CPUs other processes used while it timed are printed. The script uses only the
 estimator's public interface, so it runs unchanged on older versions of the library (before/after comparisons).
 
-On the CPU a DBN's sweep runs in the library's C kernel where a C compiler works (`raise_eval.native`), else in
+On the CPU a DBN's sweep runs in the library's C kernel where a C compiler works (`raise_eval.models.native`), else in
 PyTorch; the header says which. With --pytorch-too each repeat also times the estimate with the kernel turned off
 (RAISE_EVAL_NATIVE=0: the PyTorch sweep, what ran before the kernel existed), between the other two, so the
 before/after ratio comes from one run.
@@ -151,12 +151,12 @@ def main(argv=None) -> dict:
 def _sweep_description() -> str:
     """Which DBN sweep the CPU takes here (older versions of the library have no native kernel)."""
     try:
-        from raise_eval import native
+        from raise_eval.models import native
     except ImportError:
         return "PyTorch (this version of the library has no native kernel)"
     if native.library() is None:
         return f"PyTorch (the C kernel is unavailable: {native.unavailable_reason()})"
-    return "the C kernel (raise_eval.native), where the weights allow"
+    return "the C kernel (raise_eval.models.native), where the weights allow"
 
 
 class _kernel:

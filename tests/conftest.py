@@ -40,7 +40,7 @@ def make_multimodal_rbm(n_visible: int, n_hidden: int, seed: int, weight_std: fl
 @pytest.fixture(scope="session", autouse=True)
 def native_cache_in_a_temporary_folder(tmp_path_factory):
     """The C kernels compiled by the tests (and by the commands they start, which inherit the environment) are kept
-    in a folder of the test session, never in the user's cache folder (raise_eval.native.cache_folder)."""
+    in a folder of the test session, never in the user's cache folder (raise_eval.models.native.cache_folder)."""
     previous = os.environ.get("RAISE_EVAL_CACHE_DIR")
     os.environ["RAISE_EVAL_CACHE_DIR"] = str(tmp_path_factory.mktemp("raise_eval_cache"))
     yield
@@ -146,7 +146,7 @@ def product_route(request, monkeypatch):
     torch.mm."""
     from raise_eval.models.boltzmann import products
 
-    from raise_eval import native
+    from raise_eval.models import native
 
     if request.param == "onednn" and not products.onednn_available():
         pytest.skip("this torch build has no oneDNN")

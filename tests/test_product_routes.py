@@ -75,7 +75,7 @@ def test_a_run_says_whether_its_c_kernels_ran(monkeypatch):
     """The report records the C kernels' state (settings.native_kernels), and a run without them (no compiler here)
     says so in a note, as does a forced amx route that cannot run: they change a run's random numbers and speed (a
     new user's run fell back silently)."""
-    from raise_eval import native
+    from raise_eval.models import native
 
     model, test = _model_and_data()
     products.clear_route_choices()

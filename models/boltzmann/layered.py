@@ -130,7 +130,7 @@ def _native_log1p_expm1(
     sigmoid in float32 within 1.3 2^-23 relative."""
     from raise_eval.models.numerics import expm1_series_degree
 
-    from raise_eval import native
+    from raise_eval.models import native
 
     if u.device.type != "cpu" or u.dtype not in (torch.float32, torch.float64) or not u.is_contiguous():
         return None
@@ -403,7 +403,7 @@ class LayeredBoltzmannMachine:
                 fresh temporaries.
             small_steps: per layer, whether |d| <= 2 is guaranteed (see above).
             step_bounds: per layer, the largest |d| guaranteed (or None): with it the small-step form's sum runs in
-                the C kernel of `raise_eval.native` where that is available (step.c: one pass, in float64, expm1
+                the C kernel of `raise_eval.models.native` where that is available (step.c: one pass, in float64, expm1
                 by the series of `expm1_series_degree` for that bound), instead of its PyTorch passes; for a
                 float32 model with buffers the same pass computes sigmoid(z') (z' formed in double, then rounded to
                 float32; the sigmoid's relative error within 1.3 2^-23, as torch.sigmoid's).

@@ -207,7 +207,7 @@ class IntegerWeights:
         xs float32, contiguous, 0. and 1. only."""
         import ctypes
 
-        from raise_eval import native
+        from raise_eval.models import native
 
         lib = native.amx_library()
         rows = xs[0].shape[0]

@@ -13,7 +13,7 @@ A sampling step of a Boltzmann machine spends most of its time in the products x
   and the table (2^k / k times the weights' memory) is read in column blocks that stay in the cache;
 - "amx": for binary x in float32 on CPUs with AMX int8 tiles (Intel Xeon since Sapphire Rapids): each column of the
   weights is held as 31-bit integers under a power-of-two scale (`IntegerWeights`), and x A is summed exactly in
-  integers by the C kernel of `raise_eval.native` (amx_products.c), then rounded once: the only error beyond that
+  integers by the C kernel of `raise_eval.models.native` (amx_products.c), then rounded once: the only error beyond that
   rounding is the weights' quantization, at most half a float32 ulp of the column's mean nonzero |A_ij| per weight
   (weights whose largest is too far above their mean are not offered the route).
 
@@ -284,7 +284,7 @@ _HELD = {"table": cached_table, "amx": cached_integer_weights}
 
 
 def amx_available() -> bool:
-    from raise_eval import native
+    from raise_eval.models import native
 
     return native.amx_library() is not None
 

@@ -16,7 +16,7 @@ import warnings
 
 import torch
 
-from raise_eval import native
+from raise_eval.models import native
 from raise_eval._version import __version__
 from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.cli import bdmc, evaluate, trajectory

@@ -7,7 +7,7 @@ from typing import Optional
 
 import torch
 
-from raise_eval import native
+from raise_eval.models import native
 from raise_eval.cli.options import note
 from raise_eval.io.results import dump_json
 from raise_eval.models.boltzmann import products

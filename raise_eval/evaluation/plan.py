@@ -35,7 +35,7 @@ from raise_eval.settings import Named, SettingsError
 # 'auto' takes per-vector AIS for a DBN only while its unit-wise sweeps (chains x steps x sum over the directed
 # hidden layers of n_l (n_{l-1} + n_{l+1}) elementwise updates over the test set) would take at most
 # AUTO_DBN_AIS_MAX_SECONDS, at the rates measured with scripts/benchmark_log_f.py on the 784-500-2000 DBN (400 MNIST
-# vectors x 10 chains, K = 5; 1.39e6 updates per chain-step), rounded down: the C kernel (raise_eval.native) at
+# vectors x 10 chains, K = 5; 1.39e6 updates per chain-step), rounded down: the C kernel (raise_eval.models.native) at
 # DBN_NATIVE_SWEEP_UPDATES_PER_SECOND per thread (2026-11-26, an Intel Xeon: 145 us per chain-step at one thread
 # with the other core busy, 9.6e9 a second), the PyTorch sweep (no C compiler, or a GPU) at
 # DBN_SWEEP_UPDATES_PER_SECOND whatever the threads (486 to 605 us per chain-step on an AMD EPYC, 2.3e9 to 2.9e9 a

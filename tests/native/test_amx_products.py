@@ -12,7 +12,7 @@ import torch
 from raise_eval.models.boltzmann import products
 from raise_eval.models.boltzmann.products import IntegerWeights
 
-from raise_eval import native
+from raise_eval.models import native
 
 
 def _needs_amx() -> None:

@@ -1,4 +1,4 @@
-"""How the C kernels are built (`raise_eval.native`, issue 45): cached between processes under a key of the sources,
+"""How the C kernels are built (`raise_eval.models.native`, issue 45): cached between processes under a key of the sources,
 the compiler and the CPU, written whole or not at all, stopped when the compiler hangs, said on stderr while the
 compiler runs, and a library that does not export the kernels' functions taken as a kernel that failed to build."""
 
@@ -12,7 +12,7 @@ import time
 import pytest
 import torch
 
-from raise_eval import native
+from raise_eval.models import native
 
 
 def _script(tmp_path, name: str, body: str):
@@ -206,7 +206,7 @@ def test_a_compile_says_so_on_stderr_when_asked(fresh, capfd):
 def test_the_useful_line_of_a_failed_compile():
     """A compile out of disk ended with "compilation terminated.": the reason is the line that says why."""
     disk = (
-        "/x/raise_eval/native/step.c:248:1: fatal error: error writing to /tmp/ccinBxI1.s: No space left on device\n"
+        "/x/models/native/step.c:248:1: fatal error: error writing to /tmp/ccinBxI1.s: No space left on device\n"
         "  248 | BERNOULLI_PHILOX(float, int32_t, bernoulli_philox_logits_float32, 1, 0)\n"
         "      | ^~~~~~~~~~~~~~~~\ncompilation terminated.\n"
     )

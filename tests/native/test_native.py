@@ -1,4 +1,4 @@
-"""The native kernels (`raise_eval.native`): compiled on first use, taken only where they work, and the same bits
+"""The native kernels (`raise_eval.models.native`): compiled on first use, taken only where they work, and the same bits
 however the work is split. Their draws are checked against exact logits, and their invariance and unbiasedness
 against enumeration, in tests/estimators/test_log_f_ais.py."""
 
@@ -11,7 +11,7 @@ import torch
 from raise_eval.models import DBN
 
 import raise_eval.paths.posterior.sweeps as posterior  # the sweeps' module: its constants and plan
-from raise_eval import native
+from raise_eval.models import native
 from raise_eval.paths.posterior import DBNPosteriorPath
 
 

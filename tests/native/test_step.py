@@ -14,7 +14,7 @@ from raise_eval.models import sampling
 from raise_eval.models.boltzmann import layered
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine, random_chain_parameters
 
-from raise_eval import native
+from raise_eval.models import native
 
 
 def _needs_step() -> None:

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from raise_eval import native
+from raise_eval.models import native
 from raise_eval.models.numerics import expm1_
 from raise_eval.models.sampling import sample_bernoulli_logits_
 from raise_eval.paths.posterior.common import _LOG1P_FORM_MAX_STEP, softplus_increment
@@ -210,7 +210,7 @@ class DBNSweeps:
         return all(self.sweep_route(l, device) == "native" for l in range(1, self._L))
 
     def _native_sweep_(self, l, x, linear, p_on, p_off, beta, generator) -> None:
-        """The sweep of `raise_eval.native` (dbn_sweep.c: every logit computed exactly, chain by chain in tiles),
+        """The sweep of `raise_eval.models.native` (dbn_sweep.c: every logit computed exactly, chain by chain in tiles),
         tensors as in `_sweep_`, flattened to (rows, n); p_on and p_off are updated where a unit flips. The
         uniforms are drawn as the bounded sweep draws them, so both see the same thresholds."""
         rows, n_units, n_below = x.shape[0], x.shape[1], p_on.shape[1]
