@@ -65,6 +65,7 @@ from raise_eval.models import (
     VAEConfig,
     rbm_from_arrays,
 )
+from raise_eval.models.boltzmann import products as _products
 from raise_eval.models.io import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, save_npz
 from raise_eval.models.io import checkpoints as _checkpoints
 from raise_eval.paths import (
@@ -78,11 +79,14 @@ from raise_eval.paths import (
     uniform_base,
     visible_statistics,
 )
+from raise_eval.runtime.product_routes import choose_route as _choose_route
 from raise_eval.schedules import linear_schedule, make_schedule, salakhutdinov_schedule, sigmoid_schedule
 from raise_eval.settings import SettingsError
 
 # models/ may not import raise_eval.io: its checkpoints are written whole (or not at all) by the writer given here.
 _checkpoints.use_file_writer(_write_file)
+# ... and its products take the routes raise-eval's policy chooses (timed per shape; RAISE_EVAL_PRODUCT_ROUTE).
+_products.install_route_chooser(_choose_route)
 
 
 def __getattr__(name: str):

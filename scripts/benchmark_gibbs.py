@@ -47,6 +47,7 @@ from raise_eval.models import sampling
 from raise_eval.models.boltzmann import layered, products
 
 from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule, load_checkpoint, native
+from raise_eval.runtime import product_routes
 
 
 def _sync(device: torch.device) -> None:
@@ -102,7 +103,7 @@ def benchmark(
 
     def ais(route=None):
         def run():
-            with products.forced_route(route) if route else nullcontext():
+            with product_routes.forced_route(route) if route else nullcontext():
                 anneal(path, state, betas, generator=g)
 
         return run
@@ -150,9 +151,9 @@ def benchmark(
     threads = torch.get_num_threads()
     # The routes the plain runs took: timed at start, or forced for the whole process (RAISE_EVAL_PRODUCT_ROUTE; the
     # --all-routes runs force each route in turn, and those choices are not the plain runs')
-    forced = products.requested_route()
+    forced = product_routes.requested_route()
     routes = {}
-    for c in products.route_choices():
+    for c in product_routes.route_choices():
         if (c.inner, c.cols) not in shapes or not c.binary or c.threads != threads:
             continue
         if forced is None:
@@ -447,7 +448,7 @@ def main(argv=None) -> None:
                     print(f"  route of x{c.inner} -> {c.cols}: {c.route} (timed at start, ms per product: {timed})")
                 else:
                     why = "forced by" if c.how == "forced" else "the route forced by"
-                    why += f" {products.ROUTE_ENV}" + ("" if c.how == "forced" else " cannot compute it")
+                    why += f" {product_routes.ROUTE_ENV}" + ("" if c.how == "forced" else " cannot compute it")
                     print(f"  route of x{c.inner} -> {c.cols}: {c.route} ({why}, not timed)")
             forced = [k for k in ms if k.startswith("ais[")]
             extra = "".join(f", {k[4:-1]} {ms[k]:.2f}" for k in forced)

@@ -64,16 +64,15 @@ def run_child(name: str, chains: int, steps: int, seed: int) -> dict:
     dtype = getattr(torch, CONTESTANTS[name][1])
     model = _model(seed, dtype)
     if name.startswith("raise-eval"):
-        from raise_eval.models.boltzmann import products
-
         from raise_eval import BoltzmannPath, ais, linear_schedule
+        from raise_eval.runtime import product_routes
 
         path = BoltzmannPath(model)
         ais(path, linear_schedule(2), chains, generator=torch.Generator().manual_seed(seed))  # warm up, time routes
         start = time.perf_counter()
         result = ais(path, linear_schedule(steps), chains, generator=torch.Generator().manual_seed(seed))
         seconds = time.perf_counter() - start
-        routes = sorted({c.route for c in products.route_choices() if c.binary})
+        routes = sorted({c.route for c in product_routes.route_choices() if c.binary})
         return {"estimate": result.estimate, "stderr": result.stderr.item(), "seconds": seconds, "routes": routes}
     if name.startswith("rbms"):
         from rbms.bernoulli_bernoulli.classes import BBRBM

@@ -144,9 +144,10 @@ def product_route(request, monkeypatch):
     (skipped for oneDNN where the build has none, for amx where the CPU has no AMX tiles). A product the route cannot
     compute (oneDNN in float64, the table and amx routes for inputs not known to be binary, amx in float64) uses
     torch.mm."""
+    from raise_eval.models import native
     from raise_eval.models.boltzmann import products
 
-    from raise_eval.models import native
+    from raise_eval.runtime import product_routes
 
     if request.param == "onednn" and not products.onednn_available():
         pytest.skip("this torch build has no oneDNN")
@@ -155,5 +156,5 @@ def product_route(request, monkeypatch):
     taken = []
     original = products.run_route
     monkeypatch.setattr(products, "run_route", lambda route, *a, **k: taken.append(route) or original(route, *a, **k))
-    with products.forced_route(request.param):
+    with product_routes.forced_route(request.param):
         yield taken

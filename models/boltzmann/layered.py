@@ -282,8 +282,8 @@ class LayeredBoltzmannMachine:
     ) -> Tensor:
         """bias + alpha (x_{l-1} W_{l-1} + x_{l+1} W_l^T), or the bare products when bias is None (alpha 1),
         shaped (*batch, n_l); bias and scale are folded into the products. The route (torch.mm, oneDNN, or the
-        table and amx routes when `sampled`: the neighbours are samples, 0. and 1. only) is chosen by timing, once per shape
-        (`raise_eval.models.boltzmann.products`)."""
+        table and amx routes when `sampled`: the neighbours are samples, 0. and 1. only) is the one
+        `products.neighbour_product`'s installed chooser picks (raise-eval's times them once per shape)."""
         terms = []
         if l > 0:
             terms.append((layers[l - 1], self.weights[l - 1], False))

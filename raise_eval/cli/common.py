@@ -7,10 +7,10 @@ from typing import Optional
 
 import torch
 
-from raise_eval.models import native
 from raise_eval.cli.options import note
 from raise_eval.io.results import dump_json
-from raise_eval.models.boltzmann import products
+from raise_eval.models import native
+from raise_eval.runtime import product_routes
 from raise_eval.runtime.threads import resolve_threads
 from raise_eval.settings import render_names
 
@@ -19,7 +19,7 @@ def check_environment() -> None:
     """RAISE_EVAL_NATIVE and RAISE_EVAL_PRODUCT_ROUTE read before any work (ValueError naming the variable and
     what it takes), not first where a stage needs the kernels or a product."""
     native.requested()
-    products.requested_route()
+    product_routes.requested_route()
 
 
 def configure_threads(threads) -> None:

@@ -21,12 +21,11 @@ from raise_eval.evaluation.memory import CostEstimate, check_memory, plan_memory
 from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings, evaluate_settings
 from raise_eval.io.datasets import check_binary
 from raise_eval.kernels.split_products import split_error_bound, terms_needed
-from raise_eval.models.boltzmann import products
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, make_path, uniform_base
 from raise_eval.paths.mixed import mixed_data_base, mixed_uniform_base
 from raise_eval.paths.posterior import DBNPosteriorPath
-from raise_eval.runtime import distributed
+from raise_eval.runtime import distributed, product_routes
 from raise_eval.runtime.sharding import default_max_memory, default_shard_size
 from raise_eval.schedules import make_schedule
 from raise_eval.seeds import stage_seed
@@ -344,10 +343,10 @@ def _product_route(setting: str) -> dict[str, Any]:
     name, or None)."""
     if setting != "auto":
         return {"product_route": setting, "product_route_forced_by": "setting"}
-    route = products.environment_route()
+    route = product_routes.environment_route()
     if route is None:
         return {"product_route": "auto", "product_route_forced_by": None}
-    return {"product_route": route, "product_route_forced_by": products.ROUTE_ENV}
+    return {"product_route": route, "product_route_forced_by": product_routes.ROUTE_ENV}
 
 
 def _as_test_tensor(model, test_data) -> Tensor:

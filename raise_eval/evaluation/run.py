@@ -15,7 +15,6 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from raise_eval.models import native
 from raise_eval._version import __version__
 from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate
@@ -34,9 +33,9 @@ from raise_eval.evaluation.stages import (
     raise_stage,
     raise_subset,
 )
-from raise_eval.models.boltzmann import products
+from raise_eval.models import native
 from raise_eval.paths.boltzmann import BoltzmannPath
-from raise_eval.runtime import distributed
+from raise_eval.runtime import distributed, product_routes
 from raise_eval.runtime.resume import (
     ResumeFile,
     check_world_size,
@@ -148,7 +147,7 @@ def run_evaluation(
     if log_f_check is not None and log_f is None:
         raise ValueError("log_f_check is the check of a reused log_f: pass that log_f too")
     _check_reused(plan, log_f, exact_values)
-    with products.forced_route(plan.settings.product_route), loop_options(**plan_loop_options(plan.settings)):
+    with product_routes.forced_route(plan.settings.product_route), loop_options(**plan_loop_options(plan.settings)):
         return _run(plan, log_f, exact_values, log_f_check, resume_file, cost_estimate)
 
 
@@ -173,13 +172,13 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
         for change in store.context_changes:
             notes.append(f"resumed with {change}: the continued run is bit-identical only where these agree")
         # The product routes the interrupted run chose (by timing): the continued one computes as it did.
-        products.adopt_route_choices(store.get("product_routes") or [])
+        product_routes.adopt_route_choices(store.get("product_routes") or [])
     done: dict[str, Any] = {}
     _, first = _unique_rows(test)
     distinct = first.to(device)
 
     def report(interrupted: Optional[str] = None, error: Optional[str] = None) -> EvaluationReport:
-        all_settings["product_routes"] = [c.as_dict() for c in products.route_choices()]
+        all_settings["product_routes"] = [c.as_dict() for c in product_routes.route_choices()]
         if device.type == "cpu":
             all_settings["native_kernels"] = kernels = native.report()
             if kernels["step"] != "in use" and not any(n.startswith("the C kernels") for n in notes):

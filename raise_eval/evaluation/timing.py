@@ -34,8 +34,8 @@ from raise_eval.estimators.unnormalized import ais_chunk_vectors, log_unnormaliz
 from raise_eval.evaluation.log_f_check import LOG_F_CHECK_FACTOR
 from raise_eval.evaluation.memory import STAGES, CostEstimate, plan_memory
 from raise_eval.evaluation.plan import plan_loop_options
-from raise_eval.models.boltzmann import products
 from raise_eval.paths.posterior import posterior_path
+from raise_eval.runtime import product_routes
 from raise_eval.runtime.sharding import raise_vectors_per_shard
 from raise_eval.schedules import linear_schedule
 from raise_eval.settings import Named
@@ -330,7 +330,7 @@ def estimate_cost(plan, *, budget: float = TIMING_BUDGET) -> CostEstimate:
     seconds of the second, larger timings), so that the estimate is this model's on this device, dtype and thread
     count. The plan and its random streams are left as they were.
     """
-    with products.forced_route(plan.settings.product_route), loop_options(**plan_loop_options(plan.settings)):
+    with product_routes.forced_route(plan.settings.product_route), loop_options(**plan_loop_options(plan.settings)):
         # the timed steps fuse their elementwise work as the run's long stages will ('auto' decides by a run's
         # length, and the timings are short)
         chains = max(plan.ais_chains, min(plan.raise_examples, plan.n_test) * plan.raise_chains)

@@ -55,7 +55,7 @@ from raise_eval.io.outputs import (
 )
 from raise_eval.io.writing import write_file
 from raise_eval.kernels.block_gibbs import BoltzmannState
-from raise_eval.models.boltzmann import products  # the resumable runs anneal Boltzmann paths
+from raise_eval.runtime import product_routes  # the resumable runs anneal Boltzmann paths
 from raise_eval.runtime.interrupts import deferred_interrupts, interrupt_requested  # noqa: F401 (re-exported)
 from raise_eval.runtime.sharding import raise_vectors_per_shard, shard_bounds
 from raise_eval.settings import Named, SettingsError
@@ -240,7 +240,7 @@ class ResumeFile:
         if self.discard:
             return
         # The product routes chosen so far (by timing, once per shape): a continued run adopts them.
-        self.data["product_routes"] = [c.as_dict() for c in products.route_choices()]
+        self.data["product_routes"] = [c.as_dict() for c in product_routes.route_choices()]
         payload = self.data if running is None else {**self.data, "running": running}
         try:
             write_file(self.path, lambda p: torch.save(payload, p), what="the resume state", keep_on_failure=False)

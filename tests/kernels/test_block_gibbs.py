@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-from raise_eval.models.boltzmann import products
 
 from raise_eval import BoltzmannPath, data_base_rates, exact
 from raise_eval.kernels.block_gibbs import block_gibbs_step
+from raise_eval.runtime import product_routes
 from tests.statistics import assert_counts_match
 
 CHAINS = 200_000
@@ -60,8 +60,8 @@ def test_float32_step_with_each_product_route_matches_the_exact_transition_row(
     state = _state_from_code(path, code, CHAINS)
     product_route.clear()  # building the start state made products of its own
     new = path.transition(state, beta, torch.Generator().manual_seed(code))
-    forced = products.force_route(None)
-    products.force_route(forced)
+    forced = product_routes.force_route(None)
+    product_routes.force_route(forced)
     assert product_route and all(route == forced for route in product_route)
     assert new.layers[0].dtype == torch.float32
     row = exact.block_gibbs_transition_matrix(path.at(beta))[code]

@@ -12,6 +12,7 @@ from raise_eval.models.boltzmann.products import ROUTES
 from raise_eval.models.numerics import expm1_
 
 from raise_eval import exact
+from raise_eval.runtime import product_routes
 
 
 def _random_layers(model, batch, seed):
@@ -184,7 +185,7 @@ def test_every_product_route_is_float32_accurate_deterministic_and_row_by_row(si
     calls = []
     original = products.run_route
     monkeypatch.setattr(products, "run_route", lambda r, *a, **k: calls.append(r) or original(r, *a, **k))
-    with products.forced_route(route):
+    with product_routes.forced_route(route):
         for l in range(model.num_layers):
             for get, get64, get_abs in (
                 (model.unscaled_input, m64.unscaled_input, abs64.unscaled_input),
@@ -207,46 +208,46 @@ def test_products_are_routed_by_timing_once_per_shape(monkeypatch):
     fastest; the choice is recorded with its timings and reused; float64 has no oneDNN route, non-binary inputs no
     table route; small products, CUDA and products that need a gradient stay with torch.mm, unrecorded; a route
     that cannot compute a product it is forced on leaves it to torch.mm."""
-    products.clear_route_choices()
-    monkeypatch.delenv(products.ROUTE_ENV, raising=False)
+    product_routes.clear_route_choices()
+    monkeypatch.delenv(product_routes.ROUTE_ENV, raising=False)
     cpu = torch.device("cpu")
     timed = []
-    original = products._time_routes
+    original = product_routes._time_routes
     monkeypatch.setattr(
-        products, "_time_routes", lambda routes, *a: timed.append(tuple(routes)) or original(routes, *a)
+        product_routes, "_time_routes", lambda routes, *a: timed.append(tuple(routes)) or original(routes, *a)
     )
-    choice = products.choose_route(64, (784,), 500, torch.float32, cpu, True, False)
+    choice = product_routes.choose_route(64, (784,), 500, torch.float32, cpu, True, False)
     expected = ("mm", "onednn", "table") if products.onednn_available() else ("mm", "table")
     if products.amx_available():
         expected += ("amx",)
     assert timed == [expected] and choice.how == "measured"
     timings = dict(choice.timings_ms)
     assert set(timings) == set(expected) and choice.route == min(timings, key=timings.get)
-    assert products.choose_route(64, (784,), 500, torch.float32, cpu, True, False) is choice  # cached
-    assert len(timed) == 1 and products.route_choices() == (choice,)
+    assert product_routes.choose_route(64, (784,), 500, torch.float32, cpu, True, False) is choice  # cached
+    assert len(timed) == 1 and product_routes.route_choices() == (choice,)
     record = choice.as_dict()
     assert record["route"] == choice.route and set(record["timings_ms"]) == set(expected)
-    products.choose_route(64, (784,), 500, torch.float64, cpu, True, False)
-    products.choose_route(64, (784,), 500, torch.float32, cpu, False, False)
+    product_routes.choose_route(64, (784,), 500, torch.float64, cpu, True, False)
+    product_routes.choose_route(64, (784,), 500, torch.float32, cpu, False, False)
     assert timed[1:] == [("mm", "table"), tuple(r for r in expected if r in ("mm", "onednn"))]
-    assert products.choose_route(10, (8,), 6, torch.float32, cpu, True, False) is None  # small
-    assert products.choose_route(64, (784,), 500, torch.float32, cpu, True, True) is None  # gradient
-    assert products.choose_route(64, (784,), 500, torch.float32, torch.device("meta"), True, False) is None
-    monkeypatch.setenv(products.ROUTE_ENV, "table")
-    forced = products.choose_route(10, (8,), 6, torch.float32, cpu, False, False)
+    assert product_routes.choose_route(10, (8,), 6, torch.float32, cpu, True, False) is None  # small
+    assert product_routes.choose_route(64, (784,), 500, torch.float32, cpu, True, True) is None  # gradient
+    assert product_routes.choose_route(64, (784,), 500, torch.float32, torch.device("meta"), True, False) is None
+    monkeypatch.setenv(product_routes.ROUTE_ENV, "table")
+    forced = product_routes.choose_route(10, (8,), 6, torch.float32, cpu, False, False)
     assert (forced.route, forced.how) == ("mm", "forced-unavailable")
-    assert products.choose_route(10, (8,), 6, torch.float32, cpu, True, False).how == "forced"
-    monkeypatch.setenv(products.ROUTE_ENV, "fastest")
+    assert product_routes.choose_route(10, (8,), 6, torch.float32, cpu, True, False).how == "forced"
+    monkeypatch.setenv(product_routes.ROUTE_ENV, "fastest")
     with pytest.raises(ValueError, match="RAISE_EVAL_PRODUCT_ROUTE"):
-        products.choose_route(10, (8,), 6, torch.float32, cpu, True, False)
+        product_routes.choose_route(10, (8,), 6, torch.float32, cpu, True, False)
     enabled = torch.backends.mkldnn.enabled
     torch.backends.mkldnn.enabled = False  # a user who switched oneDNN off never gets it
     try:
-        monkeypatch.setenv(products.ROUTE_ENV, "onednn")
-        assert products.choose_route(10, (8,), 6, torch.float32, cpu, True, False).route == "mm"
+        monkeypatch.setenv(product_routes.ROUTE_ENV, "onednn")
+        assert product_routes.choose_route(10, (8,), 6, torch.float32, cpu, True, False).route == "mm"
     finally:
         torch.backends.mkldnn.enabled = enabled
-    products.clear_route_choices()
+    product_routes.clear_route_choices()
 
 
 @pytest.mark.parametrize("sizes", [(300, 200), (120, 200, 90)])
@@ -267,20 +268,20 @@ def test_products_that_need_a_gradient_are_differentiable(sizes):
 def test_adopted_route_choices_are_used_without_timing(monkeypatch):
     """Choices saved by another process (as JSON-ready dicts) are taken for their shapes without timing, so that a
     resumed run computes its products as the interrupted one did."""
-    products.clear_route_choices()
-    monkeypatch.delenv(products.ROUTE_ENV, raising=False)
+    product_routes.clear_route_choices()
+    monkeypatch.delenv(product_routes.ROUTE_ENV, raising=False)
     cpu = torch.device("cpu")
     threads = torch.get_num_threads()
-    record = products.RouteChoice(64, (784,), 500, "float32", threads, True, "mm", "measured", (("mm", 1.0),))
-    products.adopt_route_choices([json.loads(json.dumps(record.as_dict()))])
-    monkeypatch.setattr(products, "_time_routes", lambda *a: pytest.fail("timed an adopted shape"))
-    choice = products.choose_route(64, (784,), 500, torch.float32, cpu, True, False)
+    record = product_routes.RouteChoice(64, (784,), 500, "float32", threads, True, "mm", "measured", (("mm", 1.0),))
+    product_routes.adopt_route_choices([json.loads(json.dumps(record.as_dict()))])
+    monkeypatch.setattr(product_routes, "_time_routes", lambda *a: pytest.fail("timed an adopted shape"))
+    choice = product_routes.choose_route(64, (784,), 500, torch.float32, cpu, True, False)
     assert (choice.route, choice.how, dict(choice.timings_ms)) == ("mm", "measured", {"mm": 1.0})
-    products.adopt_route_choices([{k: v for k, v in record.as_dict().items() if k != "how"}])
-    assert products.choose_route(64, (784,), 500, torch.float32, cpu, True, False).how == "adopted"
+    product_routes.adopt_route_choices([{k: v for k, v in record.as_dict().items() if k != "how"}])
+    assert product_routes.choose_route(64, (784,), 500, torch.float32, cpu, True, False).how == "adopted"
     with pytest.raises(ValueError, match="unknown product route"):
-        products.adopt_route_choices([dict(record.as_dict(), route="gpu")])
-    products.clear_route_choices()
+        product_routes.adopt_route_choices([dict(record.as_dict(), route="gpu")])
+    product_routes.clear_route_choices()
 
 
 def test_the_table_route_follows_changes_of_the_weights():

@@ -163,8 +163,9 @@ def test_sampled_bernoulli_neighbours_take_the_binary_routes_and_probabilities_n
     subset sums, here forced to the table): equal to torch.mm's up to rounding; without `sampled` (neighbours that
     may hold probabilities, e.g. a mean-field pass) the table route is never taken, whatever is forced."""
     from raise_eval.models.boltzmann.mixed import random_mixed_machine
-    from raise_eval.models.boltzmann.products import forced_route, route_choices
     from raise_eval.models.boltzmann.units import BernoulliLayer, CategoricalLayer, GaussianLayer
+
+    from raise_eval.runtime.product_routes import forced_route, route_choices
 
     g = torch.Generator().manual_seed(3)
     first = {"gaussian": GaussianLayer(12), "categorical": CategoricalLayer(4, 3), "bernoulli": BernoulliLayer(12)}

@@ -9,10 +9,11 @@ import json
 
 import pytest
 import torch
+from raise_eval.models import native
 from raise_eval.models.boltzmann import products
 from raise_eval.models.boltzmann.products import IntegerWeights
 
-from raise_eval.models import native
+from raise_eval.runtime import product_routes
 
 
 def _needs_amx() -> None:
@@ -100,12 +101,12 @@ def test_weights_far_above_their_column_mean_are_not_offered_the_route():
     if not products.amx_available():
         return
     x = (torch.rand(600, 784, generator=g) < 0.5).float()
-    products.clear_route_choices()
-    with products.forced_route("amx"):
+    product_routes.clear_route_choices()
+    with product_routes.forced_route("amx"):
         got = products.neighbour_product([(x, outlier, False)], None, binary=True)
     assert torch.equal(got, torch.mm(x, outlier))
-    assert [(c.route, c.how) for c in products.route_choices()] == [("amx", "forced"), ("mm", "forced-unavailable")]
-    products.clear_route_choices()
+    assert [(c.route, c.how) for c in product_routes.route_choices()] == [("amx", "forced"), ("mm", "forced-unavailable")]
+    product_routes.clear_route_choices()
 
 
 def test_weights_changed_in_place_are_held_again():
@@ -113,7 +114,7 @@ def test_weights_changed_in_place_are_held_again():
     g = torch.Generator().manual_seed(5)
     w = torch.randn(200, 64, generator=g)
     x = (torch.rand(600, 200, generator=g) < 0.5).float()
-    with products.forced_route("amx"):
+    with product_routes.forced_route("amx"):
         before = products.neighbour_product([(x, w, False)], None, binary=True)
         w.mul_(2.0)
         after = products.neighbour_product([(x, w, False)], None, binary=True)
@@ -127,17 +128,17 @@ def test_without_amx_the_route_is_neither_timed_nor_adopted(monkeypatch):
     monkeypatch.setattr(native, "_state", {"amx_products": (None, "no compiler (test)")})
     assert not products.amx_available()
     assert native.amx_unavailable_reason() == "no compiler (test)"
-    assert "amx" not in products._candidates((784,), 500, torch.float32, True)
-    products.clear_route_choices()
-    monkeypatch.delenv(products.ROUTE_ENV, raising=False)
+    assert "amx" not in products.available_routes((784,), 500, torch.float32, True)
+    product_routes.clear_route_choices()
+    monkeypatch.delenv(product_routes.ROUTE_ENV, raising=False)
     threads = torch.get_num_threads()
-    record = products.RouteChoice(64, (784,), 500, "float32", threads, True, "amx", "measured", (("amx", 1.0),))
-    products.adopt_route_choices([json.loads(json.dumps(record.as_dict()))])
-    assert products.route_choices() == ()
-    with products.forced_route("amx"):
-        choice = products.choose_route(64, (784,), 500, torch.float32, torch.device("cpu"), True, False)
+    record = product_routes.RouteChoice(64, (784,), 500, "float32", threads, True, "amx", "measured", (("amx", 1.0),))
+    product_routes.adopt_route_choices([json.loads(json.dumps(record.as_dict()))])
+    assert product_routes.route_choices() == ()
+    with product_routes.forced_route("amx"):
+        choice = product_routes.choose_route(64, (784,), 500, torch.float32, torch.device("cpu"), True, False)
     assert (choice.route, choice.how) == ("mm", "forced-unavailable")
-    products.clear_route_choices()
+    product_routes.clear_route_choices()
 
 
 def test_a_cpu_without_amx_tiles_is_told_apart_from_a_missing_compiler(monkeypatch):
@@ -157,19 +158,19 @@ def test_a_shapes_two_choices_are_kept_apart_when_adopted(monkeypatch):
     records say which they are, and a resumed run adopts each under its own key (a review found the second
     overwriting the first, so that eligible weights took the other route after a resume)."""
     _needs_amx()
-    monkeypatch.delenv(products.ROUTE_ENV, raising=False)
+    monkeypatch.delenv(product_routes.ROUTE_ENV, raising=False)
     fake = {"mm": 3.0, "onednn": 2.0, "table": 4.0, "amx": 1.0}
-    monkeypatch.setattr(products, "_time_routes", lambda routes, *a: {r: fake[r] for r in routes})
-    products.clear_route_choices()
+    monkeypatch.setattr(product_routes, "_time_routes", lambda routes, *a: {r: fake[r] for r in routes})
+    product_routes.clear_route_choices()
     cpu = torch.device("cpu")
-    eligible = products.choose_route(512, (256,), 128, torch.float32, cpu, True, False)
-    other = products.choose_route(512, (256,), 128, torch.float32, cpu, True, False, amx=False)
+    eligible = product_routes.choose_route(512, (256,), 128, torch.float32, cpu, True, False)
+    other = product_routes.choose_route(512, (256,), 128, torch.float32, cpu, True, False, amx=False)
     assert (eligible.route, other.route) == ("amx", "onednn" if products.onednn_available() else "mm")
-    records = [json.loads(json.dumps(c.as_dict())) for c in products.route_choices()]
+    records = [json.loads(json.dumps(c.as_dict())) for c in product_routes.route_choices()]
     assert [r["weights_for_amx"] for r in records] == [True, False]
-    products.clear_route_choices()
-    products.adopt_route_choices(records)
-    monkeypatch.setattr(products, "_time_routes", lambda *a: (_ for _ in ()).throw(AssertionError("timed again")))
-    assert products.choose_route(512, (256,), 128, torch.float32, cpu, True, False).route == "amx"
-    assert products.choose_route(512, (256,), 128, torch.float32, cpu, True, False, amx=False).route == other.route
-    products.clear_route_choices()
+    product_routes.clear_route_choices()
+    product_routes.adopt_route_choices(records)
+    monkeypatch.setattr(product_routes, "_time_routes", lambda *a: (_ for _ in ()).throw(AssertionError("timed again")))
+    assert product_routes.choose_route(512, (256,), 128, torch.float32, cpu, True, False).route == "amx"
+    assert product_routes.choose_route(512, (256,), 128, torch.float32, cpu, True, False, amx=False).route == other.route
+    product_routes.clear_route_choices()

@@ -16,6 +16,7 @@ from raise_eval.models.io.checkpoints import save_checkpoint
 import raise_eval.cli.bdmc as bdmc_cli
 from raise_eval import evaluate, native
 from raise_eval.cli import main
+from raise_eval.runtime import product_routes
 
 SMALL = dict(init="uniform", steps=5, ais_chains=20, raise_examples=2, raise_chains=2, threads=1, exact="never")
 
@@ -67,16 +68,16 @@ def test_a_compile_is_said_on_stderr_unless_no_progress(monkeypatch, tmp_path, c
 def test_a_route_forced_by_the_environment_is_recorded_as_such(monkeypatch):
     """RAISE_EVAL_PRODUCT_ROUTE=mm was recorded as product_route "auto"."""
     model, test = _model_and_data()
-    products.clear_route_choices()
-    monkeypatch.setenv(products.ROUTE_ENV, "mm")
+    product_routes.clear_route_choices()
+    monkeypatch.setenv(product_routes.ROUTE_ENV, "mm")
     report = evaluate(model, test, **SMALL)
     assert report.settings["product_route"] == "mm"
     assert report.settings["product_route_forced_by"] == "RAISE_EVAL_PRODUCT_ROUTE"
-    products.clear_route_choices()
+    product_routes.clear_route_choices()
     forced = evaluate(model, test, product_route="table", **SMALL)  # the setting wins over the variable
     assert (forced.settings["product_route"], forced.settings["product_route_forced_by"]) == ("table", "setting")
-    products.clear_route_choices()
-    monkeypatch.delenv(products.ROUTE_ENV)
+    product_routes.clear_route_choices()
+    monkeypatch.delenv(product_routes.ROUTE_ENV)
     timed = evaluate(model, test, **SMALL)
     assert (timed.settings["product_route"], timed.settings["product_route_forced_by"]) == ("auto", None)
 
@@ -85,13 +86,13 @@ def test_a_forced_amx_route_in_float64_says_that_torch_mm_ran(monkeypatch):
     """--product-route amx --dtype float64 on a CPU with AMX tiles fell back to torch.mm without a note (the amx
     route takes float32 products only). Here the kernels' state is that of such a CPU."""
     model, test = _model_and_data(torch.float64)
-    products.clear_route_choices()
+    product_routes.clear_route_choices()
     monkeypatch.setattr(native, "report", lambda: {"step": "in use", "amx_products": "in use"})
     report = evaluate(model, test, product_route="amx", **SMALL)
     assert all(c["how"] == "forced-unavailable" for c in report.settings["product_routes"])
     note = "the amx route ({product_route}) computes float32 products of 0/1 inputs, and this run's products "
     assert note + "(float64) are not: torch.mm ran them all" in [getattr(n, "template", n) for n in report.notes]
-    products.clear_route_choices()
+    product_routes.clear_route_choices()
     table = evaluate(model, test, product_route="table", **SMALL)  # the table route took the sampled layers
     assert not any(n.startswith("the table route") for n in table.notes)
 
@@ -102,7 +103,7 @@ def test_a_forced_onednn_route_in_float64_says_so_in_the_json(monkeypatch, tmp_p
     model, test = _model_and_data(torch.float64)
     save_checkpoint(tmp_path / "m.pt", model)
     np.save(tmp_path / "test.npy", test.numpy().astype(np.uint8))
-    products.clear_route_choices()
+    product_routes.clear_route_choices()
     args = ["evaluate", str(tmp_path / "m.pt"), "--data", str(tmp_path / "test.npy"), "--init", "uniform"]
     args += ["--steps", "5", "--ais-chains", "10", "--raise-examples", "2", "--raise-chains", "2", "--threads", "1"]
     args += ["--no-progress", "--dtype", "float64", "--product-route", "onednn", "--json", str(tmp_path / "r.json")]
