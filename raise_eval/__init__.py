@@ -22,6 +22,7 @@ from raise_eval.estimators import (
     EncoderInference,
     RAISEResult,
     ReverseAISResult,
+    ThermodynamicResult,
     aide,
     ais,
     bdmc,
@@ -29,6 +30,7 @@ from raise_eval.estimators import (
     iwae,
     raise_log_likelihood,
     reverse_ais,
+    thermodynamic_integration,
 )
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate, log_unnormalized_estimate
@@ -160,6 +162,7 @@ __all__ = [
     "EncoderInference",
     "RAISEResult",
     "ReverseAISResult",
+    "ThermodynamicResult",
     "aide",
     "ais",
     "bdmc",
@@ -173,5 +176,6 @@ __all__ = [
     "raise_log_likelihood",
     "salakhutdinov_schedule",
     "sigmoid_schedule",
+    "thermodynamic_integration",
     "uniform_base",
 ]

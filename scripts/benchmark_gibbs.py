@@ -6,7 +6,7 @@ transcendental functions) is overhead. For each thread count this script times, 
 kind once, back to back, so that all see the same machine load):
 
 - the library's annealing loop (`raise_eval.anneal`), its products on the route the library chose by timing
-  (`raise_eval.models.boltzmann.products`; with --all-routes also forced through each route);
+  (`raise_eval.runtime.product_routes`; with --all-routes also forced through each route);
 - the two bare products through torch.mm (MKL) and through oneDNN (`torch.ops.mkldnn._linear_pointwise`);
 - the two products as the library computes them (its chosen route).
 

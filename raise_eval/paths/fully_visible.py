@@ -146,6 +146,12 @@ class FullyVisiblePath:
         log_f, log_base = self._log_f_and_base(state)
         return (beta_to - beta_from) * (log_f - log_base)
 
+    def log_density_derivative(self, state: Tensor, beta: float) -> Tensor:
+        """d log f_beta(v) / d beta = log f(v) - log f_base(v) (the path is geometric: the same at every beta),
+        float64 shaped (*B,): what thermodynamic integration integrates."""
+        log_f, log_base = self._log_f_and_base(state)
+        return log_f - log_base
+
     def site_parameters(self, beta: float) -> tuple[Tensor, Tensor, float]:
         """(fields (L, q) at beta, couplings (L, q, L, q), their scale beta): f_beta in the kernel's terms."""
         fields, couplings = self.model.categorical_parameters()
