@@ -22,6 +22,7 @@ MOVED = {
     "raise_eval.threads": ("raise_eval.runtime.threads",),
     "raise_eval.distributed": ("raise_eval.runtime.distributed",),
     "raise_eval.native": ("raise_eval.models.native",),  # 0.3: the C kernels belong to the model layer
+    "raise_eval.evaluation.stage_registry": ("raise_eval.evaluation.stages",),  # 0.3: a stage is one object
     "raise_eval.hooks": ("raise_eval.integrations.hooks",),
     "raise_eval.log_f_check": ("raise_eval.evaluation.log_f_check",),
     "raise_eval.bdmc_report": ("raise_eval.bidirectional.run", "raise_eval.bidirectional.report",

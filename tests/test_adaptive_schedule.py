@@ -16,7 +16,7 @@ from raise_eval.io.results import dump_json
 from raise_eval.schedules import make_schedule, validate_schedule
 
 # By module path: the package exports a function named evaluate.
-evaluate_mod = importlib.import_module("raise_eval.evaluation.stages")  # where the pilot is run
+evaluate_mod = importlib.import_module("raise_eval.evaluation.stages.pilot")  # where the pilot is run
 ais_mod = importlib.import_module("raise_eval.estimators.ais")
 raise_mod = importlib.import_module("raise_eval.estimators.raise_")
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""Cost estimates (`raise_eval.evaluation.memory` and `.timing`): every size checked before any work, the estimate's stages, --test-subset.
+"""Cost estimates (`raise_eval.evaluation.memory`, `.timing` and each stage's own, `.stages`): every size checked before any work, the estimate's stages, --test-subset.
 
 No test here times anything: the estimate's accuracy is measured by scripts/benchmark_cost_estimate.py.
 """
@@ -23,7 +23,10 @@ from raise_eval.schedules import make_schedule
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "checkpoints" / "rbm_digits_64-16.pt"
 plan_module = importlib.import_module("raise_eval.evaluation.plan")
-stages_module = importlib.import_module("raise_eval.evaluation.stages")
+pilot_stage = importlib.import_module("raise_eval.evaluation.stages.pilot")
+log_f_stage = importlib.import_module("raise_eval.evaluation.stages.log_f")
+ais_stage = importlib.import_module("raise_eval.evaluation.stages.ais")
+raise_stage = importlib.import_module("raise_eval.evaluation.stages.raise_")
 run_module = importlib.import_module("raise_eval.evaluation.run")
 timing = importlib.import_module("raise_eval.evaluation.timing")
 GB = 10**9
@@ -54,15 +57,14 @@ def no_work(monkeypatch):
     for module, name in [
         (run_module, "run_evaluation"),
         (plan_module, "make_schedule"),
-        (stages_module, "adaptive_pilot"),
-        (stages_module, "log_unnormalized_estimate"),
+        (pilot_stage, "adaptive_pilot"),
+        (log_f_stage, "log_unnormalized_estimate"),
         (sharding, "ais"),
         (sharding, "raise_log_likelihood"),
-        (timing, "ais"),
-        (timing, "raise_log_likelihood"),
-        (timing, "anneal"),
-        (timing, "pilot_run"),
-        (timing, "log_unnormalized_estimate"),
+        (ais_stage, "ais"),
+        (raise_stage, "raise_log_likelihood"),
+        (log_f_stage, "anneal"),
+        (pilot_stage, "pilot_run"),
         (importlib.import_module("raise_eval.certification.run"), "run_evaluation"),
         (importlib.import_module("raise_eval.cli.evaluate"), "run_evaluation"),
         (importlib.import_module("raise_eval.cli.evaluate"), "estimate_cost"),
@@ -285,7 +287,7 @@ def test_cli_test_subset(tmp_path, capsys):
 def test_a_steps_fixed_cost_is_shared_by_the_runs_batch():
     """Two timings on a step of fixed cost a plus b per chain price the run's own batch exactly; where the cost per
     chain grows with the batch (caches), the larger batch's own cost stands."""
-    from raise_eval.evaluation.timing import _Timer
+    from raise_eval.evaluation.timers import Timer as _Timer
 
     a, b = 3e-4, 3e-7  # the step at 1,000 chains costs a third more than at 500: a line is fitted
     launch_bound = _Timer(lambda batch, steps: ((a + b * batch) / batch, 0.0), 5000.0 * 100, 5000, 5000, 500)
@@ -303,7 +305,7 @@ def test_a_noisy_pair_of_timings_keeps_the_larger_batchs_cost():
     """A larger batch whose step cost less in all than a smaller one's, or barely more (noise; seen on a GPU and on
     a CPU timing a DBN's sweep on 30 and 60 chains): no line is fitted, the larger batch's cost per item stands
     (never a negative or a vanishing price)."""
-    from raise_eval.evaluation.timing import _Timer
+    from raise_eval.evaluation.timers import Timer as _Timer
 
     for small, large in [(4e-4, 3e-4), (2.0e-4, 2.2e-4)]:
         timings = iter([(small / 500, 0.0), (large / 1000, 0.0)])
@@ -315,7 +317,7 @@ def test_a_noisy_pair_of_timings_keeps_the_larger_batchs_cost():
 
 def test_a_flat_step_over_a_wide_range_of_batches_is_fixed_cost():
     """Timings 16 times apart whose step costs the same: a fixed cost (a GPU's launches), shared by the run's batch."""
-    from raise_eval.evaluation.timing import WIDER_FACTOR, _Timer
+    from raise_eval.evaluation.timers import WIDER_FACTOR, Timer as _Timer
 
     timer = _Timer(lambda batch, steps: (3e-4 / batch, 0.0), 50_000.0 * 100, 50_000, 50_000, 200)
     for batch in (200, 400, 400 * WIDER_FACTOR):
@@ -325,7 +327,7 @@ def test_a_flat_step_over_a_wide_range_of_batches_is_fixed_cost():
 
 def test_on_a_cpu_the_widest_timings_cost_per_item_stands():
     """A CPU's cost per item grows with the batch (caches) as the fixed part shrinks: no line there."""
-    from raise_eval.evaluation.timing import _Timer
+    from raise_eval.evaluation.timers import Timer as _Timer
 
     timer = _Timer(lambda batch, steps: ((0.18 + 7e-4 * batch) / batch, 0.0), 3000.0 * 100, 3000, 3000, 30)
     timer.fit_fixed_cost = False

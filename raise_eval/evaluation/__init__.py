@@ -2,8 +2,8 @@
 answer, in stages over a plan.
 
 settings.py (`EvaluateSettings`: every setting declared once) -> plan.py (`plan_evaluation`: what this model and
-data allow, decided once) -> memory.py (the one memory model) and timing.py (the one cost model) -> stages.py (the
-stages as functions of the plan) -> run.py (`run_evaluation`, the API's `evaluate`) -> report.py
+data allow, decided once) -> stages/ (each stage one object: its run, its memory count, its timer; memory.py the
+memory model's parts, timers.py the timing's, timing.py the cost model) -> run.py (`run_evaluation`, the API's `evaluate`) -> report.py
 (`EvaluationReport`: data); log_f_check.py re-estimates log f(v) longer on a subset. May import the core
 (annealing, schedules, exact, estimators, paths, kernels), `runtime` and `io`; never `cli` or `render` (the
 report's `format_table` calls `raise_eval.render` lazily).

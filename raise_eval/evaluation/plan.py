@@ -17,8 +17,9 @@ import torch
 from torch import Tensor
 
 from raise_eval import exact as exact_mod
-from raise_eval.evaluation.memory import CostEstimate, check_memory, plan_memory
+from raise_eval.evaluation.memory import CostEstimate, check_memory
 from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings, evaluate_settings
+from raise_eval.evaluation.stages import plan_memory
 from raise_eval.io.datasets import check_binary
 from raise_eval.kernels.split_products import split_error_bound, terms_needed
 from raise_eval.models.boltzmann.dbn import DBN

@@ -23,8 +23,9 @@ from raise_eval.evaluation.memory import CostEstimate
 from raise_eval.evaluation.plan import EvaluationPlan, plan_evaluation, plan_loop_options
 from raise_eval.evaluation.report import EvaluationFailed, EvaluationInterrupted, EvaluationReport, ExactValues
 from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
-from raise_eval.evaluation.stage_registry import STAGE, STAGES
 from raise_eval.evaluation.stages import (
+    STAGE,
+    STAGES,
     ais_stage,
     exact_stage,
     log_f_check_stage,
@@ -287,7 +288,7 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
 
 
 def _stage_seconds(done: dict[str, Any]) -> dict[str, Optional[float]]:
-    """The report's timing entry of every stage (`stage_registry.STAGES`): its result's seconds, None where it did
+    """The report's timing entry of every stage (`stages.STAGES`): its result's seconds, None where it did
     not run."""
     return {s.report_key: getattr(done.get(s.name), "seconds", None) for s in STAGES}
 
