@@ -23,7 +23,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from raise_eval.contracts import AnnealingPath, KernelInfo
-from raise_eval.step_programs import current_loop_options, run_program
+from raise_eval.step_programs import Reporting, current_loop_options, run_program
 
 S = TypeVar("S")
 
@@ -168,8 +168,8 @@ def anneal(
         program = owner.step_program(current_loop_options())  # None where it has none for this model or device
     if program is not None:
         return _run_program(
-            program, path, state, betas, generator=generator, progress=progress, desc=desc,
-            log_weights=log_weights, start_step=start_step, on_step=on_step, report_steps=report_steps,
+            program, state, betas, generator=generator, progress=progress, desc=desc, log_weights=log_weights,
+            start_step=start_step, reported=(on_step, report_steps),
         )  # fmt: skip
     if kernel is None and hasattr(path, "transition_"):
         # The loop owns a copy of the start and updates it in place: no multi-megabyte allocation per step.
@@ -228,20 +228,20 @@ def _schedule(betas: Tensor, start_step: int, log_weights: Optional[Tensor]) -> 
     return beta_list, num_steps
 
 
-def _run_program(
-    program, path, state, betas, *, generator, progress, desc, log_weights, start_step, on_step, report_steps
-):
-    """`anneal` through the path's step program (`step_programs`): the same steps, many per CUDA graph."""
+def _run_program(program, state, betas, *, generator, progress, desc, log_weights, start_step, reported):
+    """`anneal` through the path's step program (`step_programs`): the same steps, many per CUDA graph. `reported`:
+    anneal's (on_step, report_steps)."""
     beta_list, num_steps = _schedule(betas, start_step, log_weights)
     program.begin(state, log_weights, beta_list[start_step], num_steps)
+    on_step, report_steps = reported
 
     def check(values: Tensor, steps: tuple[int, int]) -> None:
         check_log_weights(values, desc, steps=steps, num_steps=num_steps)
 
+    reporting = Reporting(check, CHECK_EVERY, on_step, None if on_step is None else report_steps)
     run_program(
         program, beta_list, start_step=start_step, generator=generator, options=current_loop_options(),
-        progress=progress, desc=desc, check=check, check_every=CHECK_EVERY, on_step=on_step,
-        report_steps=None if on_step is None else report_steps,
+        progress=progress, desc=desc, reporting=reporting,
     )  # fmt: skip
     finish = getattr(program, "finish", None)  # a program that worked on a copy of the given log-weights
     return program.state(beta_list[-1]), program.log_weights if finish is None else finish()

@@ -159,6 +159,19 @@ def can_capture(generator: torch.Generator) -> bool:
     return generator.device.type == "cuda" and hasattr(torch.cuda.CUDAGraph, "register_generator_state")
 
 
+@dataclass(frozen=True)
+class Reporting:
+    """What a run of steps (`run_program`) checks and reports, and when: `check(log_weights, (first, last))` every
+    `check_every` steps and after the last; `on_step(steps done, state, log-weights)` after each launch (a graph of
+    steps, or one eager step), never inside a graph for the steps in `report_steps` (None: every step, so no graphs
+    with `on_step`)."""
+
+    check: Callable[[Tensor, tuple[int, int]], None]
+    check_every: int
+    on_step: Optional[Callable[[int, Any, Tensor], None]] = None
+    report_steps: Optional[Collection[int]] = None
+
+
 def run_program(
     program,
     betas: list[float],
@@ -168,16 +181,12 @@ def run_program(
     options: LoopOptions,
     progress: bool,
     desc: str,
-    check: Callable[[Tensor, tuple[int, int]], None],
-    check_every: int,
-    on_step: Optional[Callable[[int, Any, Tensor], None]] = None,
-    report_steps: Optional[Collection[int]] = None,
+    reporting: Reporting,
 ) -> None:
     """Run steps start_step .. K-1 of `betas` (beta_0 .. beta_K as Python floats) through `program`, which holds the
-    state and log-weights (`program.begin` was called). `check(log_weights, (first, last))` runs every
-    `check_every` steps and after the last; `on_step(steps done, state, log-weights)` after each launch (a graph of
-    steps, or one eager step), and never inside a graph for the steps in `report_steps` (None: every step, so no
-    graphs with `on_step`)."""
+    state and log-weights (`program.begin` was called), checking and reporting as `reporting` says."""
+    check, check_every = reporting.check, reporting.check_every
+    on_step, report_steps = reporting.on_step, reporting.report_steps
     device = program.device
     num_steps = len(betas) - 1
     table = schedule_table(program, torch.tensor(betas, dtype=torch.float64, device=device))
