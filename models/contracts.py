@@ -1,6 +1,8 @@
 """What a model declares (`typing.Protocol`s, checked over every family by tests/test_contracts.py).
 
 - `Model`: every model: its `family` (declared by its class, never derived by the caller), a description.
+- `DirectedModel`: p(z) p(x | z) (VAEs, sigmoid belief nets, a user's decoder): everything BDMC, AIDE and the
+  directed path ask of it (`models.directed.base.DirectedLatentModel` gives the optional members their defaults).
 - `BoltzmannModel`: an undirected machine on a chain of layers (binary: `LayeredBoltzmannMachine`, `RBM`, `DBM`;
   typed: `MixedBoltzmannMachine`), everything its geometric path, exact answers, evaluation and resume files ask of
   it. `typed_layers` says whether its layers are typed `Layer`s (with declared supports) or binary vectors.
@@ -78,6 +80,47 @@ class BoltzmannModel(Model, Protocol):
     ) -> Tensor:
         """log f of the given layers with the None ones summed out, shaped (*batch,)."""
         ...
+
+
+@runtime_checkable
+class DirectedModel(Model, Protocol):
+    """p(z) p(x | z); z shaped (*batch, latent_dim), x (*batch, data_dim), broadcasting against each other."""
+
+    latent_dim: int
+    data_dim: int
+    latent_type: str  # 'continuous' (HMC) or 'binary' (Gibbs)
+    data_support: str  # 'binary': 0/1 vectors (checked by the caller); 'declared': `check_data` checks them
+
+    @property
+    def dtype(self) -> torch.dtype: ...
+
+    @property
+    def device(self) -> torch.device: ...
+
+    def log_prior(self, z: Tensor) -> Tensor: ...
+
+    def log_likelihood(self, x: Tensor, z: Tensor) -> Tensor: ...
+
+    def log_joint(self, x: Tensor, z: Tensor) -> Tensor: ...
+
+    def sample_joint(self, num: int, generator: torch.Generator) -> tuple[Tensor, Tensor]: ...
+
+    def check_data(self, x: Tensor, what: str = "data") -> Tensor:
+        """x, or ValueError naming `what` when it is outside the likelihood's support (declared supports only)."""
+        ...
+
+    def posterior_approximation(self) -> Optional[object]:
+        """The model's encoder q(z | x) (`models.directed.base.PosteriorApproximation`), or None."""
+        ...
+
+    def data_logits(self, z: Tensor) -> Optional[Tensor]:
+        """The Bernoulli logits of x given binary z where the model has them in closed form, else None."""
+        ...
+
+
+def declared_family(model) -> Optional[str]:
+    """The family `model` declares (`Model.family`), or None for an object that declares none."""
+    return model.family if isinstance(model, Model) and isinstance(model.family, str) else None
 
 
 def undirected_family(num_layers: int) -> str:

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from raise_eval.contracts import GeometricPath
 from raise_eval.kernels.block_gibbs import BoltzmannState
 from raise_eval.schedules import _check_num_steps, linear_schedule
 from raise_eval.settings import check_count
@@ -93,7 +94,7 @@ def pilot_run(
         check_count(name, value, least)
     if not 0 <= resample_threshold <= 1:
         raise ValueError(f"resample_threshold must be in [0, 1], got {resample_threshold}")
-    if not hasattr(path, "with_clamped"):
+    if not isinstance(path, GeometricPath):
         raise TypeError(f"the adaptive pilot needs a Boltzmann-machine path (BoltzmannPath), got {type(path).__name__}")
     start = time.perf_counter()
     pilot = path.with_clamped(path.clamped)  # a fresh path object: its own caches (its states stay its own)

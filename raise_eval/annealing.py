@@ -22,7 +22,15 @@ import torch
 from torch import Tensor
 from tqdm.auto import tqdm
 
-from raise_eval.contracts import AnnealingPath, KernelInfo
+from raise_eval.contracts import (
+    AnnealingPath,
+    InfoKernel,
+    InPlaceTransitions,
+    InPlaceWeightUpdates,
+    KernelInfo,
+    OffersStepProgram,
+    WeightUpdates,
+)
 from raise_eval.step_programs import Reporting, current_loop_options, run_program
 
 S = TypeVar("S")
@@ -164,26 +172,26 @@ def anneal(
     """
     program = None
     owner = path if kernel is None else kernel  # a kernel of the caller's may offer a program of its own (HMC)
-    if on_info is None and callable(getattr(owner, "step_program", None)):
+    if on_info is None and isinstance(owner, OffersStepProgram):
         program = owner.step_program(current_loop_options())  # None where it has none for this model or device
     if program is not None:
         return _run_program(
             program, state, betas, generator=generator, progress=progress, desc=desc, log_weights=log_weights,
             start_step=start_step, reported=(on_step, report_steps),
         )  # fmt: skip
-    if kernel is None and hasattr(path, "transition_"):
+    if kernel is None and isinstance(path, InPlaceTransitions):
         # The loop owns a copy of the start and updates it in place: no multi-megabyte allocation per step.
         state = path.clone_state(state)
         step = path.transition_
-        update = getattr(path, "weight_update_", None)
+        update = path.weight_update_ if isinstance(path, InPlaceWeightUpdates) else None
     else:
         step = path.transition if kernel is None else kernel
         # A kernel of the caller's gets plain states (it might not use what a weight update left in them).
-        update = getattr(path, "weight_update", None) if kernel is None else None
+        update = path.weight_update if kernel is None and isinstance(path, WeightUpdates) else None
     if update is None:
         update = lambda x, b0, b1: (path.log_density_ratio(x, b0, b1), x)  # noqa: E731
     if on_info is not None:
-        if kernel is None or not callable(getattr(kernel, "step", None)):
+        if not isinstance(kernel, InfoKernel):
             raise ValueError("on_info needs a kernel that reports what each step did (contracts.InfoKernel)")
         info_step, infos = kernel.step, []
 

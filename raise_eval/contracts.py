@@ -194,3 +194,34 @@ class InfoKernel(TransitionKernel[S], Protocol[S]):
     calling it is `step(...)[0]`. `anneal(..., on_info=f)` hands every step's info to f."""
 
     def step(self, state: S, beta: float, generator: torch.Generator) -> tuple[S, KernelInfo]: ...
+
+
+# What `anneal` may use of a path (or a kernel) beyond `AnnealingPath`, each declared by implementing it.
+@runtime_checkable
+class OffersStepProgram(Protocol):
+    """A path or kernel that can run its steps as a `StepProgram` (None where it has none for these options)."""
+
+    def step_program(self, options: Any) -> Optional[StepProgram]: ...
+
+
+@runtime_checkable
+class InPlaceTransitions(Protocol[S]):
+    """A path whose transition can write into a state the loop owns (`clone_state` makes it)."""
+
+    def clone_state(self, state: S) -> S: ...
+
+    def transition_(self, state: S, beta: float, generator: torch.Generator) -> S: ...
+
+
+@runtime_checkable
+class WeightUpdates(Protocol[S]):
+    """A path whose weight update also hands the state on (with what it computed for the next transition)."""
+
+    def weight_update(self, state: S, beta_from: float, beta_to: float) -> tuple[Tensor, S]: ...
+
+
+@runtime_checkable
+class InPlaceWeightUpdates(Protocol[S]):
+    """`WeightUpdates` writing into the loop's own state."""
+
+    def weight_update_(self, state: S, beta_from: float, beta_to: float) -> tuple[Tensor, S]: ...

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 from raise_eval.models import DBM, DBN, RBM, LayeredBoltzmannMachine
-from raise_eval.models.contracts import FAMILIES, BoltzmannModel, Model
+from raise_eval.models.contracts import FAMILIES, BoltzmannModel, DirectedModel, Model, declared_family
 from raise_eval.models.directed.linear_gaussian import LinearGaussianModel
 from raise_eval.models.directed.sbn import SigmoidBeliefNet
 from raise_eval.models.directed.vae import VAE, VAEConfig
@@ -60,6 +60,31 @@ def all_models():
 def fully_visible_models():
     """(name, model) for every kind of site of the 'fully-visible' family."""
     return [(sites, random_model(sites, 3, 3)) for sites in ("categorical", "spin", "bernoulli")]
+
+
+def directed_models():
+    """(name, model) for every directed model class, a user's decoder (DecoderModel) among them."""
+    from raise_eval.models import DecoderModel
+
+    return [(name, model) for name, model, family in all_models() if family == "directed"] + [
+        ("decoder", DecoderModel(lambda z: z.sum(-1, keepdim=True).expand(-1, 3), latent_dim=2)),
+    ]
+
+
+@pytest.mark.parametrize("name, model", directed_models(), ids=[m[0] for m in directed_models()])
+def test_directed_models_conform_and_their_optional_members_have_defaults(name, model):
+    """What BDMC, AIDE and the directed path ask of a directed model is declared (no hasattr at the call sites):
+    its dtype and device, its data support and check, its encoder or None, its closed-form logits or None."""
+    assert isinstance(model, DirectedModel) and declared_family(model) == "directed"
+    assert model.data_support in ("binary", "declared")
+    z, x = model.sample_joint(3, _g(4))
+    assert z.dtype == model.dtype and z.device == model.device and x.shape == (3, model.data_dim)
+    torch.testing.assert_close(model.check_data(x, "x"), x)
+    encoder = model.posterior_approximation()
+    assert encoder is None or encoder.log_prob(x, z.unsqueeze(1)).shape == (3, 1)
+    logits = model.data_logits(z)
+    assert logits is None or logits.shape == (3, model.data_dim)
+    assert declared_family(object()) is None
 
 
 @pytest.mark.parametrize("name, model, family", all_models(), ids=[m[0] for m in all_models()])

@@ -94,6 +94,7 @@ class DecoderModel(nn.Module, DirectedLatentModel):
     """
 
     latent_type = "continuous"
+    data_support = "declared"  # the likelihood's own (check_data)
 
     def __init__(
         self,
@@ -250,24 +251,6 @@ class DecoderModel(nn.Module, DirectedLatentModel):
                     f"the encoder produced {bad} in its {name} for x of shape (2, {self.data_dim}) (zeros): check its "
                     "weights and its forward pass"
                 )
-
-    @property
-    def dtype(self) -> torch.dtype:
-        """The dtype of the model's tensors: the decoder's (or its likelihood's) parameters, else the prior's."""
-        return self._tensor_like().dtype
-
-    @property
-    def device(self) -> torch.device:
-        """The device of the model's tensors: the decoder's (or its likelihood's) parameters, else the prior's."""
-        return self._tensor_like().device
-
-    def _tensor_like(self) -> Tensor:
-        # A plain-function decoder has no parameters: the standard prior's buffer follows model.to(...).
-        for t in self.parameters():
-            return t
-        for t in self.buffers():
-            return t
-        return torch.zeros(0)
 
     # ------------------------------------------------------------------ generative model
     def decode(self, z: Tensor) -> tuple:

@@ -10,7 +10,7 @@ Approximate posteriors ("encoders", the target algorithms of AIDE and the propos
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Optional, Protocol
 
 import torch
 from torch import Tensor
@@ -24,9 +24,45 @@ class DirectedLatentModel:
     data_dim: int
     latent_type: str = "continuous"
     family = "directed"  # `models.contracts.Model`
+    # 'binary': 0/1 vectors, which the caller checks; 'declared': `check_data` checks the likelihood's own support
+    data_support: str = "binary"
 
     def describe(self) -> str:
         return f"{type(self).__name__}({self.latent_dim} -> {self.data_dim})"
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the model's tensors (its first parameter or buffer; the default dtype without any)."""
+        return self._first_tensor().dtype
+
+    @property
+    def device(self) -> torch.device:
+        """The device of the model's tensors (its first parameter or buffer; the CPU without any)."""
+        return self._first_tensor().device
+
+    def _first_tensor(self) -> Tensor:
+        # An nn.Module subclass: its parameters, else its buffers (a plain-function decoder has none, but its standard
+        # prior's buffer follows model.to(...)); a plain class: the first tensor it holds (an SBN's W).
+        if isinstance(self, torch.nn.Module):
+            sources = (self.parameters(), self.buffers())
+        else:
+            sources = ((t for t in vars(self).values() if isinstance(t, Tensor)),)
+        for source in sources:
+            for t in source:
+                return t
+        return torch.zeros(0)
+
+    def check_data(self, x: Tensor, what: str = "data") -> Tensor:
+        """x: a model of 'binary' data leaves the check of its 0/1 vectors to the caller (`raise_eval.io`)."""
+        return x
+
+    def posterior_approximation(self) -> Optional[PosteriorApproximation]:
+        """The model's encoder q(z | x), or None (the default: no encoder)."""
+        return None
+
+    def data_logits(self, z: Tensor) -> Optional[Tensor]:
+        """The Bernoulli logits of x given binary z where the model has them in closed form; None by default."""
+        return None
 
     def log_prior(self, z: Tensor) -> Tensor:
         """log p(z), shaped (*batch,)."""

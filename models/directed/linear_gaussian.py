@@ -21,6 +21,7 @@ class LinearGaussianModel(DirectedLatentModel):
     """
 
     latent_type = "continuous"
+    data_support = "declared"  # real vectors: check_data checks their shape and finiteness
 
     def __init__(self, W: Tensor, b: Tensor, noise_std: float):
         if W.dim() != 2 or b.shape != (W.shape[0],):
@@ -39,6 +40,14 @@ class LinearGaussianModel(DirectedLatentModel):
         W = torch.randn(data_dim, latent_dim, generator=generator, dtype=dtype)
         b = torch.randn(data_dim, generator=generator, dtype=dtype)
         return cls(W, b, noise_std)
+
+    def check_data(self, x: Tensor, what: str = "data") -> Tensor:
+        """x, or ValueError naming `what` unless it is real vectors shaped (..., data_dim) with finite values."""
+        if x.shape[-1:] != (self.data_dim,):
+            raise ValueError(f"{what} must be shaped (..., {self.data_dim}), got {tuple(x.shape)}")
+        if not bool(torch.isfinite(x).all()):
+            raise ValueError(f"{what} holds NaN or infinite values")
+        return x
 
     # ------------------------------------------------------------------ densities and sampling
     def log_prior(self, z: Tensor) -> Tensor:

@@ -15,7 +15,6 @@ keep their guarantees (see `raise_eval.kernels.hmc`).
 from __future__ import annotations
 
 import hashlib
-import itertools
 import time
 from typing import Any, Optional
 
@@ -29,6 +28,7 @@ from raise_eval.estimators.ais import ais
 from raise_eval.estimators.bdmc import bdmc
 from raise_eval.estimators.importance import elbo, iwae
 from raise_eval.kernels.hmc import HMCKernel, tune_hmc
+from raise_eval.models.contracts import DirectedModel, declared_family
 from raise_eval.paths.directed import DirectedPath
 from raise_eval.runtime.threads import using_threads
 from raise_eval.schedules import make_schedule
@@ -114,12 +114,8 @@ def _given_examples(model, simulated, num_examples: int) -> tuple[Tensor, Tensor
     z, x = z[:num_examples], x[:num_examples]
     if not (bool(torch.isfinite(z).all()) and bool(torch.isfinite(x.double()).all())):
         raise ValueError("simulated (z, x) holds NaN or infinite values")
-    param = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
-    dtype = param.dtype if param is not None else torch.get_default_dtype()
-    device = param.device if param is not None else torch.device("cpu")
-    z, x = z.to(device=device, dtype=dtype), x.to(device=device, dtype=dtype)
-    if hasattr(model, "check_data"):
-        x = model.check_data(x, "simulated x")
+    z, x = z.to(device=model.device, dtype=model.dtype), x.to(device=model.device, dtype=model.dtype)
+    x = model.check_data(x, "simulated x")
     with torch.no_grad():
         log_joint = model.log_joint(x, z)
     if not bool(torch.isfinite(log_joint).all()):
@@ -155,12 +151,9 @@ def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], simulated, 
     iwae_samples, elbo_samples, seed, progress = s.iwae_samples, s.elbo_samples, s.seed, s.progress
     aide_plan = s.aide_plan
     start_total = time.perf_counter()
-    # The parameters' device and dtype; a decoder that is a plain function has none: then the buffers' (the prior's).
-    tensors = itertools.chain(model.parameters(), model.buffers()) if hasattr(model, "parameters") else iter(())
-    param = next(tensors, None)
-    device = param.device if param is not None else torch.device("cpu")
+    device = model.device  # a decoder that is a plain function: its prior's buffers' (`DirectedModel.device`)
     all_settings = {
-        "model": model.describe() if hasattr(model, "describe") else type(model).__name__,
+        "model": model.describe(),
         "num_examples": num_examples,
         "chains": chains,
         "steps": sorted(steps),
@@ -170,7 +163,7 @@ def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], simulated, 
         else f"HMC, {num_leapfrog} leapfrog steps, step sizes from a pilot run (target acceptance {target_accept})",
         "seed": seed,
         "device": str(device),
-        "dtype": str(param.dtype if param is not None else torch.get_default_dtype()).replace("torch.", ""),
+        "dtype": str(model.dtype).replace("torch.", ""),
         "iwae_samples": list(iwae_samples),
         "elbo_samples": elbo_samples,
         "threads": torch.get_num_threads(),
@@ -214,7 +207,7 @@ def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], simulated, 
         report.timing["pilot_seconds"] = time.perf_counter() - t0
         report.step_sizes = summaries.get("step_sizes") if summaries else None
 
-        proposal = model.posterior_approximation() if hasattr(model, "posterior_approximation") else None
+        proposal = model.posterior_approximation()
         if proposal is not None:
             stage = "the encoder baselines"
             report.baselines.update(_encoder_baselines(model, x, proposal, elbo_samples, iwae_samples, g))
@@ -307,12 +300,12 @@ def make_kernel_factory(
 def check_bdmc_model(model, *, aide: bool = False) -> None:
     """ValueError unless `model` is a directed model BDMC can sandwich (`sample_joint`), with an encoder
     (`posterior_approximation`) when AIDE is asked for."""
-    if not hasattr(model, "sample_joint"):
+    if declared_family(model) != "directed" or not isinstance(model, DirectedModel):
         raise ValueError(
-            f"BDMC evaluates directed models (VAEs) with sample_joint; got a {type(model).__name__} (use "
-            "raise_eval.evaluate for RBMs, DBMs and DBNs)"
+            f"BDMC evaluates directed models (VAEs: models.contracts.DirectedModel); got a {type(model).__name__} "
+            "(use raise_eval.evaluate for RBMs, DBMs and DBNs)"
         )
-    if aide and (not hasattr(model, "posterior_approximation") or model.posterior_approximation() is None):
+    if aide and model.posterior_approximation() is None:
         raise ValueError(
             f"AIDE measures the model's encoder against AIS, but this {type(model).__name__} has none "
             "(posterior_approximation); drop AIDE"

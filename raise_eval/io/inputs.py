@@ -28,6 +28,7 @@ from raise_eval.io.datasets import (
     load_dataset,
 )
 from raise_eval.io.sequences import is_sequence_file, read_alignment, resolve_alphabet
+from raise_eval.models.contracts import declared_family
 from raise_eval.settings import SettingsError, setting, settings_class
 
 ARRAY_SUFFIXES = (".npy", ".npz")
@@ -438,7 +439,7 @@ def load_directed_model(inputs: BDMCInputSettings):
             model.to(device=device, dtype=dtype).requires_grad_(False)  # HMC differentiates in z only
         return model
     model = load_checkpoint(inputs.checkpoint, dtype=dtype, device=device).model
-    if not hasattr(model, "sample_joint"):
+    if declared_family(model) != "directed":
         raise SettingsError(
             f"{{checkpoint}} {inputs.checkpoint} holds an {type(model).__name__}; raise-eval bdmc evaluates directed "
             "models (VAEs); use raise-eval evaluate for RBMs"
@@ -486,6 +487,6 @@ def load_simulated(inputs: BDMCInputSettings) -> Optional[tuple[Tensor, Tensor]]
 def check_real_data(model, data: Tensor) -> Tensor:
     """Real data against a directed model: its likelihood's support when it says (DecoderModel.check_data, in the
     data's own floating-point precision), else binary vectors (raise-eval's VAEs)."""
-    if hasattr(model, "check_data"):
+    if model.data_support == "declared":
         return model.check_data(data if data.is_floating_point() else data.float(), "real data")
     return check_binary(data, model.data_dim, "real data")

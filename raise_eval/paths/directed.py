@@ -30,8 +30,7 @@ class DirectedPath:
     def __init__(self, model: DirectedLatentModel, x: Tensor, kernel=None):
         if x.dim() != 2 or x.shape[1] != model.data_dim:
             raise ValueError(f"x must be shaped (N, {model.data_dim}), got {tuple(x.shape)}")
-        if hasattr(model, "check_data"):  # e.g. a DecoderModel: data outside its likelihood's support, once per path
-            model.check_data(x, "x")
+        model.check_data(x, "x")  # e.g. a DecoderModel: data outside its likelihood's support, once per path
         self.model = model
         self.x = x
         self._x = x.unsqueeze(1)  # (N, 1, D): broadcasts over chains
@@ -49,7 +48,7 @@ class DirectedPath:
             raise ValueError(f"latents must be shaped (N={self.num_examples}, C, latent_dim), got {tuple(z.shape)}")
         m = self.model
         if m.latent_type == "binary":
-            logits = m.data_logits(z) if hasattr(m, "data_logits") else None
+            logits = m.data_logits(z)  # None where the model has no closed form
             ll = m.log_likelihood_from_logits(self._x, logits) if logits is not None else m.log_likelihood(self._x, z)
             return DirectedState(z, m.log_prior(z), ll, data_logits=logits)
         lp, glp = m.log_prior_and_grad(z)
