@@ -233,7 +233,8 @@ class EnergyModel:
         self.support = as_support(support)
         self.event_shape = _event_shape(event_shape)
         self.energy = energy
-        params = list(energy.parameters()) if isinstance(energy, torch.nn.Module) else []
+        module = isinstance(energy, torch.nn.Module)
+        params = [*energy.parameters(), *energy.buffers()] if module else []
         floats = [p for p in params if p.is_floating_point()]
         self._dtype = dtype or (floats[0].dtype if floats else torch.get_default_dtype())
         self._device = params[0].device if params else torch.device("cpu")
