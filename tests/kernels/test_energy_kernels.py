@@ -135,6 +135,16 @@ def test_hmc_reflected_at_the_walls_leaves_a_truncated_gaussian_invariant():
     assert_counts_match(counts, probs)
 
 
+def test_step_sizes_per_chain():
+    path, _ = _gaussian_path(3)
+    start = path.sample_initial(6, torch.Generator().manual_seed(0))
+    per_chain = torch.tensor([1e-9, 1e-9, 1e-9, 0.3, 0.3, 0.3], dtype=torch.float64)
+    new, info = EnergyHMCKernel(path, per_chain, 3).step(start, 1.0, torch.Generator().manual_seed(1))
+    moved = (new.x - start.x).abs().amax(1)
+    assert bool((moved[:3] < 1e-6).all()) and bool((moved[3:] > 1e-3).any())
+    assert bool((info["acceptance"][:3] > 0.999).all())  # a step of 1e-9 changes H by almost nothing
+
+
 def test_reflection_folds_into_the_box_and_flips_the_momentum_of_odd_reflections():
     x = torch.tensor([0.5, 1.25, -0.25, 2.5, -1.5], dtype=torch.float64)
     folded, p = reflect(x, torch.ones(5, dtype=torch.float64), 0.0, 1.0)
