@@ -236,6 +236,9 @@ class EnergyModel:
         module = isinstance(energy, torch.nn.Module)
         params = [*energy.parameters(), *energy.buffers()] if module else []
         floats = [p for p in params if p.is_floating_point()]
+        if dtype is not None and floats and floats[0].dtype != dtype:
+            raise ValueError(f"dtype is {dtype} but the energy's parameters are {floats[0].dtype}: leave dtype None "
+                             f"(the parameters' dtype) or convert the module (energy.to({dtype}))")  # fmt: skip
         self._dtype = dtype or (floats[0].dtype if floats else torch.get_default_dtype())
         self._device = params[0].device if params else torch.device("cpu")
         if not self._dtype.is_floating_point:

@@ -111,6 +111,9 @@ def test_supports_are_checked(support, message):
         as_support(support)
     with pytest.raises(ValueError, match="integer q of at least 2"):
         categorical(1)
+    with pytest.raises(ValueError, match=r"dtype is torch.float64 but the energy's parameters are torch.float32"):
+        EnergyModel(torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Flatten(0)), "binary", (4,),
+                    dtype=torch.float64)  # fmt: skip
     with pytest.raises(ValueError, match="event_shape must be positive integers"):
         EnergyModel(lambda x: x.sum(-1), "binary", event_shape=(0,))
 
