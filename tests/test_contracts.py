@@ -99,7 +99,7 @@ def test_evaluate_refuses_a_model_without_a_boltzmann_family():
         model_family(SigmoidBeliefNet.random(6, 3, generator=_g()))
     with pytest.raises(TypeError, match="a fully-visible model: evaluate does not run fully visible models yet"):
         model_family(FullyVisibleModel(torch.zeros(3, 2), torch.zeros(3, 2, 3, 2)))
-    with pytest.raises(TypeError, match="an energy model: evaluate does not run energy models yet"):
+    with pytest.raises(TypeError, match="an energy model: raise_eval.evaluate runs it through evaluate_energy"):
         model_family(neural_energy("binary", 3))
     with pytest.raises(TypeError, match=r"an instance of object \(it declares no family\): for a VAE or decoder use"):
         model_family(object())

@@ -393,8 +393,8 @@ _OTHER_FAMILIES = {
     "directed": "use raise-eval bdmc (or raise_eval.bdmc)",
     "fully-visible": "evaluate does not run fully visible models yet; their AIS and RAISE run from Python "
     "(raise_eval.ais and raise_eval.raise_log_likelihood on raise_eval.paths.fully_visible.FullyVisiblePath)",
-    "energy": "evaluate does not run energy models yet; their AIS and RAISE run from Python "
-    "(raise_eval.ais and raise_eval.raise_log_likelihood on raise_eval.make_path(model), an EnergyPath)",
+    "energy": "raise_eval.evaluate runs it through evaluate_energy, not through this plan (the command line "
+    "does not run energy models yet)",
 }
 
 
