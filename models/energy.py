@@ -283,7 +283,8 @@ class EnergyModel:
         return [], 1.0
 
     def to(self, device=None, dtype=None) -> EnergyModel:
-        """A copy on `device` in `dtype` (a module is deep-copied; a function keeps its own tensors)."""
+        """A copy on `device` in `dtype` (a module is deep-copied; a function keeps its own tensors), its energy tried
+        again (`check_energy`)."""
         energy = self.energy
         if isinstance(energy, torch.nn.Module):
             energy = copy.deepcopy(energy).to(device=device, dtype=dtype)
@@ -292,6 +293,7 @@ class EnergyModel:
         model.support, model.event_shape, model.energy, model.base = self.support, self.event_shape, energy, base
         model._dtype = dtype or self._dtype
         model._device = torch.device(device) if device is not None else self._device
+        check_energy(model)  # the energy in its new dtype and device is another function: tried again
         return model
 
     # ---------------------------------------------------------------- states and data

@@ -27,6 +27,9 @@ def probe_states(model) -> Tensor:
     return points.to(device=model.device, dtype=model.dtype)
 
 
+_ONE_EXAMPLE = "on a batch of one example (batch norm in training mode? call energy.eval())"
+
+
 def check_energy(model) -> None:
     """Try the energy of `model` (an `EnergyModel` being built) on `probe_states` and refuse (ValueError) an exception,
     a result that is not one floating point energy per example, NaN or -inf energies, energies that change between
@@ -47,9 +50,12 @@ def check_energy(model) -> None:
     try:
         with torch.no_grad():
             alone = torch.cat([model.energies(inputs[i : i + 1]) for i in range(inputs.shape[0])])
+    except ValueError as error:
+        if "the energy must return" in str(error):
+            raise ValueError(f"{error} on a batch of one example (an energy must not assume a batch size)") from None
+        raise ValueError(_raised(model.energy, error, _ONE_EXAMPLE)) from error
     except Exception as error:
-        raise ValueError(_raised(model.energy, error, "on a batch of one example (batch norm in training mode? "
-                                                      "call energy.eval())")) from error  # fmt: skip
+        raise ValueError(_raised(model.energy, error, _ONE_EXAMPLE)) from error
     if not first.is_floating_point():
         raise ValueError(f"the energy must return floating point energies, got {first.dtype}")
     bad = torch.isnan(first) | torch.isneginf(first)

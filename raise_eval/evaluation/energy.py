@@ -88,7 +88,8 @@ class EnergyReport:
     acceptance: dict
     seconds: dict
 
-    def to_dict(self) -> dict:
+    def to_dict(self, names: Optional[dict] = None) -> dict:
+        """The JSON document (`names`, the command's flags, are not needed: its settings are its own)."""
         out = dataclasses.asdict(self)
         out["upper"], out["lower"] = self.upper.tolist(), self.lower.tolist()
         return out

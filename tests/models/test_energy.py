@@ -89,6 +89,11 @@ def test_a_broken_energy_is_refused_with_one_line_saying_what_is_wrong(energy, s
     assert "\n" not in str(caught.value)
 
 
+def test_an_energy_that_assumes_a_batch_size_is_refused():
+    with pytest.raises(ValueError, match=r"shaped \(1,\), got \(3,\) on a batch of one example \(an energy must not"):
+        EnergyModel(lambda x: x.sum(-1) + torch.zeros(3), "binary", (4,), dtype=torch.float64)
+
+
 def test_an_exception_in_the_energy_names_the_user_s_file_and_line():
     with pytest.raises(ValueError) as caught:
         EnergyModel(_bad_energy, support="binary", event_shape=(4,), dtype=torch.float64)
