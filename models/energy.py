@@ -113,6 +113,7 @@ class GaussianBase:
             raise ValueError("base mean must be finite and base std finite and positive")
         self.mean, self.std, self.low, self.high = mean.double(), std.double(), low, high
         self._log_mass = _log_normal_mass(*self._standard_box()) if low is not None else None
+        self._grad_terms = None  # (dtype and device, mean, 1 / std^2 in them), made on first use
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -139,8 +140,12 @@ class GaussianBase:
         return per_coord.flatten(start_dim=x.dim() - self.mean.dim()).sum(-1)
 
     def grad_log_prob(self, x: Tensor) -> Tensor:
-        """The gradient of log p_0 at x (*B, *shape), in x's dtype."""
-        return (-(x.double() - self.mean) / self.std**2).to(x.dtype)
+        """The gradient of log p_0 at x (*B, *shape), in x's dtype (HMC's every leapfrog step: two operations)."""
+        key = (x.dtype, x.device)
+        if self._grad_terms is None or self._grad_terms[0] != key:
+            self._grad_terms = (key, self.mean.to(*key[::-1]), (1 / self.std**2).to(*key[::-1]))
+        _, mean, precision = self._grad_terms
+        return (mean - x).mul_(precision)
 
     def sample(self, batch_shape: tuple, generator: torch.Generator, dtype=None) -> Tensor:
         """Exact draws shaped (*batch_shape, *shape) (inverse CDF on the box), in `dtype`."""
@@ -376,12 +381,12 @@ class EnergyModel:
             inputs = self.energy_input(state).detach().requires_grad_(True)
             energy = self.energies(inputs)
             differentiable = energy.requires_grad
-            if differentiable:
-                (grad,) = torch.autograd.grad(energy.sum(), inputs, allow_unused=True)
+            if differentiable:  # the gradient of log f = -E: the sign on the scalar, not on the gradient
+                (grad,) = torch.autograd.grad(-energy.sum(), inputs, allow_unused=True)
         if not differentiable or grad is None:
             raise ValueError("the energy is not differentiable in its input (no gradient reached x): avoid "
                              ".detach(), .item() and numpy inside it")  # fmt: skip
-        return -energy.detach().double(), -grad
+        return -energy.detach().double(), grad
 
 
 def _event_shape(event_shape) -> tuple[int, ...]:

@@ -36,7 +36,18 @@ StepSizes = Union[float, Tensor, StepSizeSchedule]
 
 def reflect(x: Tensor, p: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
     """Fold positions x back into [low, high] by reflections at the walls; each coordinate reflected an odd number
-    of times has its momentum p negated. Shapes unchanged."""
+    of times has its momentum p negated. Shapes unchanged; x and p may be written in place. On the CPU only the
+    coordinates outside the box are folded (few, at HMC's step sizes); elsewhere every one is, with no device sync."""
+    if x.device.type != "cpu":
+        return _fold(x, p, low, high)
+    where = ((x < low) | (x > high)).nonzero(as_tuple=True)
+    if where[0].numel() == 0:
+        return x, p
+    folded, flipped = _fold(x[where], p[where], low, high)
+    return x.index_put_(where, folded), p.index_put_(where, flipped)
+
+
+def _fold(x: Tensor, p: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
     width = high - low
     t = (x - low) / width
     n = torch.floor(t)

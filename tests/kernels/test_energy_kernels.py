@@ -17,7 +17,7 @@ from raise_eval.models.energy import fit_base
 from raise_eval import contracts
 from raise_eval.annealing import anneal
 from raise_eval.exact import energy as exact_energy
-from raise_eval.kernels.energy_hmc import EnergyHMCKernel, MALAKernel, reflect, tune_step_sizes
+from raise_eval.kernels.energy_hmc import EnergyHMCKernel, MALAKernel, _fold, reflect, tune_step_sizes
 from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, MetropolisScanKernel
 from raise_eval.paths.energy import EnergyPath
 from tests.energy_models import QuadraticEnergy, neural_energy
@@ -150,6 +150,12 @@ def test_reflection_folds_into_the_box_and_flips_the_momentum_of_odd_reflections
     folded, p = reflect(x, torch.ones(5, dtype=torch.float64), 0.0, 1.0)
     torch.testing.assert_close(folded, torch.tensor([0.5, 0.75, 0.25, 0.5, 0.5], dtype=torch.float64))
     assert p.tolist() == [1.0, -1.0, -1.0, 1.0, 1.0]
+    # the CPU's route folds only the coordinates outside: the same numbers as folding every one
+    g = torch.Generator().manual_seed(0)
+    x, p = 3 * torch.randn(50, 7, generator=g) - 1, torch.randn(50, 7, generator=g)
+    expected = _fold(x, p, -1.0, 0.5)
+    got = reflect(x.clone(), p.clone(), -1.0, 0.5)
+    assert torch.equal(got[0], expected[0]) and torch.equal(got[1], expected[1])
 
 
 class _Counting(torch.nn.Module):
