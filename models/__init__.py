@@ -2,7 +2,8 @@
 import the estimators in `raise_eval`.
 
 Folders by family: boltzmann/ (the layered energy, RBM, DBM, DBN), directed/ (p(z) p(x|z) models),
-fully_visible.py (pairwise models with no hidden units: DCA Potts, Ising), io/
+fully_visible.py (pairwise models with no hidden units: DCA Potts, Ising), energy.py (the user's own
+energy in PyTorch), io/
 (checkpoints), training/ (how the project's checkpoints were made); sampling.py is shared by all.
 
 The folder sits at the top of the repository (the layout the project was asked for) but is installed as
@@ -33,6 +34,7 @@ from raise_eval.models.directed import (
     SigmoidBeliefNet,
     VAEConfig,
 )
+from raise_eval.models.energy import EnergyModel, GaussianBase, SiteBase, categorical, fit_base
 from raise_eval.models.fully_visible import FullyVisibleModel
 from raise_eval.models.io.fully_visible_files import read_adabmdca_parameters
 
@@ -46,6 +48,11 @@ __all__ = [
     "DecoderModel",
     "DiagonalGaussianPosterior",
     "DirectedLatentModel",
+    "EnergyModel",
+    "GaussianBase",
+    "SiteBase",
+    "categorical",
+    "fit_base",
     "FullyVisibleModel",
     "read_adabmdca_parameters",
     "GaussianLayer",

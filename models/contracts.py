@@ -9,7 +9,8 @@
 
 Families: 'RBM' and 'DBM' (undirected chains of two, and of three or more, layers), 'DBN' (a top RBM under directed
 layers), 'directed' (p(z) p(x | z): VAEs, sigmoid belief nets, a user's decoder), 'fully-visible' (pairwise models with
-no hidden units, `FullyVisibleModel`: DCA Potts and Ising models).
+no hidden units, `FullyVisibleModel`: DCA Potts and Ising models), 'energy' (the user's own energy E(x) in PyTorch,
+`EnergyModel`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Optional, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-FAMILIES = ("RBM", "DBM", "DBN", "directed", "fully-visible")
+FAMILIES = ("RBM", "DBM", "DBN", "directed", "fully-visible", "energy")
 
 
 @runtime_checkable

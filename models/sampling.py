@@ -20,8 +20,8 @@ The passes over the probabilities are few because each matters at this size: the
 from block minima of these values read as integers, their d are gathered, and one comparison -d < 0 leaves x.
 On other devices (CUDA's Philox is fast) the plain comparison with torch.rand is used.
 
-Where the C kernels of `raise_eval.models.native` compile (step.c), the CPU path draws the same way in one pass, its bytes
-and tie uniforms from Philox4x32-10 (Salmon et al., 2011; the generator of torch's CUDA and of JAX) keyed by 64 bits
+Where the C kernels of `raise_eval.models.native` compile (step.c), the CPU path draws the same way in one pass, its
+bytes and tie uniforms from Philox4x32-10 (Salmon et al., 2011; the generator of torch's CUDA and of JAX) keyed by 64 bits
 drawn from the torch.Generator, one key per call: element i's byte comes from a counter derived from i alone and its
 tie uniform from another, so any split of the elements between threads gives the same samples. The same
 distribution as the PyTorch passes (which remain with RAISE_EVAL_NATIVE=0), other random numbers; the samples of
@@ -85,8 +85,8 @@ def _tie_indices(neg_d: Tensor) -> Tensor:
 
 def _native_sample(flat: Tensor, generator: torch.Generator, out: Tensor, from_logits: bool = False) -> bool:
     """Samples of `flat` (probabilities, or float32 logits) into `out` (1-D, contiguous, may be `flat`) by the Philox
-    kernels of `raise_eval.models.native` (step.c), keyed by one 64-bit draw from `generator`; False (nothing drawn) where
-    the kernels are unavailable."""
+    kernels of `raise_eval.models.native` (step.c), keyed by one 64-bit draw from `generator`; False (nothing drawn)
+    where the kernels are unavailable."""
     from raise_eval.models import native
 
     lib = native.library("step")
@@ -166,8 +166,8 @@ def sample_bernoulli_probs(probs: Tensor, generator: torch.Generator) -> Tensor:
 def sample_bernoulli_logits_(logits: Tensor, generator: torch.Generator) -> Tensor:
     """In place: replace each logit by a sample x ~ Bernoulli(sigmoid(logit)). Returns `logits`.
 
-    Float32 on the CPU, where the native kernels are available (`raise_eval.models.native`, step.c), the sigmoid is taken in
-    the draw's pass (relative error within 1.3 2^-23, as torch.sigmoid's)."""
+    Float32 on the CPU, where the native kernels are available (`raise_eval.models.native`, step.c), the sigmoid is
+    taken in the draw's pass (relative error within 1.3 2^-23, as torch.sigmoid's)."""
     if logits.dtype == torch.float32 and _lazy(logits):
         flat = logits.view(-1)
         if _native_sample(flat, generator, flat, from_logits=True):

@@ -225,3 +225,11 @@ class InPlaceWeightUpdates(Protocol[S]):
     """`WeightUpdates` writing into the loop's own state."""
 
     def weight_update_(self, state: S, beta_from: float, beta_to: float) -> tuple[Tensor, S]: ...
+
+
+@runtime_checkable
+class StartsAtTestVector(Protocol[S]):
+    """A path with no hidden units (a fully visible model, a user's energy): RAISE's reverse pass starts at the test
+    vector itself, `test_vector_start(data, num_chains, what) -> (state with batch (N, C), log f(v) shaped (N,))`."""
+
+    def test_vector_start(self, data: Tensor, num_chains: int, what: str = "test data") -> tuple[S, Tensor]: ...

@@ -19,6 +19,7 @@ from raise_eval.paths.boltzmann import make_path
 from raise_eval.paths.directed import DirectedPath
 from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath
 from raise_eval.runtime.resume import model_digest, tensor_digest
+from tests.energy_models import gaussian_energy, neural_energy
 from tests.fully_visible_models import random_model
 from tests.mixed_models import tiny_dbm, tiny_pair
 
@@ -54,6 +55,20 @@ def all_models():
     torch.manual_seed(0)  # nn.Linear's own initialization (a test, not library code)
     out.append(("VAE", VAE(VAEConfig(data_dim=6, latent_dim=2, hidden=[5])), "directed"))
     out += [(f"fully visible {name}", model, "fully-visible") for name, model in fully_visible_models()]
+    out += [(f"energy {name}", model, "energy") for name, model in energy_models()]
+    return out
+
+
+def energy_models():
+    """(name, model) for every support of the 'energy' family."""
+    from raise_eval.models import EnergyModel, categorical
+
+    box = EnergyModel(lambda x: ((x - 0.3) ** 2).sum(-1), ("real", 0.0, 1.0), (2,), dtype=torch.float64)
+    out = [(kind, neural_energy(kind, 3)) for kind in ("binary", "spin")]
+    out.append(("categorical", neural_energy("categorical", 3, q=3)))
+    out += [("real", gaussian_energy(2)[0]), ("real box", box)]
+    assert {m.support.describe() for _, m in out} == {"binary", "spin", str(categorical(3).describe()), "real",
+                                                      "real[0, 1]"}  # fmt: skip
     return out
 
 
@@ -109,6 +124,8 @@ def test_evaluate_refuses_a_model_without_a_boltzmann_family():
         model_family(SigmoidBeliefNet.random(6, 3, generator=_g()))
     with pytest.raises(TypeError, match="a fully-visible model: evaluate does not run fully visible models yet"):
         model_family(FullyVisibleModel(torch.zeros(3, 2), torch.zeros(3, 2, 3, 2)))
+    with pytest.raises(TypeError, match="an energy model: raise_eval.evaluate runs it through evaluate_energy"):
+        model_family(neural_energy("binary", 3))
     with pytest.raises(TypeError, match=r"an instance of object \(it declares no family\): for a VAE or decoder use"):
         model_family(object())
 
@@ -145,6 +162,23 @@ def test_fully_visible_models_and_their_paths_conform(name, model):
     state, log_w = anneal(path, state, torch.linspace(0, 1, 4, dtype=torch.float64), generator=_g(1))
     assert log_w.shape == (3,) and log_w.dtype == torch.float64 and bool(torch.isfinite(log_w).all())
     assert isinstance(path.log_partition_initial, float)
+    assert model.to(dtype=torch.float32).dtype == torch.float32 and model.digest_parts()[1] == 1.0
+
+
+@pytest.mark.parametrize("name, model", energy_models(), ids=[m[0] for m in energy_models()])
+def test_energy_models_and_their_paths_conform(name, model):
+    from raise_eval.paths.energy import EnergyPath
+
+    assert not isinstance(model, BoltzmannModel)  # no layers: its path is chosen by its family
+    path = make_path(model)
+    assert isinstance(path, EnergyPath) and isinstance(path, contracts.AnnealingPath)
+    assert isinstance(path.kernel, contracts.InfoKernel)
+    state = path.sample_initial(3, _g())
+    state, log_w = anneal(path, state, torch.linspace(0, 1, 4, dtype=torch.float64), generator=_g(1))
+    assert log_w.shape == (3,) and log_w.dtype == torch.float64 and bool(torch.isfinite(log_w).all())
+    assert isinstance(path.log_partition_initial, float) and path.step_program(None) is None
+    start, log_f = path.test_vector_start(model.data_from_state(state.x), 2)  # RAISE's start at the test points
+    assert start.x.shape[:2] == (3, 2) and torch.equal(log_f, state.log_f)
     assert model.to(dtype=torch.float32).dtype == torch.float32 and model.digest_parts()[1] == 1.0
 
 

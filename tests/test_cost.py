@@ -1,4 +1,5 @@
-"""Cost estimates (`raise_eval.evaluation.memory`, `.timing` and each stage's own, `.stages`): every size checked before any work, the estimate's stages, --test-subset.
+"""Cost estimates (`raise_eval.evaluation.memory`, `.timing` and each stage's own, `.stages`): every size checked
+before any work, the estimate's stages, --test-subset.
 
 No test here times anything: the estimate's accuracy is measured by scripts/benchmark_cost_estimate.py.
 """
@@ -13,11 +14,9 @@ from raise_eval.models.boltzmann.dbm import DBM
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.io.checkpoints import load_checkpoint
 
-from raise_eval import estimate_cost, plan_evaluation, run_evaluation
-from raise_eval import certify
+from raise_eval import certify, estimate_cost, evaluate, plan_evaluation, run_evaluation
 from raise_eval.cli import main
 from raise_eval.io.datasets import load_dataset
-from raise_eval import evaluate
 from raise_eval.schedules import make_schedule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -317,7 +316,8 @@ def test_a_noisy_pair_of_timings_keeps_the_larger_batchs_cost():
 
 def test_a_flat_step_over_a_wide_range_of_batches_is_fixed_cost():
     """Timings 16 times apart whose step costs the same: a fixed cost (a GPU's launches), shared by the run's batch."""
-    from raise_eval.evaluation.timers import WIDER_FACTOR, Timer as _Timer
+    from raise_eval.evaluation.timers import WIDER_FACTOR
+    from raise_eval.evaluation.timers import Timer as _Timer
 
     timer = _Timer(lambda batch, steps: (3e-4 / batch, 0.0), 50_000.0 * 100, 50_000, 50_000, 200)
     for batch in (200, 400, 400 * WIDER_FACTOR):

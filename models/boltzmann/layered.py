@@ -128,9 +128,8 @@ def _native_log1p_expm1(
     p = probs as given; or, with fill_probs (float32 only), p = sigmoid(z'), z' = b_to + s_to u, computed by the
     kernel in the same pass into `probs` (contiguous, shaped like u): z' formed in double and rounded to float32, the
     sigmoid in float32 within 1.3 2^-23 relative."""
-    from raise_eval.models.numerics import expm1_series_degree
-
     from raise_eval.models import native
+    from raise_eval.models.numerics import expm1_series_degree
 
     if u.device.type != "cpu" or u.dtype not in (torch.float32, torch.float64) or not u.is_contiguous():
         return None

@@ -16,7 +16,6 @@ import warnings
 
 import torch
 
-from raise_eval.models import native
 from raise_eval._version import __version__
 from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.cli import bdmc, evaluate, trajectory
@@ -24,6 +23,7 @@ from raise_eval.cli.options import attach_dash_values, die
 from raise_eval.io.datasets import DataError
 from raise_eval.io.outputs import OutputWarning, OutputWriteError
 from raise_eval.io.user_model import UserCodeError
+from raise_eval.models import native
 from raise_eval.runtime.distributed import shutdown as shutdown_process_group
 from raise_eval.settings import SettingsError, render_names
 

@@ -26,6 +26,7 @@ from raise_eval.io.inputs import InputSettings, load_evaluation_inputs, load_mod
 from raise_eval.io.run_files import OutputSettings
 from raise_eval.runtime.distributed import init_from_env, launched_by_torchrun, rank_and_world
 from raise_eval.runtime.resume import rank_resume_file
+from raise_eval.settings import declarations
 
 DESCRIPTION = """\
 Estimate the average test log-likelihood of an RBM, DBM or DBN checkpoint three ways:
@@ -44,6 +45,10 @@ AIS and RAISE agreeing is evidence that both are accurate; a large gap means at 
 --until-gap TOL turns this into a verdict: K grows until the sandwich closes within TOL nats, or the run says why
 it is still open.
 
+Your own energy-based model: --model FILE.py:FACTORY, a function in your file that returns it wrapped in
+raise_eval.EnergyModel, with --data (and --train-data for the base) .npy/.npz files of its examples (see
+docs/energy.md).
+
 Checkpoints: raise-eval .pt files (RBM, DBM, DBN), .npz files with W, vbias, hbias (RBM) or with model_type,
 weights_l, biases_l (DBM, DBN), or MATLAB .mat RBMs with vishid, hidbiases, visbiases (see docs/checkpoints.md).
 RBMs of Gaussian, Potts (categorical) or spin units: .npz files that name the unit types (visible, hidden) and
@@ -58,6 +63,7 @@ examples:
   raise-eval evaluate model.npz --data test.npy --train-data train.npy --device cuda
   raise-eval evaluate potts.npz --data test.fasta --train-data train.fasta --until-gap 0.1
   raise-eval evaluate checkpoints/rbm_digits_64-16.pt --until-gap 0.05 --steps 50 --time-budget 5m --json cert.json
+  raise-eval evaluate --model my_ebm.py:make_model --data test.npy --train-data train.npy --steps 500
 """
 
 LONG_RUN_SECONDS = 60  # a run predicted to take longer prints its cost estimate (stderr) before it starts
@@ -65,6 +71,7 @@ EXIT_OPEN = 3  # a certified run that stays open (0 closed, 2 usage error, 130 C
 EXIT_FAILED = 1  # a stage stopped on log-weights that turned NaN or +inf (what finished is shown and kept)
 SETTINGS = (InputSettings, EvaluateSettings, OutputSettings, CertifySettings)
 FLAGS = flags(*SETTINGS)
+_EVALUATE_FIELDS = {spec.name for spec in declarations(EvaluateSettings)}
 CERTIFY_ONLY = ("max_steps", "time_budget", "plot")  # evaluate's --plot draws the certified run
 
 
@@ -101,6 +108,8 @@ def run(args: argparse.Namespace) -> int:
     inputs, evaluation, outputs, cert_settings = _settings(args)
     announce_null_outputs(outputs, FLAGS)
     evaluation = evaluation.replace(threads=configure_threads(evaluation.threads))
+    if inputs.model is not None:
+        return _run_energy(args, inputs, evaluation, outputs, cert_settings)
     device = torch.device(inputs.device)
     rank = 0
     if launched_by_torchrun():
@@ -160,6 +169,42 @@ def run(args: argparse.Namespace) -> int:
     if rank != 0:
         return 0  # every rank holds the same report; rank 0 shows it
     print(report.format_table(FLAGS))
+    write_report(report, outputs.json, None, FLAGS)
+    return 0
+
+
+# The options an energy model's evaluation (--model) takes; the others are refused by name, never ignored.
+ENERGY_FIELDS = ("steps", "ais_chains", "raise_chains", "seed", "progress", "threads")
+
+
+def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_settings) -> int:
+    """`--model FILE.py:FACTORY`: the user's energy model through `evaluate_energy` (AIS and RAISE, the kernel its
+    support takes), its table and --json."""
+    from raise_eval.evaluation.energy import EnergySettings, evaluate_energy
+    from raise_eval.io.energy_inputs import load_energy_inputs
+
+    if cert_settings is not None:
+        die("--until-gap certifies RBMs, DBMs and DBNs; an energy model (--model) runs without it (its report "
+            "gives the gap and its standard error)")  # fmt: skip
+    foreign = [FLAGS[name] for name in vars(args) if name in _EVALUATE_FIELDS and name not in ENERGY_FIELDS]
+    if outputs.resume_file is not None:
+        foreign.append(FLAGS["resume_file"])
+    if foreign:
+        takes = ", ".join(FLAGS[n] for n in ENERGY_FIELDS if n in FLAGS)
+        verb = "does" if len(foreign) == 1 else "do"
+        listed = ", ".join(sorted(foreign))
+        die(f"{listed} {verb} not apply to an energy model (--model), whose evaluation takes {takes}")
+    loaded = load_energy_inputs(inputs)
+    outputs.check_against(loaded.files)
+    settings = EnergySettings(steps=evaluation.steps, ais_chains=evaluation.ais_chains,
+                              raise_chains=evaluation.raise_chains, seed=evaluation.seed)  # fmt: skip
+    try:
+        report = evaluate_energy(loaded.model, loaded.test, settings, train_data=loaded.train,
+                                 progress=evaluation.progress)  # fmt: skip
+    except NonFiniteLogWeightError as e:
+        print(f"raise-eval: error: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(report.format_table())
     write_report(report, outputs.json, None, FLAGS)
     return 0
 

@@ -1,5 +1,5 @@
-"""RAISE, the Reverse AIS Estimator (Burda, Grosse & Salakhutdinov, 2015), for RBMs, DBMs, DBNs and fully visible
-pairwise models.
+"""RAISE, the Reverse AIS Estimator (Burda, Grosse & Salakhutdinov, 2015), for RBMs, DBMs, DBNs, fully visible
+pairwise models and a user's energy models.
 
 The annealing model p_ann is the forward chain x_0 ~ p_0, x_k ~ T_k(. | x_{k-1}) (k = 1..K, T_k the reversible
 block-Gibbs kernel of p_k on the even layers, odd layers summed out), read off at its final visible state. RAISE is
@@ -12,8 +12,9 @@ state). E[w] = p_ann(v), so log mean w is a stochastic lower bound on log p_ann(
 log-likelihood. The start depends on the family:
 
 - RBM (Alg. 2): the hidden layer is summed out, so the state is v itself and w_0 = f_K(v) / Z_0.
-- Fully visible (DCA Potts, Ising: `paths.fully_visible`): no hidden units, so likewise the state is v itself and
-  w_0 = f_K(v) / Z_0; the kernel is the palindromic single-site scan (reversible).
+- Fully visible (DCA Potts, Ising: `paths.fully_visible`) and a user's energy (`paths.energy`): no hidden units, so
+  likewise the state is v itself and w_0 = f_K(v) / Z_0 (the path declares it: `test_vector_start`); the kernel is
+  reversible (the palindromic single-site scan; HMC with its momentum flip; Gibbs with gradients).
 - DBM (heating, Alg. 3): p(hidden | v) is intractable. Draw the even hidden layers h'_0 ~ p_0(h | v), then heat
   with v clamped, h'_k ~ T_{k-1}^(v)(. | h'_{k-1}) for k = 1..K, w_0 = p_0(v) prod_k f_k(v, h'_k) / f_{k-1}(v, h'_k),
   and start the reverse pass from (v, h'_K). The box draws h'_k with T_k^(v); but the auxiliary forward chain
@@ -56,6 +57,7 @@ import torch
 from torch import Tensor
 
 from raise_eval.annealing import Kernel, anneal, check_log_weights, continuation
+from raise_eval.contracts import StartsAtTestVector
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.models.boltzmann.unit_data import check_binary
 from raise_eval.paths.boltzmann import BoltzmannPath
@@ -171,8 +173,8 @@ def raise_log_likelihood(
     layers below the top RBM that `path` anneals.
 
     Args:
-        path: geometric path of the Boltzmann machine annealed (for a DBN, of its top RBM), or of a fully visible
-            model (`FullyVisiblePath`: RAISE then starts from each test vector itself).
+        path: geometric path of the Boltzmann machine annealed (for a DBN, of its top RBM), or of a model with no
+            hidden units (`FullyVisiblePath`, `EnergyPath`: RAISE then starts from each test vector itself).
         data: test vectors shaped (N, n_visible): binary, a typed visible layer's states, or a fully visible
             model's site states.
         betas: the forward schedule from 0 to 1 (it is run backwards), shaped (K + 1,).
@@ -203,11 +205,13 @@ def raise_log_likelihood(
             )
         heating_betas = validate_schedule(heating_betas)
     model = path.model
-    if model.family == "fully-visible":
+    if isinstance(path, StartsAtTestVector):  # a path with no hidden units declares its start at v
+        what = "fully visible" if model.family == "fully-visible" else model.family
+        article = "an" if what[0] in "aeiou" else "a"
         if unroll is not None or heating_betas is not None or heating_kernel is not None:
-            raise ValueError("a fully visible model has no hidden units: unroll and heating do not apply to it")
+            raise ValueError(f"{article} {what} model has no hidden units: unroll and heating do not apply to it")
         if checkpoint is not None:
-            raise ValueError("resume files do not cover fully visible models yet: run without a checkpoint")
+            raise ValueError(f"resume files do not cover {what} models yet: run without a checkpoint")
         return _raise_from_test_vectors(path, data, betas, num_chains, generator, kernel, progress)
     if unroll is not None and unroll.top.weights[0] is not model.weights[0]:
         raise ValueError("RAISE for a DBN anneals its top RBM: build the path on dbn.top")
@@ -258,15 +262,13 @@ def raise_log_likelihood(
 
 
 def _raise_from_test_vectors(path, data: Tensor, betas: Tensor, num_chains: int, generator, kernel, progress):
-    """RAISE on a fully visible model (`paths.fully_visible.FullyVisiblePath`): with no hidden units the reverse
-    pass starts from the test vector itself, with log w_0 = log f(v) - log Z_0 (the RBM case without a hidden layer
-    to sum out). data: site states (N, L) in the model's convention."""
+    """RAISE on a model with no hidden units (a fully visible model, a user's energy): its path declares
+    `test_vector_start(data, num_chains, what) -> (state (N, C, ...), log f(v) (N,))`, and the reverse pass starts
+    from the test vector itself with log w_0 = log f(v) - log Z_0 (the RBM case without a hidden layer to sum
+    out). data: test vectors (N, ...) in the model's convention."""
     start = time.perf_counter()
-    codes = path.state_from_sites(data, "RAISE test data")
-    if codes.dim() != 2:
-        raise ValueError(f"RAISE test data must be shaped (N, {path.model.n_visible}), got {tuple(data.shape)}")
-    log_f = path.log_density(codes, 1.0)  # (N,), exact, float64
-    state = codes.unsqueeze(1).expand(codes.shape[0], num_chains, codes.shape[1]).contiguous()
+    state, log_f = path.test_vector_start(data, num_chains, "RAISE test data")
+    log_f = log_f.to(torch.float64)
     _, log_w = anneal(path, state, betas.flip(0), generator=generator, kernel=kernel, progress=progress, desc="RAISE")
     log_w = log_w + (log_f - path.log_partition_initial).unsqueeze(1)
     check_log_weights(log_w, "RAISE", chains_dim=1)

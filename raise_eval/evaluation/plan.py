@@ -380,7 +380,7 @@ def model_family(model) -> str:
     another family (e.g. a directed model: `bdmc`) is refused here, naming it."""
     family = getattr(model, "family", None)
     if family not in ("RBM", "DBM", "DBN"):
-        what = f"a {family} model"
+        what = f"{'an' if isinstance(family, str) and family[:1] in 'aeiou' else 'a'} {family} model"
         if not isinstance(family, str):
             what = f"an instance of {type(model).__name__} (it declares no family)"
         where = _OTHER_FAMILIES.get(family, "for a VAE or decoder use raise-eval bdmc")
@@ -393,6 +393,8 @@ _OTHER_FAMILIES = {
     "directed": "use raise-eval bdmc (or raise_eval.bdmc)",
     "fully-visible": "evaluate does not run fully visible models yet; their AIS and RAISE run from Python "
     "(raise_eval.ais and raise_eval.raise_log_likelihood on raise_eval.paths.fully_visible.FullyVisiblePath)",
+    "energy": "raise_eval.evaluate runs it through evaluate_energy, not through this plan (the command line "
+    "does not run energy models yet)",
 }
 
 

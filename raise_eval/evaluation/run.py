@@ -18,6 +18,7 @@ from torch import Tensor
 from raise_eval._version import __version__
 from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate
+from raise_eval.evaluation.energy import evaluate_energy
 from raise_eval.evaluation.log_f_check import LogFCheck
 from raise_eval.evaluation.memory import CostEstimate
 from raise_eval.evaluation.plan import EvaluationPlan, plan_evaluation, plan_loop_options
@@ -35,6 +36,7 @@ from raise_eval.evaluation.stages import (
     raise_subset,
 )
 from raise_eval.models import native
+from raise_eval.models.contracts import declared_family
 from raise_eval.paths.boltzmann import BoltzmannPath
 from raise_eval.runtime import distributed, product_routes
 from raise_eval.runtime.resume import (
@@ -62,9 +64,10 @@ def evaluate(
     exact_values: Optional[ExactValues] = None,
     resume_file: Optional[str] = None,
     **overrides,
-) -> EvaluationReport:
+) -> EvaluationReport:  # an EnergyReport for an energy model
     """Estimate the average test log-likelihood of an RBM, DBM or DBN with AIS and RAISE (and exactly when
-    tractable).
+    tractable); an `EnergyModel` runs `evaluation.energy.evaluate_energy(model, test_data, settings, **overrides)`
+    (its settings an `EnergySettings`; train_data, base and progress among the keywords) and returns its report.
 
     Args:
         model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`) or `DBN`, on the device and in the dtype to
@@ -92,6 +95,12 @@ def evaluate(
     built, the plan decided once, then the stages (`raise_eval.evaluation.stages`). The torch thread count is
     `settings.threads` for the call ('auto': the idle cores), the caller's restored on return.
     """
+    if declared_family(model) == "energy":  # a user's energy: its own evaluation (evaluation.energy)
+        given = [name for name, value in (("train_pixel_means", train_pixel_means), ("labels", labels),
+                 ("log_f", log_f), ("exact_values", exact_values), ("resume_file", resume_file)) if value is not None]
+        if given:
+            raise ValueError(f"{', '.join(given)} do not apply to an energy model's evaluation (evaluate_energy)")
+        return evaluate_energy(model, test_data, settings, **overrides)
     settings = evaluate_settings(settings, overrides)
     with using_threads(settings.threads):
         plan = plan_evaluation(model, test_data, settings, train_pixel_means=train_pixel_means, labels=labels)

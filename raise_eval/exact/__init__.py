@@ -2,8 +2,9 @@
 
 One package: `enumeration` (chunks within a memory bound, the running log-sum-exp, limits, `ExactCost`), `binary`
 (binary layers: RBMs, DBMs, and DBNs), `typed` (typed layers, dispatched on their declared supports),
-`fully_visible` (pairwise models with no hidden units). The functions below take any such model and hand it to the
-module its declared `family` names (a Boltzmann machine: the module of its layers, as it declares `typed_layers`).
+`fully_visible` (pairwise models with no hidden units), `energy` (a user's energy on discrete support). The functions
+below take any such model and hand it to the module its declared `family` names (a Boltzmann machine: the module of
+its layers, as it declares `typed_layers`).
 
 - `log_partition`, `log_unnormalized_visible`, `log_likelihood`: log Z, log f(v), log p(v) in float64.
 - `exact_cost`, `log_f_units`: what they would enumerate, without doing it (or why they cannot: `ExactCost.refusal`).
@@ -19,7 +20,7 @@ from typing import Optional
 
 from torch import Tensor
 
-from raise_eval.exact import binary, fully_visible, typed
+from raise_eval.exact import binary, energy, fully_visible, typed
 from raise_eval.exact.binary import (
     LOG_F_ROUTES,
     annealing_model_marginal_along,
@@ -37,7 +38,7 @@ from raise_eval.exact.enumeration import (
 
 # The module of each family whose exact answers do not depend on its layers' form; a Boltzmann machine ('RBM',
 # 'DBM', 'DBN') goes to the module of its layers, as it declares them (`typed_layers`).
-_FAMILY_MODULES = {"fully-visible": fully_visible}
+_FAMILY_MODULES = {"fully-visible": fully_visible, "energy": energy}
 
 
 def _module(model):
@@ -63,8 +64,8 @@ def log_f_units(model) -> int:
     """Units the cheapest exact log f(v) route enumerates (2^units configurations; 0 for an RBM, whose log f(v) is
     closed-form); ValueError saying why when no route exists."""
     module = _module(model)
-    if module is fully_visible:
-        return fully_visible.log_f_units(model)
+    if module is fully_visible or module is energy:
+        return module.log_f_units(model)
     if module is typed:
         cost = typed.exact_cost(model, 1)
         if not cost.enumerable:
@@ -104,8 +105,8 @@ def log_unnormalized_visible(
     module = _module(model)
     if module is not binary and route is not None:
         raise ValueError(f"route {route!r} applies to binary machines; a {model.describe()} chooses its own")
-    if module is fully_visible:
-        return fully_visible.log_unnormalized_visible(model, v, max_bytes=max_bytes)
+    if module is fully_visible or module is energy:
+        return module.log_unnormalized_visible(model, v, max_bytes=max_bytes)
     if module is typed:
         return typed.log_unnormalized_visible(
             model, v, max_units=max_units, chunk_size=chunk_size, max_bytes=max_bytes, progress=progress

@@ -94,9 +94,15 @@ def dtype_setting() -> Any:
 class InputSettings:
     """Where an evaluation's model and data come from, and the device and precision to compute in."""
 
-    checkpoint: str = setting(
-        None, "RBM, DBM or DBN checkpoint: .pt (raise-eval), .npz or .mat", kind="path", metavar="CHECKPOINT",
-        flag="checkpoint",
+    checkpoint: Optional[str] = setting(
+        None, "RBM, DBM or DBN checkpoint: .pt (raise-eval), .npz or .mat; or give --model", kind="path",
+        none="--model", metavar="CHECKPOINT", flag="checkpoint",
+    )  # fmt: skip
+    model: Optional[str] = setting(
+        None,
+        "your own energy-based model instead of a checkpoint: FACTORY() in FILE.py returns it wrapped in "
+        "raise_eval.EnergyModel; --data (and --train-data, for the base) are then .npy/.npz files of its examples",
+        kind="text", none="the CHECKPOINT", flag="--model", metavar="FILE.py:FACTORY", group="model",
     )  # fmt: skip
     data: Optional[str] = setting(
         None,
@@ -140,10 +146,28 @@ class InputSettings:
     dtype: str = dtype_setting()
 
     def _validate(self) -> None:
+        if (self.checkpoint is None) == (self.model is None):
+            raise SettingsError(
+                "give a {checkpoint} or {model} FILE.py:FACTORY (one of the two)", ("checkpoint", "model")
+            )
+        if self.model is not None:
+            self._check_energy_request()
+            return
         if Path(self.checkpoint).is_dir():
             raise SettingsError(f"{{checkpoint}} {self.checkpoint} is a folder; give the checkpoint file")
         if self.data is not None:
             self.check_data_request(self.data)
+
+    def _check_energy_request(self) -> None:
+        """With {model}: the data are files of the energy's examples; what belongs to checkpoints is refused."""
+        if self.data is None or not is_array_file(self.data):
+            raise SettingsError("{model} needs {data} FILE, a .npy/.npz file of test examples", ("data",))
+        if self.train_data is not None and not is_array_file(self.train_data):
+            raise SettingsError("{train_data} with {model} is a .npy/.npz file of training examples", ("train_data",))
+        for name, default in (("split", "test"), ("pixel_order", "row-major"), ("alphabet", None),
+                              ("data_root", None)):  # fmt: skip
+            if getattr(self, name) != default:
+                raise SettingsError(f"{{{name}}} applies to checkpoints' datasets, not to {{model}}'s files", (name,))
 
     def check_data_request(self, data: str) -> None:
         """The data options against a --data value (or the checkpoint's dataset): a file takes no pixel order; a

@@ -1,9 +1,11 @@
-"""Load a model from the user's own Python file: `raise-eval bdmc --model FILE.py:FACTORY`.
+"""Load a model from the user's own Python file: `raise-eval bdmc --model FILE.py:FACTORY` (and `raise-eval
+evaluate --model`).
 
 The file is loaded explicitly by its path (importlib.util.spec_from_file_location; nothing is searched for on
 sys.path), with its own folder first on sys.path while it runs, so that it can import its neighbours, as
 `python FILE.py` would. FACTORY is then called with no arguments and must return a directed model: a
-`DecoderModel` (raise_eval.models.directed.adapter) or another `DirectedLatentModel`.
+`DecoderModel` (raise_eval.models.directed.adapter) or another `DirectedLatentModel` (bdmc), or an `EnergyModel`
+(`raise-eval evaluate --model`).
 
 An exception raised by the user's code (while the file is executed or the factory runs, including errors raised
 by raise-eval for what the factory asked of it, e.g. a decoder whose output does not fit the likelihood) becomes a
@@ -24,6 +26,7 @@ from types import ModuleType
 from typing import Any, Callable
 
 from raise_eval.models.directed.base import DirectedLatentModel
+from raise_eval.models.energy import EnergyModel
 
 
 class UserCodeError(Exception):
@@ -149,8 +152,8 @@ def load_factory(spec: str) -> tuple[Callable[[], Any], Path]:
     return factory, path
 
 
-def build_user_model(spec: str) -> DirectedLatentModel:
-    """Load 'FILE.py:FACTORY', call FACTORY() and check that it returned a directed model; raises UserCodeError."""
+def _call_factory(spec: str) -> tuple[Any, str, Path]:
+    """(FACTORY() of 'FILE.py:FACTORY', the factory's name, the file); raises UserCodeError."""
     factory, path = load_factory(spec)
     name = spec.rpartition(":")[2]
     try:
@@ -160,6 +163,24 @@ def build_user_model(spec: str) -> DirectedLatentModel:
         raise UserCodeError(
             f"{name}() in {path} raised {_describe(e)}\n  at {_user_location(e, path)}\n({_fix_hint(e, 'model code')})"
         ) from e
+    return model, name, path
+
+
+def build_user_energy(spec: str) -> EnergyModel:
+    """Load 'FILE.py:FACTORY', call FACTORY() and check that it returned an `EnergyModel` (whose energy was tried
+    when it was built: a broken energy is a UserCodeError naming its file and line); raises UserCodeError."""
+    model, name, path = _call_factory(spec)
+    if getattr(model, "family", None) != "energy":
+        raise UserCodeError(
+            f"{name}() in {path} returned a {type(model).__name__}, not an energy model; wrap your energy: return "
+            "EnergyModel(energy, support=..., event_shape=...) (from raise_eval import EnergyModel)"
+        )
+    return model
+
+
+def build_user_model(spec: str) -> DirectedLatentModel:
+    """Load 'FILE.py:FACTORY', call FACTORY() and check that it returned a directed model; raises UserCodeError."""
+    model, name, path = _call_factory(spec)
     if not isinstance(model, DirectedLatentModel):
         what = type(model).__name__
         hint = (

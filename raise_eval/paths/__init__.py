@@ -1,9 +1,11 @@
 """Annealing paths: families f_beta from a tractable start (beta = 0) to the model of interest (beta = 1): the
-geometric (temperature) path, posteriors with v clamped, directed models, and a training run's trajectory. May import
-`kernels` and the models; never the estimators or anything above them."""
+geometric (temperature) path, posteriors with v clamped, directed models, a training run's trajectory, fully visible
+models and the user's energy models. May import `kernels` and the models; never the estimators or anything above
+them."""
 
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, make_path, uniform_base
 from raise_eval.paths.directed import DirectedPath, DirectedState
+from raise_eval.paths.energy import EnergyPath
 from raise_eval.paths.fully_visible import FullyVisiblePath, data_base_fields, uniform_fields
 from raise_eval.paths.mixed import MixedPath, mixed_data_base, mixed_uniform_base, visible_statistics
 from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath, posterior_path
@@ -15,6 +17,7 @@ __all__ = [
     "DBNPosteriorPath",
     "DirectedPath",
     "DirectedState",
+    "EnergyPath",
     "FullyVisiblePath",
     "MixedPath",
     "TrajectoryPath",

@@ -20,6 +20,7 @@ from torch import Tensor
 from raise_eval.kernels.binary_program import BinaryGibbsProgram
 from raise_eval.kernels.block_gibbs import BoltzmannState, block_gibbs_step, collapse_odd_layers
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.paths.energy import energy_path
 from raise_eval.paths.fully_visible import fully_visible_path
 from raise_eval.paths.geometric import GeometricBoltzmannPath
 from raise_eval.paths.mixed import MixedPath
@@ -164,13 +165,13 @@ class BoltzmannPath(GeometricBoltzmannPath):
 
 
 # The path of each family that is not a chain of layers, by the family the model declares.
-_PATHS_BY_FAMILY = {"fully-visible": fully_visible_path}
+_PATHS_BY_FAMILY = {"fully-visible": fully_visible_path, "energy": energy_path}
 
 
 def make_path(model, base_biases: Optional[Sequence[Tensor]] = None, clamped: Collection[int] = ()):
     """The geometric path of a model, by the family it declares: `FullyVisiblePath` for 'fully-visible' (base_biases:
-    its base's fields), else a Boltzmann machine's: `MixedPath` for typed layers, `BoltzmannPath` for binary ones
-    (as the model declares: `typed_layers`)."""
+    its base's fields), `EnergyPath` for 'energy' (base_biases: its base object), else a Boltzmann machine's:
+    `MixedPath` for typed layers, `BoltzmannPath` for binary ones (as the model declares: `typed_layers`)."""
     build = _PATHS_BY_FAMILY.get(model.family)
     if build is not None:
         return build(model, base_biases, clamped)

@@ -122,6 +122,15 @@ class FullyVisiblePath:
         """The site states (the model's convention) of a state."""
         return self.model.sites_from_codes(state)
 
+    def test_vector_start(self, data: Tensor, num_chains: int, what: str = "test data") -> tuple[Tensor, Tensor]:
+        """RAISE's start at the test vectors themselves (no hidden units): (codes with batch (N, num_chains), log f(v)
+        float64 (N,)). data: site states (N, L) in the model's convention."""
+        codes = self.state_from_sites(data, what)
+        if codes.dim() != 2:
+            raise ValueError(f"{what} must be shaped (N, {self.model.n_visible}), got {tuple(data.shape)}")
+        state = codes.unsqueeze(1).expand(codes.shape[0], num_chains, codes.shape[1]).contiguous()
+        return state, self.log_density(codes, 1.0)
+
     def clone_state(self, state: Tensor) -> Tensor:
         return state.clone()
 

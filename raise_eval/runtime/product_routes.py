@@ -1,7 +1,7 @@
 """Which route each product of a Boltzmann machine takes on the CPU (`raise_eval.models.boltzmann.products` holds
 the routes: mm, onednn, table, amx), chosen by timing: the policy, installed into the model layer when `raise_eval`
-is imported (its `__init__` calls `products.install_route_chooser(choose_route)`), so that models/ holds no process-global choice, environment variable
-or timing of its own.
+is imported (its `__init__` calls `products.install_route_chooser(choose_route)`), so that models/ holds no
+process-global choice, environment variable or timing of its own.
 
 Which route is fastest depends on the CPU (its vector instructions), the thread count and the machine's load: so the
 first product of each shape (rows, inner widths, columns, dtype, threads, binary or not) in a process times every

@@ -8,10 +8,9 @@ import math
 
 import pytest
 import torch
-from raise_eval.models import DBN
+from raise_eval.models import DBN, native
 
 import raise_eval.paths.posterior.sweeps as posterior  # the sweeps' module: its constants and plan
-from raise_eval.models import native
 from raise_eval.paths.posterior import DBNPosteriorPath
 
 

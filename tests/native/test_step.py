@@ -10,11 +10,9 @@ import ctypes
 import pytest
 import torch
 import torch.nn.functional as F
-from raise_eval.models import sampling
+from raise_eval.models import native, sampling
 from raise_eval.models.boltzmann import layered
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine, random_chain_parameters
-
-from raise_eval.models import native
 
 
 def _needs_step() -> None:

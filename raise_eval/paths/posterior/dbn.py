@@ -106,8 +106,8 @@ class DBNPosteriorPath(DBNSweeps):
     chains that flipped; after each layer's sweep they are recomputed exactly from the layer. The scan order is
     fixed, so the kernel is not reversible, which forward AIS does not need: do not run it on a reversed schedule.
 
-    Three implementations draw this kernel (`sweep`): the native one (`raise_eval.models.native`, C compiled on first use:
-    chain by chain in tiles that stay in the L1 cache, every logit computed, about a third of the bounded sweep's
+    Three implementations draw this kernel (`sweep`): the native one (`raise_eval.models.native`, C compiled on first
+    use: chain by chain in tiles that stay in the L1 cache, every logit computed, about a third of the bounded sweep's
     time on the 784-500-2000 DBN), the bounded one (PyTorch, unit by unit over all chains: most draws decided by
     bounds on the logit, the rest computed) and the full one (PyTorch, every logit: what a GPU runs). The native and
     bounded sweeps draw their uniforms alike and each draw equals the one from the exact logit (up to roundings
@@ -121,8 +121,8 @@ class DBNPosteriorPath(DBNSweeps):
     chunk_elements = 2**25
 
     def __init__(self, model: DBN, bounded: Optional[bool] = None, sweep: str = "auto"):
-        """sweep: "native" (the C kernel of `raise_eval.models.native`, CPU only), "bounded" (PyTorch, the draws decided by
-        bounds where they can be, CPU only), "full" (PyTorch, every logit computed: what a GPU runs) or "auto" (the
+        """sweep: "native" (the C kernel of `raise_eval.models.native`, CPU only), "bounded" (PyTorch, the draws decided
+        by bounds where they can be, CPU only), "full" (PyTorch, every logit computed: what a GPU runs) or "auto" (the
         first of these that the device, the model's weights and the machine allow). `bounded` (True or False) is
         the older spelling of "bounded" and "full"."""
         if model.family != "DBN":

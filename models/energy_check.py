@@ -1,0 +1,129 @@
+"""The one trial of a user's energy when an `EnergyModel` is built (`check_energy`): on a fixed probe batch of three
+examples (no randomness), everything that would make an estimate wrong or fail later is refused with one ValueError
+saying what is wrong, and, for an exception, the user's file and line (the innermost frame in the energy's own
+file, else outside torch and raise-eval)."""
+
+from __future__ import annotations
+
+import inspect
+import traceback
+from pathlib import Path
+from typing import Optional
+
+import torch
+from torch import Tensor
+
+
+def probe_states(model) -> Tensor:
+    """A fixed batch of three chain states (no randomness) on which `check_energy` tries the energy."""
+    s, shape = model.support, model.event_shape
+    ramp = torch.linspace(0, 1, model.n_visible, dtype=torch.float64).reshape(shape)
+    if s.discrete:
+        q = s.num_states
+        codes = torch.stack([torch.zeros(shape), torch.full(shape, q - 1.0), (ramp * (q - 1)).round()])
+        return codes.to(device=model.device, dtype=torch.int64)
+    low, high = (s.low, s.high) if s.bounded else (-1.0, 1.0)
+    points = torch.stack([low + 0.25 * (high - low) + 0 * ramp, low + (high - low) * ramp, (low + high) / 2 + 0 * ramp])
+    return points.to(device=model.device, dtype=model.dtype)
+
+
+_ONE_EXAMPLE = "on a batch of one example (batch norm in training mode? call energy.eval())"
+
+
+def check_energy(model) -> None:
+    """Try the energy of `model` (an `EnergyModel` being built) on `probe_states` and refuse (ValueError) an exception,
+    a result that is not one floating point energy per example, NaN or -inf energies, energies that change between
+    two calls (dropout) or with the rest of the batch (batch norm in training mode), and on real support a missing
+    or non-finite gradient with respect to the input."""
+    states = probe_states(model)
+    inputs = model.energy_input(states)
+    try:
+        with torch.no_grad():
+            first = model.energies(inputs)
+            second = model.energies(inputs)
+    except ValueError as error:
+        if "the energy must return" in str(error):
+            raise ValueError(f"{str(error)} (a batch shaped {tuple(inputs.shape)}{_squeeze_hint(error)})") from None
+        raise ValueError(_raised(model.energy, error)) from error
+    except Exception as error:
+        raise ValueError(_raised(model.energy, error)) from error
+    try:
+        with torch.no_grad():
+            alone = torch.cat([model.energies(inputs[i : i + 1]) for i in range(inputs.shape[0])])
+    except ValueError as error:
+        if "the energy must return" in str(error):
+            raise ValueError(f"{error} on a batch of one example (an energy must not assume a batch size)") from None
+        raise ValueError(_raised(model.energy, error, _ONE_EXAMPLE)) from error
+    except Exception as error:
+        raise ValueError(_raised(model.energy, error, _ONE_EXAMPLE)) from error
+    if not first.is_floating_point():
+        raise ValueError(f"the energy must return floating point energies, got {first.dtype}")
+    bad = torch.isnan(first) | torch.isneginf(first)
+    if bool(bad.any()):
+        raise ValueError(
+            f"the energy is NaN or -inf (log f = -E must not be NaN or +inf) at {int(bad.sum())} of the 3 probe "
+            "examples: check the energy's parameters and operations"
+        )
+    tol = 1e-4 * float(first.abs().max().clamp(min=1.0))
+    if not torch.allclose(first, second, rtol=0, atol=tol):
+        raise ValueError("the energy gives different values for the same input (dropout in training mode? call "
+                         "energy.eval()); it must be a deterministic function of x")  # fmt: skip
+    if not torch.allclose(first, alone, rtol=0, atol=tol):
+        raise ValueError("the energy of an example depends on the rest of its batch (batch norm in training mode? "
+                         "call energy.eval())")  # fmt: skip
+    if model.support.kind == "real":
+        try:
+            _, grad = model.log_f_and_grad(states)
+        except ValueError:
+            raise
+        except Exception as error:
+            raise ValueError(_raised(model.energy, error, "while differentiating it")) from error
+        if not bool(torch.isfinite(grad).all()):
+            raise ValueError("the energy's gradient is NaN or infinite at a probe example: HMC needs a finite one")
+
+
+def _squeeze_hint(error: Exception) -> str:
+    return "; squeeze a trailing dimension of 1" if ", 1)" in str(error) else ""
+
+
+def _raised(energy, error: BaseException, when: str = "") -> str:
+    """'the energy raised Type: message at FILE, line N: SOURCE': the innermost frame in the energy's own file
+    (else the innermost frame outside torch and raise-eval)."""
+    frames = traceback.extract_tb(error.__traceback__)
+    own_file = _source_file(energy)
+    if own_file is not None and _library_file(own_file):
+        own_file = None  # a torch container (nn.Sequential): the user's file is elsewhere, if anywhere
+    chosen = [f for f in frames if own_file is not None and _same_file(f.filename, own_file)]
+    if not chosen:
+        chosen = [f for f in frames if not _library_file(f.filename)]
+    where = ""
+    if chosen:
+        f = chosen[-1]
+        where = f" at {f.filename}, line {f.lineno}" + (f": {f.line.strip()}" if f.line else "")
+    message = str(error).strip().splitlines()[0] if str(error).strip() else ""  # one line: its first
+    text = f"{type(error).__name__}: {message}" if message else type(error).__name__
+    return f"the energy raised {text}{' ' + when if when else ''}{where} (tried on a probe batch; fix it there)"
+
+
+def _source_file(energy) -> Optional[str]:
+    target = type(energy) if isinstance(energy, torch.nn.Module) else energy
+    try:
+        return inspect.getsourcefile(target)
+    except TypeError:
+        return None
+
+
+def _same_file(a: str, b: str) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return a == b
+
+
+def _library_file(name: str) -> bool:
+    path = Path(name).resolve()
+    roots = [Path(torch.__file__).resolve().parent, Path(__file__).resolve().parent]
+    return any(root in path.parents for root in roots)
+
+
+__all__ = ["check_energy", "probe_states"]

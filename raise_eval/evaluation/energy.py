@@ -1,0 +1,225 @@
+"""One evaluation of a user's energy model (`EnergyModel`): `evaluate_energy(model, test_data, ...)`, which
+`raise_eval.evaluate` runs for a model of the 'energy' family.
+
+AIS estimates log Z (its estimate is a stochastic lower bound, so log f(v) - log Z-hat is a stochastic upper bound on
+log p(v)); RAISE, from each test vector itself, a stochastic lower bound on log p_ann(v). The report gives both
+averages over the test vectors, their gap and its standard error, the kernels' mean acceptance rates and the
+seconds. On real support HMC's (or MALA's) step sizes are tuned first in a pilot run with its own random stream and
+then frozen. Three streams: pilot (seed), AIS (seed + 1), RAISE (seed + 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from raise_eval.estimators.ais import ais
+from raise_eval.estimators.raise_ import raise_log_likelihood
+from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
+from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, MetropolisScanKernel
+from raise_eval.models.contracts import declared_family
+from raise_eval.models.energy import fit_base
+from raise_eval.paths.energy import EnergyPath
+from raise_eval.schedules import linear_schedule
+from raise_eval.stats import mean_and_stderr
+
+KERNELS = {"real": ("hmc", "mala"), "discrete": ("metropolis", "gibbs-with-gradients")}
+
+
+@dataclasses.dataclass(frozen=True)
+class EnergySettings:
+    """The settings of an energy model's evaluation, checked when built (a ValueError naming the field).
+
+    steps: annealing steps K of AIS and RAISE (a linear schedule); ais_chains: AIS chains; raise_chains: RAISE
+    chains per test vector; kernel: 'auto' (HMC on real support, the Metropolis scan on discrete), 'hmc', 'mala',
+    'metropolis' or 'gibbs-with-gradients'; num_leapfrog: HMC's leapfrog steps; pilot_steps: the step-size pilot's
+    temperatures at most; seed: the random streams' seed.
+    """
+
+    steps: int = 1000
+    ais_chains: int = 100
+    raise_chains: int = 10
+    kernel: str = "auto"
+    num_leapfrog: int = 10
+    pilot_steps: int = 200
+    seed: int = 0
+
+    def __post_init__(self):
+        for name in ("steps", "ais_chains", "raise_chains", "num_leapfrog", "pilot_steps"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        known = ("auto", *KERNELS["real"], *KERNELS["discrete"])
+        if self.kernel not in known:
+            raise ValueError(f"kernel must be one of {', '.join(known)}, got {self.kernel!r}")
+
+
+@dataclasses.dataclass
+class EnergyReport:
+    """What `evaluate_energy` found (data; `to_dict()` is its JSON document, `format_table()` its table).
+
+    log_z, log_z_stderr, ais_ess: AIS's estimate of log Z, its delta-method standard error, its weights' ESS.
+    upper: log f(v) - log Z-hat per test vector (N,); lower: RAISE's estimate per test vector (N,).
+    upper_mean, lower_mean (and _stderr over the test vectors), gap: upper_mean - lower_mean, gap_stderr: its
+    standard error (the test vectors' paired differences and AIS's own, added in quadrature).
+    acceptance: mean acceptance rate of the AIS and RAISE passes; seconds: per stage.
+    """
+
+    model: str
+    settings: dict
+    kernel: str
+    log_z: float
+    log_z_stderr: float
+    ais_ess: float
+    upper: Tensor
+    lower: Tensor
+    upper_mean: float
+    upper_stderr: float
+    lower_mean: float
+    lower_stderr: float
+    gap: float
+    gap_stderr: float
+    acceptance: dict
+    seconds: dict
+
+    def to_dict(self, names: Optional[dict] = None) -> dict:
+        """The JSON document (`names`, the command's flags, are not needed: its settings are its own)."""
+        out = dataclasses.asdict(self)
+        out["upper"], out["lower"] = self.upper.tolist(), self.lower.tolist()
+        return out
+
+    def format_table(self) -> str:
+        rows = [
+            ("model", self.model),
+            ("kernel", f"{self.kernel} (acceptance: AIS {self.acceptance['AIS']:.2f}, RAISE "
+                       f"{self.acceptance['RAISE']:.2f})"),
+            ("log Z (AIS)", f"{self.log_z:.3f} +- {self.log_z_stderr:.3f} (ESS {self.ais_ess:.1f})"),
+            ("log p(v), AIS (upper)", f"{self.upper_mean:.3f} +- {self.upper_stderr:.3f}"),
+            ("log p(v), RAISE (lower)", f"{self.lower_mean:.3f} +- {self.lower_stderr:.3f}"),
+            ("gap", f"{self.gap:.3f} +- {self.gap_stderr:.3f}"),
+            ("seconds", ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items())),
+        ]  # fmt: skip
+        width = max(len(name) for name, _ in rows)
+        return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+
+
+class _Recording:
+    """A kernel whose calls record its mean acceptance (an `InfoKernel` run as a plain transition)."""
+
+    def __init__(self, kernel):
+        self.kernel, self.total, self.count = kernel, 0.0, 0
+
+    def __call__(self, state, beta: float, generator: torch.Generator):
+        state, info = self.kernel.step(state, beta, generator)
+        self.total += float(info["acceptance"].double().mean())
+        self.count += 1
+        return state
+
+    @property
+    def mean(self) -> float:
+        return self.total / self.count if self.count else math.nan
+
+
+def evaluate_energy(
+    model,
+    test_data: Tensor,
+    settings: Optional[EnergySettings] = None,
+    *,
+    train_data: Optional[Tensor] = None,
+    base: Any = None,
+    progress: bool = False,
+    **overrides,
+) -> EnergyReport:
+    """AIS and RAISE on an `EnergyModel` (see the module docstring).
+
+    Args:
+        model: the `EnergyModel`.
+        test_data: test vectors (N, *event_shape) in the model's convention.
+        settings: an `EnergySettings`; keyword `overrides` change its fields (`steps=4000`).
+        train_data: training vectors to fit the base to (`fit_base`); else `base`, the model's own or the default.
+        base: a `GaussianBase` / `SiteBase` (not with train_data).
+    """
+    if declared_family(model) != "energy":
+        raise TypeError(f"evaluate_energy takes an EnergyModel, got a {type(model).__name__}")
+    names = [f.name for f in dataclasses.fields(EnergySettings)]
+    unknown = sorted(set(overrides) - set(names))
+    if unknown:
+        raise ValueError(f"an energy model's evaluation has no setting {', '.join(unknown)} (its settings: "
+                         f"{', '.join(names)}, and train_data, base, progress)")  # fmt: skip
+    if settings is not None and not isinstance(settings, EnergySettings):
+        raise TypeError(f"settings of an energy model's evaluation are EnergySettings, got {type(settings).__name__}")
+    settings = dataclasses.replace(settings or EnergySettings(), **overrides)
+    if train_data is not None and base is not None:
+        raise ValueError("give train_data (to fit the base to) or base, not both")
+    test = model.state_from_data(test_data, "test_data")
+    if test.dim() != 1 + len(model.event_shape) or test.shape[0] == 0:
+        raise ValueError(f"test_data must be shaped (N, {', '.join(map(str, model.event_shape))}) with N >= 1, got "
+                         f"{tuple(test_data.shape)}")  # fmt: skip
+    kind = _kernel_kind(model, settings.kernel)
+    if train_data is not None:
+        base = fit_base(model, train_data)
+    path = EnergyPath(model, base)
+    betas = linear_schedule(settings.steps)
+    seconds = {}
+    start = time.perf_counter()
+    kernel = _kernel(path, kind, betas, settings, progress)
+    seconds["pilot"] = time.perf_counter() - start
+    recorders = {"AIS": _Recording(kernel), "RAISE": _Recording(kernel)}
+    start = time.perf_counter()
+    forward = ais(path, betas, settings.ais_chains, generator=_generator(model, settings.seed + 1),
+                  kernel=recorders["AIS"], progress=progress)  # fmt: skip
+    seconds["AIS"] = time.perf_counter() - start
+    start = time.perf_counter()
+    reverse = raise_log_likelihood(path, test_data, betas, settings.raise_chains,
+                                   generator=_generator(model, settings.seed + 2), kernel=recorders["RAISE"],
+                                   progress=progress)  # fmt: skip
+    seconds["RAISE"] = time.perf_counter() - start
+    upper = reverse.log_unnormalized - forward.log_normalizer
+    lower = reverse.log_likelihood
+    upper_mean, upper_se = mean_and_stderr(upper)
+    gap_mean, gap_se = mean_and_stderr(upper - lower)
+    ais_se = float(forward.stderr)
+    return EnergyReport(
+        model=model.describe(), settings=dataclasses.asdict(settings), kernel=kind, log_z=forward.estimate,
+        log_z_stderr=ais_se, ais_ess=float(forward.ess), upper=upper, lower=lower, upper_mean=upper_mean,
+        upper_stderr=_with(upper_se, ais_se), lower_mean=reverse.mean, lower_stderr=reverse.stderr, gap=gap_mean,
+        gap_stderr=_with(gap_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
+    )  # fmt: skip
+
+
+def _with(se: float, ais_se: float) -> float:
+    """A standard error over the test vectors and AIS's (shared by every vector), added in quadrature (one test
+    vector: AIS's alone)."""
+    return math.sqrt((0.0 if math.isnan(se) else se) ** 2 + ais_se**2)
+
+
+def _kernel_kind(model, kernel: str) -> str:
+    group = "discrete" if model.support.discrete else "real"
+    if kernel == "auto":
+        return KERNELS[group][0]
+    if kernel not in KERNELS[group]:
+        raise ValueError(f"kernel {kernel!r} does not apply to {model.support.describe()} support; use one of "
+                         f"{', '.join(KERNELS[group])}")  # fmt: skip
+    return kernel
+
+
+def _kernel(path: EnergyPath, kind: str, betas: Tensor, settings: EnergySettings, progress: bool):
+    if kind == "metropolis":
+        return MetropolisScanKernel(path)
+    if kind == "gibbs-with-gradients":
+        return GibbsWithGradientsKernel(path)
+    leapfrog = 1 if kind == "mala" else settings.num_leapfrog
+    schedule = tune_step_sizes(path, betas, generator=_generator(path.model, settings.seed), num_leapfrog=leapfrog,
+                               max_pilot_steps=settings.pilot_steps, progress=progress)  # fmt: skip
+    return EnergyHMCKernel(path, schedule, leapfrog)
+
+
+def _generator(model, seed: int) -> torch.Generator:
+    return torch.Generator(device=model.device).manual_seed(seed)

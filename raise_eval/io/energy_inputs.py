@@ -1,0 +1,54 @@
+"""What `raise-eval evaluate --model FILE.py:FACTORY` reads: the user's `EnergyModel` (its energy tried when built;
+moved to --device and --dtype, and tried again there), the test examples of --data and the training examples of
+--train-data (for the base), .npy/.npz files shaped (N, *event_shape) or (N, prod(event_shape)), checked against the
+model's support before any work."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Optional
+
+import torch
+from torch import Tensor
+
+from raise_eval.io.arrays import load_array_file
+from raise_eval.io.user_model import build_user_energy
+
+
+@dataclass
+class EnergyInputs:
+    """The model (on the device), the test and training examples (None without --train-data), the files read."""
+
+    model: Any
+    test: Tensor
+    train: Optional[Tensor]
+    files: list[tuple[str, Optional[str]]]
+
+
+def load_energy_inputs(inputs) -> EnergyInputs:
+    """Build the model of `inputs.model` and read `inputs.data` and `inputs.train_data` (an `io.inputs.InputSettings`
+    with a model); ValueError naming the file when its examples do not fit the model."""
+    model = build_user_energy(inputs.model)
+    device, dtype = torch.device(inputs.device), getattr(torch, inputs.dtype)
+    if device != model.device or dtype != model.dtype:  # moved as bdmc moves a decoder; the copy is tried again
+        model = model.to(device=device, dtype=dtype)
+    test = _examples(model, inputs.data, "--data")
+    train = None if inputs.train_data is None else _examples(model, inputs.train_data, "--train-data")
+    files = [("the --model file", inputs.model.rpartition(":")[0]), ("the --data file", inputs.data),
+             ("the --train-data file", inputs.train_data)]  # fmt: skip
+    return EnergyInputs(model, test, train, files)
+
+
+def _examples(model, path: str, flag: str) -> Tensor:
+    """The examples of a file, reshaped to (N, *event_shape) when stored flat, checked against the support."""
+    x = load_array_file(path, keep_float64=True)
+    if x.dim() == 2 and len(model.event_shape) > 1 and x.shape[1] == model.n_visible:
+        x = x.reshape(x.shape[0], *model.event_shape)
+    if x.dim() != 1 + len(model.event_shape) or x.shape[0] == 0:
+        shape = ", ".join(map(str, model.event_shape))
+        raise ValueError(f"{flag} {path} holds an array shaped {tuple(x.shape)}; the model's examples are ({shape}): "
+                         f"save them shaped (N, {shape})")  # fmt: skip
+    if not model.support.discrete:
+        x = x.to(model.dtype)
+    model.state_from_data(x, f"{flag} {path}")  # refused here, naming the file, before any work
+    return x

@@ -1,0 +1,91 @@
+"""`raise-eval evaluate --model FILE.py:FACTORY` on a user's energy model: the table and the JSON, and broken user
+code (an exception, NaN energies, a wrong output shape) refused before any estimate, naming the file and line; the
+options that do not apply refused by name."""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+
+import numpy as np
+import pytest
+
+from raise_eval.cli import main
+
+FACTORY = """
+import torch
+from raise_eval import EnergyModel
+
+
+class Quadratic(torch.nn.Module):
+    def forward(self, x):
+        return 2.0 * (x ** 2).sum(-1){broken}
+
+
+def make_model():
+    return EnergyModel(Quadratic(), support="real", event_shape=(2,))
+"""
+
+
+def _files(tmp_path, broken=""):
+    factory = tmp_path / "my_ebm.py"
+    factory.write_text(textwrap.dedent(FACTORY.format(broken=broken)))
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "test.npy", 0.5 * rng.standard_normal((5, 2)))
+    np.save(tmp_path / "train.npy", 0.5 * rng.standard_normal((100, 2)))
+    return [f"{factory}:make_model", "--data", str(tmp_path / "test.npy"), "--train-data", str(tmp_path / "train.npy")]
+
+
+FAST = ["--steps", "50", "--ais-chains", "32", "--raise-chains", "4", "--no-progress"]
+
+
+def test_an_energy_model_from_the_user_s_file(tmp_path, capsys):
+    model, *data = _files(tmp_path)
+    out = tmp_path / "energy.json"
+    assert main(["evaluate", "--model", model, *data, *FAST, "--json", str(out)]) == 0
+    table = capsys.readouterr().out
+    assert "energy real(2) Quadratic" in table and "log Z (AIS)" in table and f"wrote {out}" in table
+    document = json.loads(out.read_text())
+    assert document["settings"]["steps"] == 50 and len(document["upper"]) == 5
+    # log Z = log(2 pi / 4) for E = 2 |x|^2 in two dimensions; AIS within 4 of its standard errors (+ slack)
+    assert abs(document["log_z"] - np.log(2 * np.pi / 4)) < 4 * document["log_z_stderr"] + 0.05
+
+
+@pytest.mark.parametrize(
+    "broken, message",
+    [
+        (" + torch.zeros(2, 5)", r"make_model\(\) in .*my_ebm.py raised ValueError: the energy raised RuntimeError: "
+                                 r"The size of tensor a \(3\) must match .* at .*my_ebm.py, line 8"),
+        (" * float('nan')", r"raised ValueError: the energy is NaN or -inf"),
+        ("[:, None]", r"raised ValueError: the energy must return one energy per example, shaped \(3,\), got \(3, 1\)"),
+    ],
+    ids=["exception", "NaN", "shape"],
+)
+def test_broken_user_code_is_refused_before_any_estimate(tmp_path, capsys, broken, message):
+    model, *data = _files(tmp_path, broken)
+    out = tmp_path / "energy.json"
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--model", model, *data, *FAST, "--json", str(out)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err), err
+    assert not out.exists()
+
+
+def test_options_that_do_not_apply_are_refused_by_name(tmp_path, capsys):
+    model, *data = _files(tmp_path)
+    for extra, message in (
+        (["--until-gap", "0.1"], "--until-gap certifies RBMs, DBMs and DBNs"),
+        (["--schedule", "sigmoid"], "--schedule does not apply to an energy model (--model)"),
+        (["--alphabet", "dna"], "--alphabet applies to checkpoints' datasets, not to --model's files"),
+    ):
+        with pytest.raises(SystemExit):
+            main(["evaluate", "--model", model, *data, *FAST, *extra])
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--model", model, *FAST])
+    assert "--model needs --data FILE, a .npy/.npz file of test examples" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["evaluate", "some.pt", "--model", model, *data])
+    assert "give a CHECKPOINT or --model FILE.py:FACTORY (one of the two)" in capsys.readouterr().err

@@ -1,0 +1,69 @@
+"""`raise_eval.evaluate` on a user's energy model runs `evaluate_energy`: AIS and RAISE with the kernel its support
+takes (HMC tuned in a pilot on real support), a report whose log Z lies within 4 of AIS's own standard errors of the
+truth (a Gaussian's closed form, a small binary energy's enumeration: a false alarm about 6e-5 each), JSON and a
+table; the same seed gives the same numbers; settings that do not apply are refused by name."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+import raise_eval
+from raise_eval import exact
+from raise_eval.evaluation.energy import EnergyReport, EnergySettings, evaluate_energy
+from tests.energy_models import gaussian_energy, neural_energy
+
+
+def _gaussian_test(model, n=6):
+    g = torch.Generator().manual_seed(1)
+    return model.energy.mean + 0.3 * torch.randn(n, model.n_visible, generator=g, dtype=torch.float64)
+
+
+def test_evaluate_runs_an_energy_model_and_its_report_holds_the_sandwich():
+    model, log_z = gaussian_energy(3)
+    test = _gaussian_test(model)
+    report = raise_eval.evaluate(model, test, steps=200, ais_chains=64, raise_chains=8, pilot_steps=50, seed=3)
+    assert isinstance(report, EnergyReport) and report.kernel == "hmc"
+    assert abs(report.log_z - log_z) < 4 * report.log_z_stderr + 0.01
+    assert abs(report.gap) < 4 * report.gap_stderr + 0.05  # a Gaussian: the sandwich closes
+    torch.testing.assert_close(report.upper, model.log_unnormalized(test) - report.log_z)
+    assert 0.3 < report.acceptance["AIS"] < 0.95 and set(report.seconds) == {"pilot", "AIS", "RAISE"}
+    document = json.loads(json.dumps(report.to_dict()))
+    assert document["settings"]["steps"] == 200 and len(document["lower"]) == 6
+    table = report.format_table()
+    assert "log Z (AIS)" in table and "gap" in table and "energy real(3) QuadraticEnergy" in table
+    settings = EnergySettings(steps=200, ais_chains=64, raise_chains=8, pilot_steps=50, seed=3)
+    again = evaluate_energy(model, test, settings)
+    assert again.log_z == report.log_z and torch.equal(again.lower, report.lower)
+
+
+@pytest.mark.parametrize("kernel", ["metropolis", "gibbs-with-gradients"])
+def test_a_binary_energy_against_its_enumeration(kernel):
+    model = neural_energy("binary", 5, seed=3)
+    test = model.data_from_state(torch.randint(0, 2, (4, 5), generator=torch.Generator().manual_seed(2)))
+    train = model.data_from_state(torch.randint(0, 2, (40, 5), generator=torch.Generator().manual_seed(4)))
+    report = raise_eval.evaluate(model, test, train_data=train, steps=30, ais_chains=400, raise_chains=20,
+                                 kernel=kernel)  # fmt: skip
+    assert abs(report.log_z - exact.log_partition(model)) < 4 * report.log_z_stderr + 0.01
+    assert report.kernel == kernel and report.seconds["pilot"] < 0.5  # no pilot on discrete support
+
+
+def test_what_does_not_apply_is_refused_by_name():
+    model, _ = gaussian_energy(2)
+    test = _gaussian_test(model, 2)
+    with pytest.raises(ValueError, match="kernel 'metropolis' does not apply to real support; use one of hmc, mala"):
+        raise_eval.evaluate(model, test, kernel="metropolis")
+    with pytest.raises(ValueError, match="an energy model's evaluation has no setting log_f_method"):
+        raise_eval.evaluate(model, test, log_f_method="exact")
+    with pytest.raises(ValueError, match="steps must be an integer of at least 1, got 0"):
+        raise_eval.evaluate(model, test, steps=0)
+    with pytest.raises(ValueError, match="train_pixel_means do not apply to an energy model's evaluation"):
+        raise_eval.evaluate(model, test, train_pixel_means=torch.zeros(2))
+    with pytest.raises(ValueError, match=r"test_data must be shaped \(\.\.\., 2\)"):
+        raise_eval.evaluate(model, torch.zeros(3, 4, dtype=torch.float64))
+    with pytest.raises(ValueError, match="give train_data .* or base, not both"):
+        evaluate_energy(model, test, train_data=test, base=object())
+    with pytest.raises(TypeError, match="settings of an energy model's evaluation are EnergySettings"):
+        raise_eval.evaluate(model, test, raise_eval.EvaluateSettings())
