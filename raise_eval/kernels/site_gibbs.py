@@ -6,8 +6,8 @@ with g = (1 - beta) c + beta h (c the independent-site base's fields). One step 
 then L-1, ..., 0, each update leaving every other site alone:
 
 - 'gibbs': draw v_i from p_beta(v_i | v_rest), proportional to exp(g[i, a] + beta u[i, a]), with
-  u[i, a] = sum_j J[i, a, j, v_j] the coupling input (cached for every site and state, and updated after each
-  site's draw by J[:, :, i, new] - J[:, :, i, old], on the coupled sites only where the couplings are sparse);
+  u[i, a] = sum_j J[i, a, j, v_j] the coupling input, summed from per-site tables of J by `torch.embedding_bag` over
+  the other sites' states (`CouplingTables`: all sites for dense couplings, the coupled ones for sparse);
 - 'metropolis': propose one of the q - 1 other states uniformly, accept with min(1, f_beta(v') / f_beta(v)).
 
 Each single-site update is reversible with respect to p_beta, and a palindromic product of reversible updates is
@@ -33,27 +33,66 @@ def palindromic_order(size: int) -> list[int]:
     return [*range(size), *reversed(range(size))]
 
 
+class CouplingTables:
+    """The couplings J (L, q, L, q) as per-site lookup tables, so that a site's coupling input
+    u[i, a] = sum_j J[i, a, j, v_j] is one `torch.embedding_bag` sum over the rows of the other sites' states: L q
+    numbers read per chain and site, where a product with the one-hot state would multiply q times as many (mostly by
+    zero). Built once per model (`FullyVisiblePath.coupling_tables`).
+
+    Dense couplings (a DCA model's): one table per site, shaped (L q, q), row j q + b holding J[i, :, j, b] (the
+    site's own block is zero). Sparse couplings (a lattice: every site coupled to at most `max_fraction` of the
+    sites; `sparse` forces the choice): per site only its coupled sites' rows, (m q, q).
+    """
+
+    def __init__(self, couplings: Tensor, sparse: Optional[bool] = None, max_fraction: float = 0.25):
+        size, q = couplings.shape[:2]
+        self.size, self.num_states = size, q
+        coupled = couplings.ne(0).any(dim=3).any(dim=1)  # (L, L)
+        if sparse is None:
+            sparse = int(coupled.sum(1).max()) <= max_fraction * size
+        self.sparse = bool(sparse)
+        self.sites: Optional[list[Tensor]] = None
+        if self.sparse:  # per site i: (its coupled sites (m,), their rows (m q, q)), row k q + b = J[i, :, sites[k], b]
+            self.sites = [coupled[i].nonzero().squeeze(1) for i in range(size)]
+            self.tables = [
+                couplings[i][:, sites, :].permute(1, 2, 0).reshape(-1, q).contiguous()
+                for i, sites in enumerate(self.sites)
+            ]
+        else:  # (L, L q, q): table i's row j q + b = J[i, :, j, b]
+            self.tables = couplings.reshape(size, q, size * q).transpose(1, 2).contiguous()
+
+    def row_index(self, codes: Tensor) -> Tensor:
+        """The table rows of every site's state, codes + site q, int64 shaped like `codes` (*B, L)."""
+        return codes + torch.arange(self.size, device=codes.device) * self.num_states
+
+    def coupling_input(self, i: int, rows: Tensor) -> Tensor:
+        """u[i, :] = sum_j J[i, :, j, v_j] for every chain, shaped (C, q); rows: `row_index` of the state, (C, L)."""
+        if not self.sparse:
+            return torch.nn.functional.embedding_bag(rows, self.tables[i], mode="sum")
+        sites = self.sites[i]
+        if sites.numel() == 0:
+            return rows.new_zeros((rows.shape[0], self.num_states), dtype=self.tables[i].dtype)
+        local = rows[:, sites] - (sites - torch.arange(sites.numel(), device=rows.device)) * self.num_states
+        return torch.nn.functional.embedding_bag(local, self.tables[i], mode="sum")
+
+
 def site_scan(
     codes: Tensor,
     fields: Tensor,
-    couplings: Tensor,
+    tables: CouplingTables,
     coupling_scale: float,
     generator: torch.Generator,
     method: str = "gibbs",
-    neighbour_tables: Optional[list] = None,
 ) -> tuple[Tensor, Optional[Tensor]]:
     """One palindromic scan of single-site updates of the density exp(sum_i fields[i, v_i] + coupling_scale *
-    sum_{i<j} couplings[i, v_i, j, v_j]).
+    sum_{i<j} J[i, v_i, j, v_j]).
 
     Args:
         codes: int64 site codes shaped (*B, L) (not modified).
         fields: (L, q), the fields at this temperature.
-        couplings: (L, q, L, q), symmetric (J[i, a, j, b] = J[j, b, i, a]) with J[i, :, i, :] = 0.
+        tables: the couplings J (symmetric, J[i, :, i, :] = 0) as `CouplingTables`.
         coupling_scale: the factor of the couplings (beta on the geometric path).
         method: 'gibbs' or 'metropolis'.
-        neighbour_tables: per site i, (the sites j coupled to i (m,), couplings[i][:, those sites, :] (q, m, q)) as
-            `neighbour_tables` builds them, or None (every site updated after each draw): with sparse couplings (a
-            lattice) a draw then touches only the coupled sites' inputs.
 
     Returns:
         (new codes (*B, L), for 'metropolis' the mean acceptance probability of the scan's 2L proposals per chain
@@ -62,50 +101,30 @@ def site_scan(
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     size, q = fields.shape
-    codes = codes.clone()
     batch = codes.shape[:-1]
-    one_hot = torch.nn.functional.one_hot(codes, q).to(fields.dtype).reshape(*batch, size * q)
-    coupling_input = (one_hot @ couplings.reshape(size * q, size * q)).reshape(*batch, size, q)
-    acceptance = None if method == "gibbs" else torch.zeros(batch, dtype=fields.dtype, device=fields.device)
+    codes = codes.reshape(-1, size).clone()  # (C, L): the chains flattened
+    rows = tables.row_index(codes)
+    acceptance = None if method == "gibbs" else torch.zeros(codes.shape[0], dtype=fields.dtype, device=fields.device)
     order = palindromic_order(size)
     for i in order:
-        logits = fields[i] + coupling_scale * coupling_input[..., i, :]  # (*B, q)
-        old = codes[..., i]
+        logits = torch.add(fields[i], tables.coupling_input(i, rows), alpha=coupling_scale)  # (C, q)
+        old = codes[:, i]
         if method == "gibbs":
             new = _sample_categorical(logits, generator)
         else:
-            u = torch.rand((2, *batch), generator=generator, device=fields.device, dtype=fields.dtype)
+            u = torch.rand((2, codes.shape[0]), generator=generator, device=fields.device, dtype=fields.dtype)
             shift = 1 + (u[0] * (q - 1)).long().clamp_(max=q - 2)  # uniform over the q - 1 other states
             proposal = (old + shift) % q
             log_ratio = logits.gather(-1, proposal.unsqueeze(-1)) - logits.gather(-1, old.unsqueeze(-1))
             accept_prob = torch.exp(log_ratio.squeeze(-1).clamp(max=0.0))
             acceptance += accept_prob
             new = torch.where(u[1] < accept_prob, proposal, old)
-        # the coupling input of every site from site i: J[:, :, i, b] = J[i, b, :, :] (symmetry)
-        if neighbour_tables is None:
-            coupling_input += couplings[i][new] - couplings[i][old]
-        else:
-            sites, table = neighbour_tables[i]
-            coupling_input.index_add_(-2, sites, table[new] - table[old])
-        codes[..., i] = new
+        codes[:, i] = new
+        rows[:, i] = new + i * q
+    codes = codes.reshape(*batch, size)
     if acceptance is not None:
-        acceptance /= len(order)
+        acceptance = (acceptance / len(order)).reshape(batch)
     return codes, acceptance
-
-
-def neighbour_tables(couplings: Tensor, max_fraction: float = 0.25) -> Optional[list]:
-    """For `site_scan`: per site i, (the sites j with J[i, :, j, :] != 0 (int64), couplings[i][:, those, :]), or
-    None when some site is coupled to more than `max_fraction` of the sites (dense couplings, as a DCA model's:
-    updating every site's input is then cheaper than indexing). couplings: (L, q, L, q)."""
-    coupled = couplings.ne(0).any(dim=3).any(dim=1)  # (L, L)
-    size = coupled.shape[0]
-    if int(coupled.sum(1).max()) > max_fraction * size:
-        return None
-    out = []
-    for i in range(size):
-        sites = coupled[i].nonzero().squeeze(1)
-        out.append((sites, couplings[i][:, sites, :].contiguous()))
-    return out
 
 
 def _sample_categorical(logits: Tensor, generator: torch.Generator) -> Tensor:
@@ -123,7 +142,7 @@ class SiteGibbsKernel:
 
     Args:
         path: a fully visible path (`paths.fully_visible.FullyVisiblePath`): `site_parameters(beta)` gives the
-            fields (L, q), the couplings (L, q, L, q) and their scale at beta.
+            fields (L, q), the couplings' `CouplingTables` and their scale at beta.
         method: 'gibbs' (default) or 'metropolis'.
     """
 
@@ -133,9 +152,8 @@ class SiteGibbsKernel:
         self.path, self.method = path, method
 
     def step(self, state: Tensor, beta: float, generator: torch.Generator) -> tuple[Tensor, KernelInfo]:
-        fields, couplings, scale = self.path.site_parameters(beta)
-        tables = self.path.neighbour_tables()
-        codes, acceptance = site_scan(state, fields, couplings, scale, generator, self.method, tables)
+        fields, tables, scale = self.path.site_parameters(beta)
+        codes, acceptance = site_scan(state, fields, tables, scale, generator, self.method)
         if acceptance is None:
             acceptance = torch.ones(state.shape[:-1], dtype=fields.dtype, device=fields.device)
         return codes, KernelInfo(acceptance=acceptance)

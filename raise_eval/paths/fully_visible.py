@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from raise_eval.kernels.site_gibbs import neighbour_tables, site_scan
+from raise_eval.kernels.site_gibbs import CouplingTables, site_scan
 from raise_eval.models.fully_visible import SITE_VALUES, FullyVisibleModel, log_sum_exp_fields
 
 
@@ -88,8 +88,7 @@ class FullyVisiblePath:
         self.base_biases = [base.to(dtype=model.dtype, device=model.device)]
         self.clamped = ()
         self._base_categorical = model.categorical_fields(self.base_biases[0])  # (L, q)
-        self._neighbour_tables: Optional[list] = None
-        self._tables_built = False
+        self._coupling_tables: Optional[CouplingTables] = None
 
     # ---------------------------------------------------------------- the base
     @property
@@ -161,24 +160,23 @@ class FullyVisiblePath:
         log_f, log_base = self._log_f_and_base(state)
         return log_f - log_base
 
-    def site_parameters(self, beta: float) -> tuple[Tensor, Tensor, float]:
-        """(fields (L, q) at beta, couplings (L, q, L, q), their scale beta): f_beta in the kernel's terms."""
-        fields, couplings = self.model.categorical_parameters()
-        return (1 - beta) * self._base_categorical + beta * fields, couplings, float(beta)
+    def site_parameters(self, beta: float) -> tuple[Tensor, CouplingTables, float]:
+        """(fields (L, q) at beta, the couplings as `CouplingTables`, their scale beta): f_beta in the kernel's
+        terms."""
+        fields, _ = self.model.categorical_parameters()
+        return (1 - beta) * self._base_categorical + beta * fields, self.coupling_tables(), float(beta)
 
-    def neighbour_tables(self) -> Optional[list]:
-        """The kernel's per-site tables of coupled sites (`kernels.site_gibbs.neighbour_tables`), built once; None
-        for dense couplings."""
-        if not self._tables_built:
-            self._neighbour_tables = neighbour_tables(self.model.categorical_parameters()[1])
-            self._tables_built = True
-        return self._neighbour_tables
+    def coupling_tables(self) -> CouplingTables:
+        """The kernel's per-site tables of the couplings (`kernels.site_gibbs.CouplingTables`), built once."""
+        if self._coupling_tables is None:
+            self._coupling_tables = CouplingTables(self.model.categorical_parameters()[1])
+        return self._coupling_tables
 
     def transition(self, state: Tensor, beta: float, generator: torch.Generator) -> Tensor:
         """One palindromic single-site scan at `beta` (reversible, leaves p_beta invariant); `state` is not
         modified."""
-        fields, couplings, scale = self.site_parameters(beta)
-        return site_scan(state, fields, couplings, scale, generator, self.method, self.neighbour_tables())[0]
+        fields, tables, scale = self.site_parameters(beta)
+        return site_scan(state, fields, tables, scale, generator, self.method)[0]
 
 
 def fully_visible_path(

@@ -9,7 +9,7 @@ import torch
 from raise_eval import contracts
 from raise_eval.annealing import anneal
 from raise_eval.exact import fully_visible as exact_fv
-from raise_eval.kernels.site_gibbs import SiteGibbsKernel, neighbour_tables, palindromic_order, site_scan
+from raise_eval.kernels.site_gibbs import CouplingTables, SiteGibbsKernel, palindromic_order, site_scan
 from raise_eval.paths.fully_visible import FullyVisiblePath, data_base_fields
 from tests.fully_visible_models import random_model
 from tests.statistics import assert_counts_match
@@ -59,8 +59,8 @@ def test_the_sampler_draws_from_the_scan_s_transition_matrix(sites, size, q, met
     path = _path(sites, size, q, seed=1)
     beta, start_index, n = 0.7, 5, 40_000
     start = exact_fv.site_configurations(size, q)[start_index]
-    fields, couplings, scale = path.site_parameters(beta)
-    codes, acceptance = site_scan(start.expand(n, size), fields, couplings, scale, torch.Generator().manual_seed(2),
+    fields, tables, scale = path.site_parameters(beta)
+    codes, acceptance = site_scan(start.expand(n, size), fields, tables, scale, torch.Generator().manual_seed(2),
                                   method)  # fmt: skip
     counts = torch.bincount(exact_fv.site_configuration_index(codes, q), minlength=q**size)
     row = exact_fv.scan_transition_matrix(path.at(beta), method)[start_index]
@@ -88,8 +88,8 @@ def test_the_kernel_reports_metropolis_acceptance_through_anneal_and_uses_only_i
         SiteGibbsKernel(path, "heat-bath")
 
 
-def test_sparse_couplings_update_only_the_coupled_sites_with_the_same_draws():
-    # a ring of 12 Potts sites: each coupled to two others, so the kernel keeps per-site tables
+def test_sparse_couplings_read_only_the_coupled_sites_with_the_same_draws():
+    # a ring of 12 Potts sites: each coupled to two others, so the kernel keeps per-site tables of those two
     g = torch.Generator().manual_seed(5)
     size, q = 12, 3
     couplings = torch.zeros(size, q, size, q, dtype=torch.float64)
@@ -99,11 +99,17 @@ def test_sparse_couplings_update_only_the_coupled_sites_with_the_same_draws():
         couplings[i, :, j, :] = block
         couplings[j, :, i, :] = block.t()
     fields = torch.randn(size, q, generator=g, dtype=torch.float64)
-    tables = neighbour_tables(couplings)
-    assert tables is not None and [t[0].tolist() for t in tables[:2]] == [[1, 11], [0, 2]]
-    assert neighbour_tables(random_model("categorical", 4, 3).categorical_parameters()[1]) is None  # dense
+    tables = CouplingTables(couplings)
+    assert tables.sparse and [t.tolist() for t in tables.sites[:2]] == [[1, 11], [0, 2]]
+    assert not CouplingTables(random_model("categorical", 4, 3).categorical_parameters()[1]).sparse  # dense
+    full = CouplingTables(couplings, sparse=False)
     start = torch.randint(0, q, (50, size), generator=g)
+    rows = tables.row_index(start)
+    for i in range(size):  # both tables give the coupling input by definition, sum_j J[i, :, j, v_j]
+        direct = sum(couplings[i, :, j, start[:, j]].t() for j in range(size))
+        torch.testing.assert_close(tables.coupling_input(i, rows), direct)
+        torch.testing.assert_close(full.coupling_input(i, rows), direct)
     for method in ("gibbs", "metropolis"):
-        dense = site_scan(start, fields, couplings, 0.8, torch.Generator().manual_seed(6), method)
-        sparse = site_scan(start, fields, couplings, 0.8, torch.Generator().manual_seed(6), method, tables)
+        dense = site_scan(start, fields, full, 0.8, torch.Generator().manual_seed(6), method)
+        sparse = site_scan(start, fields, tables, 0.8, torch.Generator().manual_seed(6), method)
         assert torch.equal(dense[0], sparse[0])
