@@ -58,6 +58,7 @@ from raise_eval.models import (
     CategoricalLayer,
     DecoderModel,
     EnergyModel,
+    FullyVisibleModel,
     GaussianLayer,
     GaussianPosterior,
     LayeredBoltzmannMachine,
@@ -67,6 +68,7 @@ from raise_eval.models import (
     SpinLayer,
     VAEConfig,
     rbm_from_arrays,
+    read_adabmdca_parameters,
 )
 from raise_eval.models.boltzmann import products as _products
 from raise_eval.models.io import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint, save_npz
@@ -116,6 +118,7 @@ __all__ = [
     "mixed_data_base",
     "mixed_uniform_base",
     "rbm_from_arrays",
+    "read_adabmdca_parameters",
     "visible_statistics",
     "BDMCReport",
     "BDMCSettings",
@@ -124,6 +127,7 @@ __all__ = [
     "Checkpoint",
     "DecoderModel",
     "EnergyModel",
+    "FullyVisibleModel",
     "CheckpointError",
     "ControlVariateEstimate",
     "CostEstimate",
