@@ -170,3 +170,23 @@ def test_a_missing_folder_is_named_as_the_usage_names_it(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         main(["trajectory", str(tmp_path / "nowhere")])
     assert refused.value.code == 2 and f"DIR {tmp_path / 'nowhere'} does not exist" in capsys.readouterr().err
+
+
+def test_resampling_from_the_command_line(run_folder, tmp_path, capsys):
+    """--resample-ess runs SMC in --replicates groups: the table says so, the JSON keeps the settings and each
+    checkpoint's resamplings; chains that do not split into the replicates are refused, naming the flags."""
+    folder, data = run_folder
+    out = tmp_path / "smc.json"
+    smc = ["--resample-ess", "0.5", "--replicates", "20", "--rejuvenation-sweeps", "2"]
+    code = main(["trajectory", str(folder), "--data", str(data), *FAST, *smc, "--json", str(out)])
+    table = capsys.readouterr().out
+    assert code in (0, 3)
+    assert "200 chains in 20 SMC replicates (resampled below ESS 0.5" in table
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["resample_ess"] == 0.5 and doc["settings"]["rejuvenation_sweeps"] == 2
+    assert all(isinstance(c["resamplings"], int) for c in doc["checkpoints"])
+    with pytest.raises(SystemExit) as stop:
+        main(["trajectory", str(folder), "--data", str(data), *FAST, "--resample-ess", "0.5", "--replicates", "7"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--ais-chains (200) must be a multiple of --replicates (7)" in err and "--resample-ess" in err

@@ -1,5 +1,5 @@
 """Estimators: model-agnostic loops over an annealing path (AIS, RAISE, BDMC, AIDE, log f(v), control variates, one
-pass read at rungs and the Bennett acceptance ratio between them),
+pass read at rungs, the same with resampling (SMC), and the Bennett acceptance ratio between them),
 and what they are compared with (ELBO, IWAE). May import `annealing`, `stats`, `kernels`, `paths` and the models' types;
 never a protocol package, the CLI or the renderers."""
 
@@ -10,6 +10,7 @@ from raise_eval.estimators.bdmc import BDMCResult, bdmc
 from raise_eval.estimators.importance import elbo, iwae
 from raise_eval.estimators.ladder import LadderPass, ladder_pass
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
+from raise_eval.estimators.smc import SMCLadderPass, smc_ladder_pass
 
 __all__ = [
     "AIDEResult",
@@ -21,6 +22,7 @@ __all__ = [
     "LadderPass",
     "LinkHealth",
     "RAISEResult",
+    "SMCLadderPass",
     "ReverseAISResult",
     "aide",
     "ais",
@@ -32,4 +34,5 @@ __all__ = [
     "ladder_pass",
     "raise_log_likelihood",
     "reverse_ais",
+    "smc_ladder_pass",
 ]

@@ -284,6 +284,17 @@ class TrajectoryPath:
             raise ValueError(f"expected {n} layers (None for odd ones), got {len(layers)}")
         return TrajectoryState(tuple(x if l % 2 == 0 else None for l, x in enumerate(layers)))
 
+    def select_chains(self, state: TrajectoryState, index: Tensor) -> TrajectoryState:
+        """The state of the chains `index` (an integer tensor of positions in the state's one batch dimension,
+        shaped (M',), repeats allowed: resampled chains), with the link inputs the state keeps."""
+        layers = tuple(None if x is None else x[index] for x in state.layers)
+        ends = state.ends
+        if ends is not None:
+            token, link, lo, hi = ends
+            pick = lambda inputs: tuple(None if x is None else x[index] for x in inputs)  # noqa: E731
+            ends = (token, link, pick(lo), pick(hi))
+        return TrajectoryState(layers, ends)
+
     def _cached_link(self, state: TrajectoryState) -> Optional[int]:
         ends = state.ends
         return ends[1] if ends is not None and ends[0] is self._token else None

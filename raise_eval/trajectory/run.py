@@ -26,6 +26,7 @@ from raise_eval.diagnostics import SandwichNumbers, Warning
 from raise_eval.estimators.bar import bar_ladder
 from raise_eval.estimators.ladder import ladder_pass
 from raise_eval.estimators.raise_ import raise_log_likelihood
+from raise_eval.estimators.smc import smc_ladder_pass
 from raise_eval.estimators.unnormalized import log_unnormalized_estimate
 from raise_eval.evaluation.plan import EXACT_AUTO_MIN_MACS, _start_biases
 from raise_eval.io.datasets import check_binary
@@ -33,7 +34,6 @@ from raise_eval.paths.trajectory import check_trajectory, trajectory_path
 from raise_eval.runtime.threads import using_threads
 from raise_eval.seeds import TRAJECTORY_LOG_F_STRIDE, TRAJECTORY_OFFSETS, stage_seed
 from raise_eval.settings import with_overrides
-from raise_eval.stats import summarize_log_weights
 from raise_eval.trajectory.report import CheckpointEstimate, LinkReport, TrajectoryInterrupted, TrajectoryReport
 from raise_eval.trajectory.settings import TrajectorySettings
 from raise_eval.trajectory.verdict import sandwich_verdict
@@ -124,10 +124,7 @@ def _evaluate(
     try:
         # 2-3. One pass, read at every point; BAR from its chains.
         t0 = time.perf_counter()
-        run = ladder_pass(
-            path, betas, settings.ais_chains, rungs=knots, generator=_generator(device, _seed(settings, "ais")),
-            progress=settings.progress, desc="AIS along the trajectory",
-        )  # fmt: skip
+        run = _forward_pass(path, betas, knots, settings, _generator(device, _seed(settings, "ais")))
         timing["ais_seconds"] = run.seconds
         stage = "BAR between the checkpoints"
         bar = bar_ladder(
@@ -175,7 +172,7 @@ def _evaluate(
     estimates = []
     for i in range(len(log_z_exact) if bar is not None else 0):
         point = path.checkpoint_points[i]
-        summary = summarize_log_weights(run.log_weights[point])
+        summary = run.summary(point)
         mean_log_f = float(log_f[i].double().mean())
         log_z = float(summary.estimate)
         exact_mean = None if log_z_exact[i] is None or log_f_method[i] != "exact" else mean_log_f - log_z_exact[i]
@@ -187,7 +184,7 @@ def _evaluate(
                 log_z_bar_stderr=float(bar.log_partition_stderr[point]), log_z_exact=log_z_exact[i],
                 log_f_mean=mean_log_f, log_f_method=log_f_method[i], ais_mean=mean_log_f - log_z,
                 bar_mean=mean_log_f - float(bar.log_partition[point]), raise_mean=raise_mean, raise_stderr=raise_se,
-                exact_mean=exact_mean,
+                exact_mean=exact_mean, resamplings=run.resamplings[point] if settings.resample_ess > 0 else None,
             )
         )  # fmt: skip
     point_names = ["start"] * (path.num_links + 1)
@@ -228,6 +225,21 @@ def _evaluate(
     if stage is not None:
         raise TrajectoryInterrupted(report)
     return report
+
+
+def _forward_pass(path, betas: Tensor, knots: list[int], settings: TrajectorySettings, generator: torch.Generator):
+    """The pass along the trajectory read at the knots: plain AIS (`ladder_pass`) when `resample_ess` is 0, else
+    SMC in `replicates` groups (`smc_ladder_pass`)."""
+    if settings.resample_ess == 0:
+        return ladder_pass(
+            path, betas, settings.ais_chains, rungs=knots, generator=generator, progress=settings.progress,
+            desc="AIS along the trajectory",
+        )  # fmt: skip
+    return smc_ladder_pass(
+        path, betas, settings.ais_chains, rungs=knots, generator=generator, resample_ess=settings.resample_ess,
+        replicates=settings.replicates, sweeps=settings.rejuvenation_sweeps, progress=settings.progress,
+        desc="SMC along the trajectory",
+    )  # fmt: skip
 
 
 def _generator(device, seed: int) -> torch.Generator:
