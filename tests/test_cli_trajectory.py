@@ -190,3 +190,35 @@ def test_resampling_from_the_command_line(run_folder, tmp_path, capsys):
     assert stop.value.code == 2
     err = capsys.readouterr().err
     assert "--ais-chains (200) must be a multiple of --replicates (7)" in err and "--resample-ess" in err
+
+
+def test_a_folder_of_potts_rbm_checkpoints_follows_its_trajectory(tmp_path, capsys):
+    """Typed layers along a trajectory (issue 44: a folder of Potts RBM checkpoints, as rbms saves them, was refused
+    as 'a MixedBoltzmannMachine'): .npz checkpoints of a categorical-visible RBM, the data as category codes, the
+    start fitted to the training data's category frequencies; log Z against exact at every checkpoint."""
+    from raise_eval.models.boltzmann.mixed import rbm_arrays
+
+    from raise_eval import exact
+    from tests.trajectories import typed_walk
+
+    folder = tmp_path / "potts"
+    folder.mkdir()
+    walk = typed_walk(("categorical", "bernoulli"), checkpoints=3, seed=1)
+    for step, model in zip([1, 10, 100], walk):
+        np.savez(folder / f"step_{step}.npz", **rbm_arrays(model))
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "test.npy", rng.integers(0, 3, size=(50, 2)))
+    np.save(tmp_path / "train.npy", rng.integers(0, 3, size=(200, 2)))
+    out = tmp_path / "potts.json"
+    options = [arg for arg in FAST if arg not in ("--init", "uniform")]
+    code = main(["trajectory", str(folder), "--data", str(tmp_path / "test.npy"), "--train-data",
+                 str(tmp_path / "train.npy"), *options, "--ais-chains", "2000", "--json", str(out)])  # fmt: skip
+    table = capsys.readouterr().out
+    assert code in (0, 3)
+    assert "3 checkpoints of a 6-3 RBM of categorical, bernoulli units" in table
+    doc = json.loads(out.read_text())
+    assert [c["step"] for c in doc["checkpoints"]] == [1, 10, 100] and doc["settings"]["init"] == "base-rates"
+    for c, model in zip(doc["checkpoints"], walk):
+        truth = exact.log_partition(model)
+        assert c["log_z_exact"] == pytest.approx(truth, abs=1e-4)
+        assert abs(c["log_z"] - truth) < 4 * c["log_z_stderr"] + 1e-3, (c["log_z"], truth, c["log_z_stderr"])

@@ -332,6 +332,7 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     first = f", {s['start_steps']} on the first" if s.get("start_steps") else ""
     thinned = trajectory_thinning(s)
     thinned = f" ({render_names(thinned, names)})" if thinned else ""
+    units = f" of {', '.join(s['units'])} units" if s.get("units") else ""
     chains = f"{s['ais_chains']:,} AIS chains"
     if s.get("resample_ess"):
         resampled = report.final.resamplings if report.final is not None else 0
@@ -342,7 +343,7 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
         )
     lines = [
         f"raise-eval trajectory{where}: {_count(s['num_checkpoints'], 'checkpoint')} "
-        f"of a {sizes} {s['family']}{thinned}, {s['dtype']} on {s['device']}",
+        f"of a {sizes} {s['family']}{units}{thinned}, {s['dtype']} on {s['device']}",
         f"data: {data} ({report.num_test:,} vectors); start: {start}; K = {s['steps']} sub-steps per link{first} "
         f"({s['num_steps']:,} steps), {chains}; RAISE {s['raise_examples']} x "
         f"{s['raise_chains']} at {_count(sum(c.raise_mean is not None for c in report.checkpoints), 'checkpoint')}; "
