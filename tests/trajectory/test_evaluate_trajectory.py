@@ -158,10 +158,15 @@ def test_a_model_that_got_worse_keeps_the_verdict_open():
     assert better_order.verdict == "closed", better_order.reasons
 
 
-@pytest.mark.parametrize("kinds", [("categorical", "bernoulli"), ("gaussian", "bernoulli")], ids=["potts", "gaussian"])
+@pytest.mark.parametrize(
+    "kinds",
+    [("categorical", "bernoulli"), ("gaussian", "bernoulli"), ("spin", "categorical", "bernoulli")],
+    ids=["potts", "gaussian", "dbm-spin-potts-binary"],
+)
 def test_typed_layers_against_exact_values(kinds):
-    """A Potts RBM and a Gaussian-visible one (every checkpoint enumerable or integrated): log Z, the sandwich and the
-    verdict as for binary machines; the test data are the visible layer's states (Potts: category codes)."""
+    """A Potts RBM, a Gaussian-visible one and a DBM of spin, Potts and binary layers (every checkpoint enumerable or
+    integrated): log Z, the sandwich (RAISE with heating for the DBM) and the verdict as for binary machines; the test
+    data are the visible layer's states (Potts: category codes)."""
     from tests.trajectories import typed_walk
 
     walk = typed_walk(kinds, checkpoints=4, seed=1)
@@ -184,7 +189,7 @@ def test_typed_layers_against_exact_values(kinds):
         if c.raise_mean is not None:
             assert abs(c.raise_mean - c.exact_mean) < 4 * c.raise_stderr, (c.raise_mean, c.exact_mean)
     assert report.verdict == "closed", report.reasons
-    assert "of categorical, bernoulli units" in report.format_table() or kinds[0] == "gaussian"
+    assert f"of {', '.join(kinds)} units" in report.format_table()
 
 
 def test_a_typed_dbm_whose_log_f_cannot_be_enumerated_is_refused_before_work():
