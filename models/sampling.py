@@ -21,8 +21,8 @@ from block minima of these values read as integers, their d are gathered, and on
 On other devices (CUDA's Philox is fast) the plain comparison with torch.rand is used.
 
 Where the C kernels of `raise_eval.models.native` compile (step.c), the CPU path draws the same way in one pass, its
-bytes and tie uniforms from Philox4x32-10 (Salmon et al., 2011; the generator of torch's CUDA and of JAX) keyed by 64 bits
-drawn from the torch.Generator, one key per call: element i's byte comes from a counter derived from i alone and its
+bytes and tie uniforms from Philox4x32-10 (Salmon et al., 2011; the generator of torch's CUDA and of JAX) keyed by 64
+bits drawn from the torch.Generator, one key per call: element i's byte comes from a counter derived from i alone and its
 tie uniform from another, so any split of the elements between threads gives the same samples. The same
 distribution as the PyTorch passes (which remain with RAISE_EVAL_NATIVE=0), other random numbers; the samples of
 logits (float32) take their sigmoid in the same pass (relative error within 1.3 2^-23, as torch.sigmoid's).

@@ -170,3 +170,55 @@ def test_a_missing_folder_is_named_as_the_usage_names_it(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:
         main(["trajectory", str(tmp_path / "nowhere")])
     assert refused.value.code == 2 and f"DIR {tmp_path / 'nowhere'} does not exist" in capsys.readouterr().err
+
+
+def test_resampling_from_the_command_line(run_folder, tmp_path, capsys):
+    """--resample-ess runs SMC in --replicates groups: the table says so, the JSON keeps the settings and each
+    checkpoint's resamplings; chains that do not split into the replicates are refused, naming the flags."""
+    folder, data = run_folder
+    out = tmp_path / "smc.json"
+    smc = ["--resample-ess", "0.5", "--replicates", "20", "--rejuvenation-sweeps", "2"]
+    code = main(["trajectory", str(folder), "--data", str(data), *FAST, *smc, "--json", str(out)])
+    table = capsys.readouterr().out
+    assert code in (0, 3)
+    assert "200 chains in 20 SMC replicates (resampled below ESS 0.5" in table
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["resample_ess"] == 0.5 and doc["settings"]["rejuvenation_sweeps"] == 2
+    assert all(isinstance(c["resamplings"], int) for c in doc["checkpoints"])
+    with pytest.raises(SystemExit) as stop:
+        main(["trajectory", str(folder), "--data", str(data), *FAST, "--resample-ess", "0.5", "--replicates", "7"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "--ais-chains (200) must be a multiple of --replicates (7)" in err and "--resample-ess" in err
+
+
+def test_a_folder_of_potts_rbm_checkpoints_follows_its_trajectory(tmp_path, capsys):
+    """Typed layers along a trajectory (issue 44: a folder of Potts RBM checkpoints, as rbms saves them, was refused
+    as 'a MixedBoltzmannMachine'): .npz checkpoints of a categorical-visible RBM, the data as category codes, the
+    start fitted to the training data's category frequencies; log Z against exact at every checkpoint."""
+    from raise_eval.models.boltzmann.mixed import rbm_arrays
+
+    from raise_eval import exact
+    from tests.trajectories import typed_walk
+
+    folder = tmp_path / "potts"
+    folder.mkdir()
+    walk = typed_walk(("categorical", "bernoulli"), checkpoints=3, seed=1)
+    for step, model in zip([1, 10, 100], walk):
+        np.savez(folder / f"step_{step}.npz", **rbm_arrays(model))
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "test.npy", rng.integers(0, 3, size=(50, 2)))
+    np.save(tmp_path / "train.npy", rng.integers(0, 3, size=(200, 2)))
+    out = tmp_path / "potts.json"
+    options = [arg for arg in FAST if arg not in ("--init", "uniform")]
+    code = main(["trajectory", str(folder), "--data", str(tmp_path / "test.npy"), "--train-data",
+                 str(tmp_path / "train.npy"), *options, "--ais-chains", "2000", "--json", str(out)])  # fmt: skip
+    table = capsys.readouterr().out
+    assert code in (0, 3)
+    assert "3 checkpoints of a 6-3 RBM of categorical, bernoulli units" in table
+    doc = json.loads(out.read_text())
+    assert [c["step"] for c in doc["checkpoints"]] == [1, 10, 100] and doc["settings"]["init"] == "base-rates"
+    for c, model in zip(doc["checkpoints"], walk):
+        truth = exact.log_partition(model)
+        assert c["log_z_exact"] == pytest.approx(truth, abs=1e-4)
+        assert abs(c["log_z"] - truth) < 4 * c["log_z_stderr"] + 1e-3, (c["log_z"], truth, c["log_z_stderr"])

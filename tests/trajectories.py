@@ -29,3 +29,39 @@ def start_biases(model):
     """The start a training run's visible biases come from: the first checkpoint's visible biases, hidden units
     uniform."""
     return [model.biases[0].clone()] + [torch.zeros_like(b) for b in model.biases[1:]]
+
+
+def typed_walk(kinds, *, checkpoints: int = 3, weight_step: float = 0.4, bias_step: float = 0.2, seed: int = 0):
+    """`checkpoints` machines of typed layers (`tests.mixed_models.small_layer` of each kind: binary, spin,
+    categorical (Potts) or Gaussian units) drifting as `random_walk`'s do, from weights of 0.01; a Gaussian layer's
+    means drift, its precisions stay 1 (weights beside a Gaussian layer step at half the size, keeping the density
+    normalizable). float64."""
+    from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
+
+    from tests.mixed_models import small_layer
+
+    g = torch.Generator().manual_seed(seed)
+    layers = [small_layer(k, 1 if kinds.count("gaussian") > 1 else 2) for k in kinds]
+    weights = [
+        torch.randn(a.width, b.width, generator=g, dtype=torch.float64) * 0.01 for a, b in zip(layers[:-1], layers[1:])
+    ]
+    biases = [torch.zeros(layer.param_shape, dtype=torch.float64) for layer in layers]
+    for layer, b in zip(layers, biases):
+        if layer.kind == "gaussian":
+            b[1] = 1.0
+    scale = [0.5 if "gaussian" in (a.kind, b.kind) else 1.0 for a, b in zip(layers[:-1], layers[1:])]
+    out = []
+    for _ in range(checkpoints):
+        weights = [w + torch.randn(w.shape, generator=g, dtype=torch.float64) * weight_step * s
+                   for w, s in zip(weights, scale)]  # fmt: skip
+        stepped = []
+        for layer, b in zip(layers, biases):
+            b = b.clone()
+            if layer.kind == "gaussian":
+                b[0] += torch.randn(layer.size, generator=g, dtype=torch.float64) * bias_step
+            else:
+                b += torch.randn(b.shape, generator=g, dtype=torch.float64) * bias_step
+            stepped.append(b)
+        biases = stepped
+        out.append(MixedBoltzmannMachine(layers, [w.clone() for w in weights], [b.clone() for b in biases]))
+    return out

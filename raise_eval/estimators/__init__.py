@@ -1,5 +1,6 @@
 """Estimators: model-agnostic loops over an annealing path (AIS, RAISE, BDMC, AIDE, log f(v), control variates, one
-pass read at rungs and the Bennett acceptance ratio between them, thermodynamic integration as users' tools report it),
+pass read at rungs, the same with resampling (SMC), and the Bennett acceptance ratio between them, thermodynamic
+integration as users' tools report it),
 and what they are compared with (ELBO, IWAE). May import `annealing`, `stats`, `kernels`, `paths` and the models' types;
 never a protocol package, the CLI or the renderers."""
 
@@ -10,6 +11,7 @@ from raise_eval.estimators.bdmc import BDMCResult, bdmc
 from raise_eval.estimators.importance import elbo, iwae
 from raise_eval.estimators.ladder import LadderPass, ladder_pass
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
+from raise_eval.estimators.smc import SMCLadderPass, smc_ladder_pass
 from raise_eval.estimators.thermodynamic import ThermodynamicResult, thermodynamic_integration
 
 __all__ = [
@@ -22,6 +24,7 @@ __all__ = [
     "LadderPass",
     "LinkHealth",
     "RAISEResult",
+    "SMCLadderPass",
     "ReverseAISResult",
     "ThermodynamicResult",
     "aide",
@@ -34,5 +37,6 @@ __all__ = [
     "ladder_pass",
     "raise_log_likelihood",
     "reverse_ais",
+    "smc_ladder_pass",
     "thermodynamic_integration",
 ]

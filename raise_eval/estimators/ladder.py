@@ -28,6 +28,7 @@ from raise_eval.annealing import Kernel, anneal, check_log_weights
 from raise_eval.estimators.ais import AISResult
 from raise_eval.schedules import validate_schedule
 from raise_eval.settings import check_count
+from raise_eval.stats import WeightSummary, summarize_log_weights
 
 
 @dataclass
@@ -56,6 +57,11 @@ class LadderPass:
     @property
     def rung_betas(self) -> list[float]:
         return [float(self.betas[i]) for i in self.rungs]
+
+    def summary(self, rung: int) -> WeightSummary:
+        """log Z-hat at rung `rung` (an index into `rungs`): the chains' log-mean-exp weight, its delta-method standard
+        error and ESS."""
+        return summarize_log_weights(self.log_weights[rung])
 
     def ais(self, rung: int = -1) -> AISResult:
         """AIS's estimate of log Z at rung `rung` (the last by default), as an `AISResult`."""

@@ -31,11 +31,10 @@ from collections.abc import Collection, Sequence
 from typing import NamedTuple, Optional, Union
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
-from raise_eval.models.sampling import sample_bernoulli_logits_
+from raise_eval.models.contracts import BoltzmannModel, Model
+from raise_eval.paths.trajectory_layers import layers_of
 
 
 class TrajectoryState(NamedTuple):
@@ -55,27 +54,34 @@ class TrajectoryState(NamedTuple):
         return self.layers[0]
 
 
-def _independent(model: LayeredBoltzmannMachine) -> bool:
+def _independent(model: BoltzmannModel) -> bool:
     return all(not bool(w.any()) for w in model.weights)
 
 
 def _check_points(models: Sequence, what: str, names: Optional[Sequence[str]] = None) -> None:
-    """Layered machines of one architecture, dtype and device (ValueError naming the first that differs)."""
+    """Boltzmann machines (RBMs, DBMs; binary or typed layers) of one architecture, dtype and device (ValueError
+    naming the first that differs)."""
     if len(models) == 0:
         raise ValueError(f"a trajectory needs at least one {what}")
     first = models[0]
     name = (lambda i: names[i]) if names is not None else (lambda i: f"{what} {i}")  # noqa: E731
     for i, m in enumerate(models):
-        if not isinstance(m, LayeredBoltzmannMachine):
+        family = m.family if isinstance(m, Model) else None
+        if family not in ("RBM", "DBM") or not isinstance(m, BoltzmannModel):
+            kind = f"{_a(family)} model" if family is not None else _a(type(m).__name__)
             raise TypeError(
-                f"a trajectory runs through RBMs and DBMs (layered Boltzmann machines); {name(i)} is a "
-                f"{type(m).__name__}"
+                f"a trajectory runs through RBMs and DBMs (Boltzmann machines of binary or typed layers); {name(i)} "
+                f"is {kind}{FAMILY_ADVICE.get(family, '')}"
             )
         if m.layer_sizes != first.layer_sizes:
             sizes = "-".join(map(str, m.layer_sizes))
             raise ValueError(
                 f"{name(i)} has layers {sizes} but {name(0)} has {'-'.join(map(str, first.layer_sizes))}: not one "
                 "model's trajectory"
+            )
+        if m.typed_layers != first.typed_layers or not layers_of(first).same_units(first, m):
+            raise ValueError(
+                f"{name(i)} has layers {m.describe()} but {name(0)} has {first.describe()}: not one model's trajectory"
             )
         if m.dtype != first.dtype or m.device != first.device:
             raise ValueError(
@@ -90,7 +96,7 @@ def check_trajectory(models: Sequence, what: str = "checkpoint", names: Optional
     that differs, as `names[i]` when given, else as '{what} i'."""
     name = (lambda i: names[i]) if names is not None else (lambda i: f"{what} {i}")  # noqa: E731
     for i, m in enumerate(models):
-        if isinstance(m, LayeredBoltzmannMachine) and type(m) is not type(models[0]):
+        if isinstance(m, BoltzmannModel) and type(m) is not type(models[0]):
             raise ValueError(
                 f"{name(i)} is {_a(type(m).__name__)} but {name(0)} {_a(type(models[0]).__name__)}: not one model's "
                 "trajectory"
@@ -100,6 +106,14 @@ def check_trajectory(models: Sequence, what: str = "checkpoint", names: Optional
 
 def _a(noun: str) -> str:
     return f"{'an' if noun[0] in 'AEIORU' else 'a'} {noun}"  # an RBM, a DBM
+
+
+FAMILY_ADVICE = {
+    "DBN": ": a DBN's directed layers have no trajectory path of this kind; evaluate its checkpoints one by one",
+    "fully-visible": (
+        ": fully visible models have no trajectory path yet; evaluate each checkpoint with raise-eval evaluate"
+    ),
+}
 
 
 class TrajectoryPath:
@@ -118,7 +132,7 @@ class TrajectoryPath:
 
     def __init__(
         self,
-        points: Sequence[LayeredBoltzmannMachine],
+        points: Sequence[BoltzmannModel],
         clamped: Collection[int] = (),
         checkpoint_points: Optional[Sequence[int]] = None,
     ):
@@ -130,6 +144,7 @@ class TrajectoryPath:
         for l in clamped:
             if not (0 <= l < n_layers and l % 2 == 0):
                 raise ValueError(f"only even layers (kept in the state) can be clamped; got layer {l}")
+        self._units = layers_of(points[0])  # what the layers' units are, as the machines declare (binary or typed)
         # The weight scale folded into the weights: every point is a plain machine.
         self._weights = [tuple(w if m.weight_scale == 1.0 else w * m.weight_scale for w in m.weights) for m in points]
         self._biases = [tuple(m.biases) for m in points]
@@ -141,17 +156,17 @@ class TrajectoryPath:
         self.clamped = tuple(sorted(clamped))
         self.start_is_independent = _independent(points[0])
         self.checkpoint_points = list(range(len(points))) if checkpoint_points is None else list(checkpoint_points)
-        self._at_cache: dict[float, LayeredBoltzmannMachine] = {}
+        self._at_cache: dict[float, BoltzmannModel] = {}
         self._token = object()  # names this path's points in the inputs a state carries
 
     # ---------------------------------------------------------------- structure
     @property
-    def model(self) -> LayeredBoltzmannMachine:
+    def model(self) -> BoltzmannModel:
         """The target, P_T (beta = 1)."""
         return self._models[-1]
 
     @property
-    def points(self) -> list[LayeredBoltzmannMachine]:
+    def points(self) -> list[BoltzmannModel]:
         """P_0, ..., P_T as given."""
         return list(self._models)
 
@@ -164,9 +179,9 @@ class TrajectoryPath:
     def layer_sizes(self) -> tuple[int, ...]:
         return self.model.layer_sizes
 
-    def point_model(self, i: int) -> LayeredBoltzmannMachine:
+    def point_model(self, i: int) -> BoltzmannModel:
         """P_i as a plain machine (weight scale folded in)."""
-        return LayeredBoltzmannMachine._trusted(self._weights[i], self._biases[i], 1.0)
+        return self._units.machine(self._weights[i], self._biases[i])
 
     def truncated(self, point: int) -> TrajectoryPath:
         """The path through P_0, ..., P_point (knots rescaled to [0, 1]): the annealing path of point `point`."""
@@ -253,7 +268,7 @@ class TrajectoryPath:
         i, _ = self._locate(lo)
         return i if hi <= self.knots[i + 1] else None
 
-    def at(self, beta: float) -> LayeredBoltzmannMachine:
+    def at(self, beta: float) -> BoltzmannModel:
         """The machine at `beta` (the points' own tensors at the knots, interpolated ones between them)."""
         cached = self._at_cache.get(beta)
         if cached is not None:
@@ -265,7 +280,7 @@ class TrajectoryPath:
             # torch.lerp is exact at both ends, so the parameters are continuous across the knots.
             weights = [torch.lerp(a, b, u) for a, b in zip(self._weights[i], self._weights[i + 1])]
             biases = [torch.lerp(a, b, u) for a, b in zip(self._biases[i], self._biases[i + 1])]
-            model = LayeredBoltzmannMachine._trusted(weights, biases, 1.0)
+            model = self._units.machine(weights, biases)
         if len(self._at_cache) >= 4:  # a transition and the weight updates on either side ask for the same betas
             self._at_cache.pop(next(iter(self._at_cache)))
         self._at_cache[beta] = model
@@ -283,6 +298,17 @@ class TrajectoryPath:
         if len(layers) != n:
             raise ValueError(f"expected {n} layers (None for odd ones), got {len(layers)}")
         return TrajectoryState(tuple(x if l % 2 == 0 else None for l, x in enumerate(layers)))
+
+    def select_chains(self, state: TrajectoryState, index: Tensor) -> TrajectoryState:
+        """The state of the chains `index` (an integer tensor of positions in the state's one batch dimension,
+        shaped (M',), repeats allowed: resampled chains), with the link inputs the state keeps."""
+        layers = tuple(None if x is None else x[index] for x in state.layers)
+        ends = state.ends
+        if ends is not None:
+            token, link, lo, hi = ends
+            pick = lambda inputs: tuple(None if x is None else x[index] for x in inputs)  # noqa: E731
+            ends = (token, link, pick(lo), pick(hi))
+        return TrajectoryState(layers, ends)
 
     def _cached_link(self, state: TrajectoryState) -> Optional[int]:
         ends = state.ends
@@ -302,7 +328,7 @@ class TrajectoryPath:
     def log_partition_initial(self) -> float:
         """log Z_0 of the independent start: every unit independent, sum of softplus(c), in float64."""
         self._require_independent_start("log Z_0")
-        return float(sum(F.softplus(c).sum() for c in self._biases64[0]))
+        return self._units.log_partition(self._biases64[0])
 
     def _require_independent_start(self, what: str) -> None:
         if not self.start_is_independent:
@@ -314,9 +340,7 @@ class TrajectoryPath:
     def sample_base_layer(self, l: int, batch_shape: tuple, generator: torch.Generator) -> Tensor:
         """Exact samples of layer `l` under the independent start, shaped (*batch_shape, n_l)."""
         self._require_independent_start("sampling the start")
-        c = self._biases[0][l]
-        u = torch.rand((*batch_shape, c.shape[0]), generator=generator, device=c.device, dtype=c.dtype)
-        return (u < torch.sigmoid(c)).to(c.dtype)
+        return self._units.sample_independent(l, self._biases[0][l], tuple(batch_shape), generator)
 
     def sample_initial(self, num_chains: int, generator: torch.Generator) -> TrajectoryState:
         """`num_chains` exact samples of the independent start, batch shape (num_chains,)."""
@@ -329,8 +353,7 @@ class TrajectoryPath:
     def log_base_prob(self, x: Tensor, l: int) -> Tensor:
         """log p_0(x_l) of layer `l` under the independent start, float64, shaped (*batch,)."""
         self._require_independent_start("log p_0")
-        c = self._biases64[0][l]
-        return torch.mv(x.double().reshape(-1, c.shape[0]), c).reshape(x.shape[:-1]) - float(F.softplus(c).sum())
+        return self._units.log_independent(l, self._biases64[0][l], x)
 
     # ---------------------------------------------------------------- densities and kernel
     def _odd_inputs64(self, state: TrajectoryState, beta: float) -> tuple[TrajectoryState, list, int, float]:
@@ -356,9 +379,9 @@ class TrajectoryPath:
         for l, x in enumerate(state.layers):
             bias = self._bias64(l, link, u)
             if x is None:
-                term = F.softplus(inputs[l] + bias).sum(-1)
+                term = self._units.log_normalizer(l, bias, inputs[l])
             else:
-                term = torch.mv(x.double().reshape(-1, x.shape[-1]), bias).reshape(x.shape[:-1])
+                term = self._units.log_potential(l, bias, x)
             total = term if total is None else total + term
         return total
 
@@ -381,14 +404,11 @@ class TrajectoryPath:
         _, _, lo, hi = state.ends
         total = torch.zeros(batch, dtype=torch.float64, device=state.layers[0].device)
         for l, x in enumerate(state.layers):
+            b0, b1 = self._bias64(l, link, u0), self._bias64(l, link, u1)
             if x is None:
-                a, b = lo[l].double(), hi[l].double()
-                z0 = torch.lerp(a, b, u0).add_(self._bias64(l, link, u0))
-                z1 = torch.lerp(a, b, u1).add_(self._bias64(l, link, u1))
-                total += (F.softplus(z1) - F.softplus(z0)).sum(-1)
+                total += self._units.log_normalizer_step(l, lo[l].double(), hi[l].double(), u0, u1, b0, b1)
             else:
-                d = self._bias64(l, link, u1) - self._bias64(l, link, u0)
-                total += torch.mv(x.double().reshape(-1, x.shape[-1]), d).reshape(batch)
+                total += self._units.potential_step(l, b0, b1, x, batch)
         return total, state
 
     def transition(self, state: TrajectoryState, beta: float, generator: torch.Generator) -> TrajectoryState:
@@ -402,8 +422,7 @@ class TrajectoryPath:
         _, _, lo, hi = state.ends
         layers = list(state.layers)
         for l in range(1, model.num_layers, 2):
-            logits = torch.lerp(lo[l], hi[l], u).add_(model.biases[l])
-            layers[l] = sample_bernoulli_logits_(logits, generator)
+            layers[l] = self._units.sample_odd(model, l, torch.lerp(lo[l], hi[l], u), generator)
         for l in range(0, model.num_layers, 2):
             if l not in self.clamped:
                 layers[l] = model.sample_layer(layers, l, generator)
@@ -411,7 +430,7 @@ class TrajectoryPath:
 
 
 def trajectory_path(
-    checkpoints: Sequence[LayeredBoltzmannMachine], base_biases: Optional[Sequence[Tensor]] = None
+    checkpoints: Sequence[BoltzmannModel], base_biases: Optional[Sequence[Tensor]] = None
 ) -> TrajectoryPath:
     """The annealing path of a training run: an independent start, then the checkpoints theta_1, ..., theta_T in
     training order (the last one the target at beta = 1).
@@ -426,7 +445,8 @@ def trajectory_path(
     first = checkpoints[0]
     if base_biases is None and _independent(first) and len(checkpoints) > 1:
         return TrajectoryPath(checkpoints)
-    base = [torch.zeros_like(b) for b in first.biases] if base_biases is None else list(base_biases)
+    units = layers_of(first)
+    base = units.uniform_base(first) if base_biases is None else list(base_biases)
     if len(base) != first.num_layers:
         raise ValueError(f"need {first.num_layers} base bias vectors, got {len(base)}")
     for l, (c, b) in enumerate(zip(base, first.biases)):
@@ -434,7 +454,7 @@ def trajectory_path(
             raise ValueError(f"base bias {l} has shape {tuple(c.shape)}, the model's has {tuple(b.shape)}")
         if not bool(torch.isfinite(c).all()):
             raise ValueError(f"base bias {l} has NaN or infinite entries")
-    start = LayeredBoltzmannMachine(
+    start = units.machine(
         [torch.zeros_like(w) for w in first.weights], [c.to(dtype=first.dtype, device=first.device) for c in base]
     )
     return TrajectoryPath([start, *checkpoints], checkpoint_points=range(1, len(checkpoints) + 1))

@@ -332,11 +332,20 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     first = f", {s['start_steps']} on the first" if s.get("start_steps") else ""
     thinned = trajectory_thinning(s)
     thinned = f" ({render_names(thinned, names)})" if thinned else ""
+    units = f" of {', '.join(s['units'])} units" if s.get("units") else ""
+    chains = f"{s['ais_chains']:,} AIS chains"
+    if s.get("resample_ess"):
+        resampled = report.final.resamplings if report.final is not None else 0
+        chains = (
+            f"{s['ais_chains']:,} chains in {s['replicates']} SMC replicates (resampled below ESS "
+            f"{s['resample_ess']:g} of a replicate's chains, {resampled:,} times; the AIS columns are SMC's, log Z's "
+            "s.e. the replicates' spread's)"
+        )
     lines = [
         f"raise-eval trajectory{where}: {_count(s['num_checkpoints'], 'checkpoint')} "
-        f"of a {sizes} {s['family']}{thinned}, {s['dtype']} on {s['device']}",
+        f"of a {sizes} {s['family']}{units}{thinned}, {s['dtype']} on {s['device']}",
         f"data: {data} ({report.num_test:,} vectors); start: {start}; K = {s['steps']} sub-steps per link{first} "
-        f"({s['num_steps']:,} steps), {s['ais_chains']:,} AIS chains; RAISE {s['raise_examples']} x "
+        f"({s['num_steps']:,} steps), {chains}; RAISE {s['raise_examples']} x "
         f"{s['raise_chains']} at {_count(sum(c.raise_mean is not None for c in report.checkpoints), 'checkpoint')}; "
         f"seed {s['seed']}",
         "",

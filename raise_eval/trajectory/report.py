@@ -23,6 +23,10 @@ class CheckpointEstimate:
     ais_mean = log_f_mean - log_z (optimistic), bar_mean = log_f_mean - log_z_bar.
     raise_mean, raise_stderr: RAISE's control-variate average (conservative) along the path truncated here, or None
         where RAISE did not run. exact_mean: the exact average log-likelihood, or None.
+    resamplings: with SMC (resample_ess > 0), the resamplings (one replicate group at one sub-step) before this
+        checkpoint; log_z is then the log of the replicates' average Z estimate and log_z_stderr their spread's
+        standard error, ess the chains' since their group's last resampling (summed over the groups). None for
+        plain AIS.
     """
 
     step: int
@@ -41,6 +45,7 @@ class CheckpointEstimate:
     raise_mean: Optional[float] = None
     raise_stderr: Optional[float] = None
     exact_mean: Optional[float] = None
+    resamplings: Optional[int] = None
 
     @property
     def gap(self) -> Optional[float]:

@@ -26,14 +26,14 @@ from raise_eval.diagnostics import SandwichNumbers, Warning
 from raise_eval.estimators.bar import bar_ladder
 from raise_eval.estimators.ladder import ladder_pass
 from raise_eval.estimators.raise_ import raise_log_likelihood
+from raise_eval.estimators.smc import smc_ladder_pass
 from raise_eval.estimators.unnormalized import log_unnormalized_estimate
 from raise_eval.evaluation.plan import EXACT_AUTO_MIN_MACS, _start_biases
 from raise_eval.io.datasets import check_binary
 from raise_eval.paths.trajectory import check_trajectory, trajectory_path
 from raise_eval.runtime.threads import using_threads
 from raise_eval.seeds import TRAJECTORY_LOG_F_STRIDE, TRAJECTORY_OFFSETS, stage_seed
-from raise_eval.settings import with_overrides
-from raise_eval.stats import summarize_log_weights
+from raise_eval.settings import SettingsError, with_overrides
 from raise_eval.trajectory.report import CheckpointEstimate, LinkReport, TrajectoryInterrupted, TrajectoryReport
 from raise_eval.trajectory.settings import TrajectorySettings
 from raise_eval.trajectory.verdict import sandwich_verdict
@@ -98,7 +98,7 @@ def _evaluate(
         raise ValueError(f"exact_log_z has {len(known_log_z)} values for {count} checkpoints")
     model = models[-1]
     device, dtype = model.device, model.dtype
-    test = check_binary(torch.as_tensor(test_data), model.n_visible, "test data").to(device=device, dtype=dtype)
+    test = _test_vectors(model, test_data, settings)
     notes: list[str] = []
     subset_indices = None
     if settings.test_subset is not None and settings.test_subset < test.shape[0]:
@@ -106,7 +106,7 @@ def _evaluate(
         subset_indices = order[: settings.test_subset].sort().values
         test = test[subset_indices.to(device)]
         notes.append(f"averages over a fixed random subset of {test.shape[0]} test vectors ({{test_subset}})")
-    family = "RBM" if model.num_layers == 2 else "DBM"
+    family = model.family
     base = _start_biases(model, family, settings.init, train_pixel_means)
     path = trajectory_path(models, base if settings.init == "base-rates" else None)
     start_steps = settings.start_steps
@@ -124,10 +124,7 @@ def _evaluate(
     try:
         # 2-3. One pass, read at every point; BAR from its chains.
         t0 = time.perf_counter()
-        run = ladder_pass(
-            path, betas, settings.ais_chains, rungs=knots, generator=_generator(device, _seed(settings, "ais")),
-            progress=settings.progress, desc="AIS along the trajectory",
-        )  # fmt: skip
+        run = _forward_pass(path, betas, knots, settings, _generator(device, _seed(settings, "ais")))
         timing["ais_seconds"] = run.seconds
         stage = "BAR between the checkpoints"
         bar = bar_ladder(
@@ -175,7 +172,7 @@ def _evaluate(
     estimates = []
     for i in range(len(log_z_exact) if bar is not None else 0):
         point = path.checkpoint_points[i]
-        summary = summarize_log_weights(run.log_weights[point])
+        summary = run.summary(point)
         mean_log_f = float(log_f[i].double().mean())
         log_z = float(summary.estimate)
         exact_mean = None if log_z_exact[i] is None or log_f_method[i] != "exact" else mean_log_f - log_z_exact[i]
@@ -187,7 +184,7 @@ def _evaluate(
                 log_z_bar_stderr=float(bar.log_partition_stderr[point]), log_z_exact=log_z_exact[i],
                 log_f_mean=mean_log_f, log_f_method=log_f_method[i], ais_mean=mean_log_f - log_z,
                 bar_mean=mean_log_f - float(bar.log_partition[point]), raise_mean=raise_mean, raise_stderr=raise_se,
-                exact_mean=exact_mean,
+                exact_mean=exact_mean, resamplings=run.resamplings[point] if settings.resample_ess > 0 else None,
             )
         )  # fmt: skip
     point_names = ["start"] * (path.num_links + 1)
@@ -202,7 +199,10 @@ def _evaluate(
         for h in (bar.health() if bar is not None else [])
     ]  # fmt: skip
     if stage is None:
-        warnings, verdict, interval, reasons = _verdict(estimates[-1], log_f[-1], test, settings, estimates[:-1])
+        density = model.typed_layers and model.continuous  # a continuous visible layer: log-densities
+        warnings, verdict, interval, reasons = _verdict(
+            estimates[-1], log_f[-1], test, settings, estimates[:-1], density
+        )
     else:
         finished = "the checkpoints' estimates that finished are shown" if estimates else "no estimate finished"
         warnings, verdict, interval, reasons = [], "open", None, [f"interrupted during {stage}: {finished}"]
@@ -220,6 +220,9 @@ def _evaluate(
         "dtype": str(dtype).replace("torch.", ""),
         "threads": torch.get_num_threads(),  # what ran (the settings carry None once the command line has set it)
     }
+    if model.typed_layers:  # as evaluate's report says them: the layers' unit types, a density or a probability
+        report_settings["units"] = [layer.kind for layer in model.layers]
+        report_settings["likelihood"] = "density" if model.continuous else "probability"
     report = TrajectoryReport(
         settings=report_settings, checkpoints=estimates, links=links, verdict=verdict, interval=interval,
         reasons=reasons, warnings=warnings, num_test=int(test.shape[0]), timing=timing, notes=notes,
@@ -228,6 +231,38 @@ def _evaluate(
     if stage is not None:
         raise TrajectoryInterrupted(report)
     return report
+
+
+def _forward_pass(path, betas: Tensor, knots: list[int], settings: TrajectorySettings, generator: torch.Generator):
+    """The pass along the trajectory read at the knots: plain AIS (`ladder_pass`) when `resample_ess` is 0, else
+    SMC in `replicates` groups (`smc_ladder_pass`)."""
+    if settings.resample_ess == 0:
+        return ladder_pass(
+            path, betas, settings.ais_chains, rungs=knots, generator=generator, progress=settings.progress,
+            desc="AIS along the trajectory",
+        )  # fmt: skip
+    return smc_ladder_pass(
+        path, betas, settings.ais_chains, rungs=knots, generator=generator, resample_ess=settings.resample_ess,
+        replicates=settings.replicates, sweeps=settings.rejuvenation_sweeps, progress=settings.progress,
+        desc="SMC along the trajectory",
+    )  # fmt: skip
+
+
+def _test_vectors(model, test_data, settings: TrajectorySettings) -> Tensor:
+    """The test vectors as the model's visible states, in its dtype and device: binary vectors, or a typed visible
+    layer's states (from the forms users keep them in). A DBM of typed layers whose log f(v) cannot be enumerated
+    within max_exact_units is refused here, before any work (it has no estimator of log f(v))."""
+    if not model.typed_layers:
+        test = check_binary(torch.as_tensor(test_data), model.n_visible, "test data")
+        return test.to(device=model.device, dtype=model.dtype)
+    units = exact_mod.log_f_units(model)
+    if model.num_layers > 2 and units > settings.max_exact_units:
+        raise SettingsError(
+            f"log f(v) of a DBM of typed layers ({model.describe()}) is computed only by enumeration, of {units} "
+            f"units here: raise {{max_exact_units}} to {units} (2^{units} states per test vector), or evaluate a "
+            "narrower model"
+        )
+    return model.prepare_visible(torch.as_tensor(test_data), "test data")
 
 
 def _generator(device, seed: int) -> torch.Generator:
@@ -278,7 +313,8 @@ def _log_f(
     """log f(v) of every test vector (float64) and how it was had: 'exact', or 'importance' for a DBM whose
     enumeration is beyond max_exact_units or not affordable (`_exact_affordable`)."""
     units = exact_mod.log_f_units(model)
-    if model.num_layers == 2 or (enumerate_exact and units <= settings.max_exact_units):
+    enumerated = (enumerate_exact or model.typed_layers) and units <= settings.max_exact_units  # typed: no estimator
+    if model.num_layers == 2 or enumerated:
         return exact_mod.log_unnormalized_visible(model, test, max_units=max(units, 1)).double(), "exact"
     estimate = log_unnormalized_estimate(
         model, test, method="importance", num_samples=settings.log_f_samples,
@@ -298,7 +334,7 @@ def _exact_log_z(model, settings: TrajectorySettings) -> Optional[float]:
 
 def _verdict(
     final: CheckpointEstimate, log_f: Tensor, test: Tensor, settings: TrajectorySettings,
-    earlier: Sequence[CheckpointEstimate] = (),
+    earlier: Sequence[CheckpointEstimate] = (), density: bool = False,
 ):  # fmt: skip
     """(warnings, verdict, interval, reasons) of the last checkpoint's sandwich; `earlier`: the checkpoints before it
     (their best test log-likelihood, exact where known, else AIS's, can keep the verdict open)."""
@@ -313,6 +349,7 @@ def _verdict(
         numbers, log_f=log_f, test=test, log_f_method=final.log_f_method, init=settings.init,
         tolerance=settings.tolerance,
         earlier_best=max((c.exact_mean if c.exact_mean is not None else c.ais_mean for c in earlier), default=None),
+        density=density,
     )  # fmt: skip
     # the evaluation's advice (a log f(v) check) is not an option of this command: say what is
     warnings = [w if w.code != "log-f-unchecked" else Warning(w.code, TRAJECTORY_LOG_F_UNCHECKED) for w in warnings]

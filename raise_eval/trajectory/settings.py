@@ -9,7 +9,7 @@ from typing import Optional, Union
 from raise_eval.diagnostics import GAP_NATS
 from raise_eval.evaluation.settings import INITS
 from raise_eval.exact import DEFAULT_MAX_UNITS
-from raise_eval.settings import progress_setting, setting, settings_class, threads_setting
+from raise_eval.settings import SettingsError, progress_setting, setting, settings_class, threads_setting
 
 TRAJECTORY_EXACT = ("auto", "always", "never")
 
@@ -46,6 +46,28 @@ class TrajectorySettings:
     ais_chains: int = setting(
         1000, "AIS chains of the pass through every checkpoint", kind="count", numbers="result", least=2,
         why="a standard error needs two", flag="--ais-chains", metavar="M", group="annealing",
+    )  # fmt: skip
+    resample_ess: float = setting(
+        0.0,
+        "sequential Monte Carlo: after every sub-step's weight update, resample the chains of a replicate group whose "
+        "effective sample size falls below this fraction of its chains (systematic resampling within the group, "
+        "the group's mean weight folded into its log Z, then --rejuvenation-sweeps Gibbs sweeps at the current "
+        "parameters); 0 never resamples (plain AIS)",
+        kind="number", numbers="result", least=0, most=1, flag="--resample-ess", metavar="FRACTION",
+        group="annealing",
+    )  # fmt: skip
+    replicates: int = setting(
+        10,
+        "with --resample-ess above 0: independent groups the AIS chains are split into, each resampled only within "
+        "itself; log Z is the average of their Z estimates and its standard error their spread's",
+        kind="count", numbers="result", least=2, why="a standard error needs two", flag="--replicates", metavar="G",
+        group="annealing",
+    )  # fmt: skip
+    rejuvenation_sweeps: int = setting(
+        1,
+        "with --resample-ess above 0: Gibbs sweeps at the current parameters after a sub-step that resampled, "
+        "besides the one the next sub-step makes",
+        kind="count", numbers="result", least=0, flag="--rejuvenation-sweeps", metavar="S", group="annealing",
     )  # fmt: skip
     raise_examples: int = setting(
         100, "test vectors RAISE runs on, a random subset (all if fewer)", kind="count", numbers="result", least=2,
@@ -103,6 +125,14 @@ class TrajectorySettings:
     )  # fmt: skip
     progress: bool = progress_setting()
     threads: Union[str, int, None] = threads_setting()
+
+    def _validate(self) -> None:
+        if self.resample_ess > 0 and (self.ais_chains % self.replicates or self.ais_chains < 2 * self.replicates):
+            raise SettingsError(
+                f"{{ais_chains}} ({self.ais_chains}) must be a multiple of {{replicates}} ({self.replicates}) with at "
+                "least two chains per replicate when {resample_ess} is above 0: change either",
+                ("ais_chains", "replicates", "resample_ess"),
+            )
 
 
 @settings_class

@@ -30,6 +30,7 @@ def sandwich_verdict(
     init: str,
     tolerance: float,
     earlier_best: Optional[float] = None,
+    density: bool = False,
 ) -> tuple[str, Optional[tuple[float, float]], list[str], list]:
     """(verdict, interval, reasons, warnings) of one sandwich: AIS's and RAISE's average log-likelihoods and AIS's log
     Z-hat in `numbers` (`diagnostics.SandwichNumbers`; its test mass and test count are computed here from log f(v)
@@ -40,12 +41,14 @@ def sandwich_verdict(
     AIS's). RAISE along a training trajectory bounds the annealing model, whose chains lag toward earlier models; when
     one of those fit the test data better than this model by more than `tolerance`, the annealing model can beat this
     model and RAISE can sit above its truth, so the verdict stays open (compared with this model's exact value where
-    known, else AIS's, which errs high: a cautious comparison)."""
-    rows, inverse = torch.unique(test, dim=0, return_inverse=True)
-    one_each = torch.zeros(rows.shape[0], dtype=torch.long, device=inverse.device)
-    one_each.scatter_(0, inverse, torch.arange(inverse.numel(), device=inverse.device))
-    log_test_mass = float(torch.logsumexp(log_f[one_each.to(log_f.device)], 0))
-    numbers = replace(numbers, log_test_mass=log_test_mass, num_test=int(test.shape[0]))
+    known, else AIS's, which errs high: a cautious comparison).
+
+    `density`: the likelihood is a density (a continuous visible layer), whose sum over the test vectors bounds
+    nothing: the test-mass check is then left out."""
+    if density:
+        numbers = replace(numbers, num_test=int(test.shape[0]))
+    else:
+        numbers = replace(numbers, log_test_mass=_log_test_mass(log_f, test), num_test=int(test.shape[0]))
     warnings = diagnose(
         numbers, init=init, log_f_method=log_f_method, log_f_check=None, log_f_estimated=log_f_method != "exact"
     )
@@ -66,3 +69,11 @@ def sandwich_verdict(
     if reasons:
         return "open", None, reasons, warnings
     return "closed", (low, high), [], warnings
+
+
+def _log_test_mass(log_f: Tensor, test: Tensor) -> float:
+    """log sum_v f(v) over the distinct test vectors (a lower bound on log Z)."""
+    rows, inverse = torch.unique(test, dim=0, return_inverse=True)
+    one_each = torch.zeros(rows.shape[0], dtype=torch.long, device=inverse.device)
+    one_each.scatter_(0, inverse, torch.arange(inverse.numel(), device=inverse.device))
+    return float(torch.logsumexp(log_f[one_each.to(log_f.device)], 0))

@@ -1,6 +1,6 @@
 """How the C kernels are built (`raise_eval.models.native`, issue 45): cached between processes under a key of the
-sources, the compiler and the CPU, written whole or not at all, stopped when the compiler hangs, said on stderr while the
-compiler runs, and a library that does not export the kernels' functions taken as a kernel that failed to build."""
+sources, the compiler and the CPU, written whole or not at all, stopped when the compiler hangs, said on stderr while
+the compiler runs, and a library that does not export the kernels' functions taken as a kernel that failed to build."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ from raise_eval.models import DBM, RBM, LayeredBoltzmannMachine
 
 from raise_eval import BoltzmannPath, exact, linear_schedule
 from raise_eval.paths.trajectory import TrajectoryPath, check_trajectory, trajectory_path
-from tests.trajectories import random_walk, start_biases
+from tests.trajectories import random_walk, start_biases, typed_walk
 
 
 @pytest.fixture(params=[(8, 6), (5, 4, 3), (4, 3, 3, 2)], ids=["rbm", "dbm-2-hidden", "dbm-3-hidden"])
@@ -119,7 +119,7 @@ def test_models_that_are_not_one_trajectory_are_refused():
     plain = LayeredBoltzmannMachine(rbms[1].weights, rbms[1].biases)
     with pytest.raises(ValueError, match="a LayeredBoltzmannMachine but checkpoint 0 an RBM"):
         check_trajectory([rbms[0], plain])
-    with pytest.raises(TypeError, match="layered Boltzmann"):
+    with pytest.raises(TypeError, match="binary or typed layers.; checkpoint 0 is a Linear"):
         check_trajectory([torch.nn.Linear(2, 2)])
     with pytest.raises(ValueError, match="at least one"):
         trajectory_path([])
@@ -127,3 +127,66 @@ def test_models_that_are_not_one_trajectory_are_refused():
     assert isinstance(dbm, DBM)
     with pytest.raises(ValueError, match="base bias 1"):
         trajectory_path([dbm], [torch.zeros(5), torch.zeros(3), torch.zeros(3)])
+
+
+TYPED = {
+    "potts-binary": ("categorical", "bernoulli"),
+    "gaussian-binary": ("gaussian", "bernoulli"),
+    "spin-potts": ("spin", "categorical"),
+    "gaussian-spin-binary": ("gaussian", "spin", "bernoulli"),
+}
+
+
+def _typed_states(path, n, seed):
+    """Even layers drawn from the independent start (states of each typed layer)."""
+    g = torch.Generator().manual_seed(seed)
+    return path.state_from_layers(
+        [path.sample_base_layer(l, (n,), g) if l % 2 == 0 else None for l in range(len(path.layer_sizes))]
+    )
+
+
+@pytest.mark.parametrize("kinds", list(TYPED.values()), ids=list(TYPED))
+def test_typed_layers_follow_a_trajectory(kinds):
+    """Machines of typed layers (Potts, Gaussian, spin units): the knots are the checkpoints bit for bit, and the
+    term-by-term ratio and log density equal the interpolated machines' own log f, inside links and across knots."""
+    walk = typed_walk(kinds, seed=1)
+    path = trajectory_path(walk)
+    assert path.checkpoint_points == [1, 2, 3] and path.start_is_independent
+    for point, model in zip(path.checkpoint_points, walk):
+        at = path.at(path.knots[point])
+        assert at.layers == model.layers
+        for a, b in zip(at.weights + at.biases, model.weights + model.biases):
+            assert torch.equal(a, b)
+    state = _typed_states(path, 64, seed=2)
+    for a, b in [(0.0, 0.1), (0.2, 0.3), (1 / 3, 0.5), (0.5, 1 / 3), (0.9, 1.0), (0.1, 0.9), (1.0, 0.0)]:
+        ratio, carried = path.weight_update(state, a, b)
+        layers = list(state.layers)
+        direct = path.at(b).log_unnormalized_marginal(layers) - path.at(a).log_unnormalized_marginal(layers)
+        torch.testing.assert_close(ratio, direct.double(), rtol=0, atol=1e-10)
+        torch.testing.assert_close(path.log_density(carried, b), path.at(b).log_unnormalized_marginal(layers))
+    # the start: independent units whose log Z_0 is the enumerated one
+    assert path.log_partition_initial == pytest.approx(exact.log_partition(path.point_model(0)), abs=1e-10)
+    moved = path.transition(state, 0.5, torch.Generator().manual_seed(3))
+    for l, layer in enumerate(walk[0].layers):
+        if l % 2 == 0:
+            layer.check_states(moved.layers[l], "a chain's layer")  # states of the layer's own support
+
+
+def test_a_typed_and_a_binary_machine_are_not_one_trajectory():
+    typed = typed_walk(("bernoulli", "bernoulli"), seed=1)
+    binary = random_walk((3, 2), seed=1)
+    with pytest.raises(ValueError, match="not one model's trajectory"):
+        check_trajectory([binary[0], typed[0]])
+    spins = typed_walk(("spin", "bernoulli"), seed=1)  # as wide as `typed`, other units
+    with pytest.raises(ValueError, match=r"checkpoint 1 has layers spin\(3\) - bernoulli\(3\) but checkpoint 0 has "
+                                         r"bernoulli\(3\) - bernoulli\(3\)"):  # fmt: skip
+        check_trajectory([typed[0], spins[0]])
+
+
+def test_families_without_a_trajectory_path_are_refused_with_what_to_do():
+    from raise_eval.models.fully_visible import FullyVisibleModel
+
+    ising = FullyVisibleModel(torch.zeros(3), torch.zeros(3, 3), sites="spin")
+    advice = "fully visible models have no trajectory path yet; evaluate each checkpoint with raise-eval evaluate"
+    with pytest.raises(TypeError, match=f"checkpoint 0 is a fully-visible model: {advice}"):
+        check_trajectory([ising, ising])

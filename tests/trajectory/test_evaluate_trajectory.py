@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from raise_eval import exact
+from raise_eval.paths.trajectory import trajectory_path
 from raise_eval.settings import SettingsError
 from raise_eval.trajectory import TrajectorySettings, evaluate_trajectory
 from raise_eval.trajectory.run import raise_points
@@ -155,3 +156,46 @@ def test_a_model_that_got_worse_keeps_the_verdict_open():
     assert [r for r in report.reasons if r.startswith("an earlier model on the path fit the test data")], report.reasons
     better_order = evaluate_trajectory([walk[0], worse, good], test, **settings)
     assert better_order.verdict == "closed", better_order.reasons
+
+
+@pytest.mark.parametrize(
+    "kinds",
+    [("categorical", "bernoulli"), ("gaussian", "bernoulli"), ("spin", "categorical", "bernoulli")],
+    ids=["potts", "gaussian", "dbm-spin-potts-binary"],
+)
+def test_typed_layers_against_exact_values(kinds):
+    """A Potts RBM, a Gaussian-visible one and a DBM of spin, Potts and binary layers (every checkpoint enumerable or
+    integrated): log Z, the sandwich (RAISE with heating for the DBM) and the verdict as for binary machines; the test
+    data are the visible layer's states (Potts: category codes)."""
+    from tests.trajectories import typed_walk
+
+    walk = typed_walk(kinds, checkpoints=4, seed=1)
+    g = torch.Generator().manual_seed(0)
+    path = trajectory_path(walk)
+    state = path.sample_initial(100, g)
+    for _ in range(200):  # test data the last checkpoint fits: a long chain of its own
+        state = path.transition(state, 1.0, g)
+    test = state.layers[0]
+    if kinds[0] == "categorical":
+        test = test.view(100, 2, 3).argmax(-1)  # the codes users keep (N, sites)
+    report = evaluate_trajectory(walk, test, steps=20, ais_chains=2000, raise_examples=30, raise_chains=20,
+                                 raise_checkpoints=2, init="uniform")  # fmt: skip
+    assert report.settings["units"] == list(kinds)
+    assert report.settings["likelihood"] == ("density" if kinds[0] == "gaussian" else "probability")
+    for c, model in zip(report.checkpoints, walk):
+        truth_z = exact.log_partition(model)
+        assert c.log_z_exact == pytest.approx(truth_z, abs=1e-9)
+        assert abs(c.log_z - truth_z) < 4 * c.log_z_stderr + 1e-3, (c.log_z, truth_z, c.log_z_stderr)
+        if c.raise_mean is not None:
+            assert abs(c.raise_mean - c.exact_mean) < 4 * c.raise_stderr, (c.raise_mean, c.exact_mean)
+    assert report.verdict == "closed", report.reasons
+    assert f"of {', '.join(kinds)} units" in report.format_table()
+
+
+def test_a_typed_dbm_whose_log_f_cannot_be_enumerated_is_refused_before_work():
+    from tests.trajectories import typed_walk
+
+    walk = typed_walk(("spin", "categorical", "bernoulli"), seed=1)
+    test = torch.ones(5, 3, dtype=torch.float64)
+    with pytest.raises(SettingsError, match=r"computed only by enumeration, of 3 units here: raise max_exact_units"):
+        evaluate_trajectory(walk, test, steps=2, ais_chains=20, max_exact_units=2, init="uniform")
