@@ -26,7 +26,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "scripts"))  # the scripts' shared output checks (_common)
 FACTORY = ROOT / "examples" / "torchebm_2d_factory.py"
 # (half-width, points per side) of the integration grids around the data's centre: wider and finer in turn
 GRIDS = ((3.0, 601), (3.0, 1201), (6.0, 1201), (12.0, 2401))
@@ -90,6 +89,8 @@ def _save_npy(path, array) -> None:
 
 
 def main(argv=None) -> int:
+    if str(ROOT / "scripts") not in sys.path:
+        sys.path.insert(0, str(ROOT / "scripts"))  # the scripts' shared output checks (_common)
     from _common import add_overwrite_argument, check_outputs_first, write_output
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -120,7 +121,8 @@ def main(argv=None) -> int:
 
     command = [sys.executable, "-m", "raise_eval", "evaluate", "--model", f"{FACTORY}:make",
                "--data", str(files["test.npy"]), "--train-data", str(files["train.npy"]), "--steps", str(args.steps),
-               "--seed", str(args.seed), "--threads", "1", "--no-progress", "--json", str(files["report.json"])]  # fmt: skip
+               "--seed", str(args.seed), "--threads", "1", "--no-progress",
+               "--json", str(files["report.json"])]  # fmt: skip
     if args.overwrite:
         command.append("--overwrite")
     print("$", " ".join(command[1:]).replace("-m raise_eval", "raise-eval", 1))
