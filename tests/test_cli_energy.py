@@ -107,3 +107,13 @@ def test_a_data_file_that_is_missing_or_not_an_array_is_named_by_its_option(tmp_
             main(["evaluate", "--model", model, *args, *FAST])
         err = capsys.readouterr().err
         assert message in err and "a .npy/.npz file" in err, err
+
+
+def test_a_model_without_its_factory_name_is_shown_an_energy_factory(tmp_path, capsys):
+    """A new user's finding (issue 43): `evaluate --model my_ebm.py` (no :FACTORY) pointed at the VAE example
+    (examples/plain_vae_factory.py:make_model), which returns a decoder that evaluate refuses."""
+    model, *data = _files(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--model", model.rpartition(":")[0], *data, *FAST])
+    err = capsys.readouterr().err
+    assert "give FILE.py:FACTORY" in err and "e.g. --model examples/torchebm_2d_factory.py:make" in err, err
