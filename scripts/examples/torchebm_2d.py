@@ -91,13 +91,13 @@ def _save_npy(path, array) -> None:
 def main(argv=None) -> int:
     if str(ROOT / "scripts") not in sys.path:
         sys.path.insert(0, str(ROOT / "scripts"))  # the scripts' shared output checks (_common)
-    from _common import add_overwrite_argument, check_outputs_first, write_output
+    from _common import add_overwrite_argument, check_outputs_first, positive_int, write_output
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(ROOT / "runs" / "torchebm_2d"), help="folder of the files written")
-    parser.add_argument("--iterations", type=int, default=1000, help="training batches (torchebm's README: 1000)")
-    parser.add_argument("--test-size", type=int, default=200, help="test examples (RAISE's time grows with them)")
-    parser.add_argument("--steps", type=int, default=1000, help="raise-eval's --steps K")
+    parser.add_argument("--iterations", type=positive_int, default=1000, help="training batches (its README: 1000)")
+    parser.add_argument("--test-size", type=positive_int, default=200, help="test examples (RAISE time grows with it)")
+    parser.add_argument("--steps", type=positive_int, default=1000, help="raise-eval's --steps K")
     parser.add_argument("--seed", type=int, default=0, help="training, data and raise-eval seed")
     add_overwrite_argument(parser, "the state_dict, the .npy files and the JSON report under --out")
     args = parser.parse_args(argv)
