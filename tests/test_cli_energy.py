@@ -89,3 +89,31 @@ def test_options_that_do_not_apply_are_refused_by_name(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "some.pt", "--model", model, *data])
     assert "give a CHECKPOINT or --model FILE.py:FACTORY (one of the two)" in capsys.readouterr().err
+
+
+def test_a_data_file_that_is_missing_or_not_an_array_is_named_by_its_option(tmp_path, capsys):
+    """A new user's findings (issue 43): a missing --train-data file was reported as "data file X does not exist",
+    which does not say which option named it, and a .csv given to --data as "--model needs --data FILE", as if no
+    --data had been given. Both before the model is built or anything is computed."""
+    model, _, test, _, train = _files(tmp_path)
+    missing = str(tmp_path / "missing.npy")
+    for args, message in (
+        (["--data", test, "--train-data", missing], f"--train-data {missing} does not exist"),
+        (["--data", missing, "--train-data", train], f"--data {missing} does not exist"),
+        (["--data", str(tmp_path / "test.csv"), "--train-data", train], f"--data {tmp_path / 'test.csv'} is not a "),
+        (["--data", test, "--train-data", str(tmp_path / "train.csv")], f"--train-data {tmp_path / 'train.csv'} is "),
+    ):
+        with pytest.raises(SystemExit):
+            main(["evaluate", "--model", model, *args, *FAST])
+        err = capsys.readouterr().err
+        assert message in err and "a .npy/.npz file" in err, err
+
+
+def test_a_model_without_its_factory_name_is_shown_an_energy_factory(tmp_path, capsys):
+    """A new user's finding (issue 43): `evaluate --model my_ebm.py` (no :FACTORY) pointed at the VAE example
+    (examples/plain_vae_factory.py:make_model), which returns a decoder that evaluate refuses."""
+    model, *data = _files(tmp_path)
+    with pytest.raises(SystemExit):
+        main(["evaluate", "--model", model.rpartition(":")[0], *data, *FAST])
+    err = capsys.readouterr().err
+    assert "give FILE.py:FACTORY" in err and "e.g. --model examples/torchebm_2d_factory.py:make" in err, err

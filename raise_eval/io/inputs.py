@@ -160,10 +160,19 @@ class InputSettings:
 
     def _check_energy_request(self) -> None:
         """With {model}: the data are files of the energy's examples; what belongs to checkpoints is refused."""
-        if self.data is None or not is_array_file(self.data):
+        if self.data is None:
             raise SettingsError("{model} needs {data} FILE, a .npy/.npz file of test examples", ("data",))
-        if self.train_data is not None and not is_array_file(self.train_data):
-            raise SettingsError("{train_data} with {model} is a .npy/.npz file of training examples", ("train_data",))
+        for name, what in (("data", "test"), ("train_data", "training")):
+            path = getattr(self, name)
+            if path is None:
+                continue
+            # named here, before the user's model is built: the reader's own message names no option
+            if not is_array_file(path):
+                raise SettingsError(f"{{{name}}} {path} is not a .npy/.npz file; with {{model}} give a .npy/.npz "
+                                    f"file of {what} examples (numpy.save)", (name,))  # fmt: skip
+            if not Path(path).exists():
+                raise SettingsError(f"{{{name}}} {path} does not exist; give a .npy/.npz file of {what} examples",
+                                    (name,))  # fmt: skip
         for name, default in (("split", "test"), ("pixel_order", "row-major"), ("alphabet", None),
                               ("data_root", None)):  # fmt: skip
             if getattr(self, name) != default:

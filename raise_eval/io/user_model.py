@@ -33,13 +33,18 @@ class UserCodeError(Exception):
     """The user's model file could not be loaded or its factory failed; the message says where and why."""
 
 
-def parse_model_spec(spec: str) -> tuple[Path, str]:
-    """'path/to/file.py:factory' -> (path, 'factory'); the factory name is the text after the last colon."""
+VAE_EXAMPLE = "examples/plain_vae_factory.py:make_model"
+ENERGY_EXAMPLE = "examples/torchebm_2d_factory.py:make"
+
+
+def parse_model_spec(spec: str, example: str = VAE_EXAMPLE) -> tuple[Path, str]:
+    """'path/to/file.py:factory' -> (path, 'factory'); the factory name is the text after the last colon. `example`:
+    the --model value the error shows (a factory of the kind of model the command takes)."""
     file_part, sep, name = spec.rpartition(":")
     if not sep or not file_part or not name.isidentifier():
         raise UserCodeError(
             f"--model {spec!r}: give FILE.py:FACTORY, a Python file and the name of the function in it that returns "
-            "the model (e.g. --model examples/plain_vae_factory.py:make_model)"
+            f"the model (e.g. --model {example})"
         )
     path = Path(file_part).expanduser()
     if path.suffix != ".py":
@@ -121,9 +126,9 @@ def load_module(path: Path) -> ModuleType:
     return module
 
 
-def load_factory(spec: str) -> tuple[Callable[[], Any], Path]:
+def load_factory(spec: str, example: str = VAE_EXAMPLE) -> tuple[Callable[[], Any], Path]:
     """The factory function named by 'FILE.py:FACTORY' and the file's path; raises UserCodeError."""
-    path, name = parse_model_spec(spec)
+    path, name = parse_model_spec(spec, example)
     module = load_module(path)
     factory = getattr(module, name, None)
     if factory is None:
@@ -152,9 +157,9 @@ def load_factory(spec: str) -> tuple[Callable[[], Any], Path]:
     return factory, path
 
 
-def _call_factory(spec: str) -> tuple[Any, str, Path]:
+def _call_factory(spec: str, example: str = VAE_EXAMPLE) -> tuple[Any, str, Path]:
     """(FACTORY() of 'FILE.py:FACTORY', the factory's name, the file); raises UserCodeError."""
-    factory, path = load_factory(spec)
+    factory, path = load_factory(spec, example)
     name = spec.rpartition(":")[2]
     try:
         with _folder_on_path(path.resolve().parent):
@@ -169,7 +174,7 @@ def _call_factory(spec: str) -> tuple[Any, str, Path]:
 def build_user_energy(spec: str) -> EnergyModel:
     """Load 'FILE.py:FACTORY', call FACTORY() and check that it returned an `EnergyModel` (whose energy was tried
     when it was built: a broken energy is a UserCodeError naming its file and line); raises UserCodeError."""
-    model, name, path = _call_factory(spec)
+    model, name, path = _call_factory(spec, ENERGY_EXAMPLE)
     if getattr(model, "family", None) != "energy":
         raise UserCodeError(
             f"{name}() in {path} returned a {type(model).__name__}, not an energy model; wrap your energy: return "
