@@ -124,6 +124,11 @@ def declared_family(model) -> Optional[str]:
     return model.family if isinstance(model, Model) and isinstance(model.family, str) else None
 
 
+def has_typed_layers(model) -> bool:
+    """Whether `model` is a Boltzmann machine of typed layers (`BoltzmannModel.typed_layers`)."""
+    return isinstance(model, BoltzmannModel) and bool(model.typed_layers)
+
+
 def undirected_family(num_layers: int) -> str:
     """The family of an undirected chain of `num_layers` layers: an RBM has two, a DBM more."""
     return "RBM" if num_layers == 2 else "DBM"

@@ -17,8 +17,7 @@ For a DBM (layers x_0 = v, x_1, ..., x_L, L >= 2 hidden layers) "model_type" is 
 weights_l and biases_l for l < L-1 its directed layers p(x_l | x_{l+1})) plus "recognition_biases_1" ..
 "recognition_biases_{L-1}", the biases of q(x_l | x_{l-1}) for layers 1 .. L-1.
 
-For a VAE, "model_type": "vae", "config": {"data_dim", "latent_dim", "hidden", "activation"}, "state" the
-module's state_dict and optionally "train_pixel_means" (data_dim,).
+A VAE: "model_type" "vae", "config" {data_dim, latent_dim, hidden, activation}, "state" its state_dict.
 
 Importers (`load_checkpoint` picks one from the file name):
 - .npz (numpy.savez) interchange format:
@@ -59,6 +58,7 @@ import torch
 from raise_eval.models.boltzmann.dbm import DBM
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.rbm import RBM
+from raise_eval.models.contracts import declared_family, has_typed_layers
 from raise_eval.models.io.builders import (
     _LAYERED_KEY,
     CheckpointError,
@@ -143,7 +143,7 @@ def save_checkpoint(
         )
         return
     config = None
-    if getattr(model, "family", None) == FULLY_VISIBLE:  # declared by the model (`models.contracts`)
+    if declared_family(model) == FULLY_VISIBLE:  # declared by the model (`models.contracts`)
         model_type = FULLY_VISIBLE
         config, state = fully_visible_payload(model)
     else:
@@ -229,7 +229,7 @@ def _boltzmann_state(model, what: str) -> tuple[str, dict[str, Tensor]]:
     """(model_type, state) of an RBM, DBM or DBN, with the key names of the module docstring."""
     if isinstance(model, RBM):
         return "rbm", dict(zip(_STATE_KEYS["rbm"], (model.W, model.vbias, model.hbias)))
-    if getattr(model, "typed_layers", False):  # a MixedBoltzmannMachine (`models.contracts.BoltzmannModel`)
+    if has_typed_layers(model):  # a MixedBoltzmannMachine (`models.contracts.BoltzmannModel`)
         return "mixed", mixed_state(model)[1]
     if isinstance(model, DBM):
         if model.weight_scale != 1.0:
@@ -301,7 +301,7 @@ def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None,
         )
     if dtype is not None or device is not None:
         ckpt.model = ckpt.model.to(device=device, dtype=dtype)  # nn.Module.to for VAEs (in place, returns self)
-        if dtype is not None and getattr(ckpt.model, "typed_layers", False):
+        if dtype is not None and has_typed_layers(ckpt.model):
             _check_converted(path, ckpt.model, dtype)
         if ckpt.train_pixel_means is not None:
             ckpt.train_pixel_means = ckpt.train_pixel_means.to(device=device, dtype=dtype)

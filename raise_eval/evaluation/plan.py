@@ -23,6 +23,7 @@ from raise_eval.evaluation.stages import plan_memory
 from raise_eval.io.datasets import check_binary
 from raise_eval.kernels.split_products import split_error_bound, terms_needed
 from raise_eval.models.boltzmann.dbn import DBN
+from raise_eval.models.contracts import declared_family
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, make_path, uniform_base
 from raise_eval.paths.mixed import mixed_data_base, mixed_uniform_base
 from raise_eval.paths.posterior import DBNPosteriorPath
@@ -378,7 +379,7 @@ def _as_test_tensor(model, test_data) -> Tensor:
 def model_family(model) -> str:
     """'RBM', 'DBM' or 'DBN': the family the model's class declares (`models.contracts.Model`); a model of
     another family (e.g. a directed model: `bdmc`) is refused here, naming it."""
-    family = getattr(model, "family", None)
+    family = declared_family(model)
     if family not in ("RBM", "DBM", "DBN"):
         what = f"{'an' if isinstance(family, str) and family[:1] in 'aeiou' else 'a'} {family} model"
         if not isinstance(family, str):

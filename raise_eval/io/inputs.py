@@ -218,7 +218,7 @@ def load_model(inputs: InputSettings):
     from raise_eval.models.io.checkpoints import load_checkpoint
 
     ckpt = load_checkpoint(inputs.checkpoint, dtype=inputs.torch_dtype, device=torch.device(inputs.device))
-    family = getattr(ckpt.model, "family", None)
+    family = declared_family(ckpt.model)
     if family not in ("RBM", "DBM", "DBN"):
         raise SettingsError(
             f"{{checkpoint}} {inputs.checkpoint} holds a {type(ckpt.model).__name__}; raise-eval evaluate evaluates "

@@ -25,6 +25,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable
 
+from raise_eval.models.contracts import declared_family
 from raise_eval.models.directed.base import DirectedLatentModel
 from raise_eval.models.energy import EnergyModel
 
@@ -175,7 +176,7 @@ def build_user_energy(spec: str) -> EnergyModel:
     """Load 'FILE.py:FACTORY', call FACTORY() and check that it returned an `EnergyModel` (whose energy was tried
     when it was built: a broken energy is a UserCodeError naming its file and line); raises UserCodeError."""
     model, name, path = _call_factory(spec, ENERGY_EXAMPLE)
-    if getattr(model, "family", None) != "energy":
+    if declared_family(model) != "energy":
         raise UserCodeError(
             f"{name}() in {path} returned a {type(model).__name__}, not an energy model; wrap your energy: return "
             "EnergyModel(energy, support=..., event_shape=...) (from raise_eval import EnergyModel)"
