@@ -233,3 +233,13 @@ class StartsAtTestVector(Protocol[S]):
     vector itself, `test_vector_start(data, num_chains, what) -> (state with batch (N, C), log f(v) shaped (N,))`."""
 
     def test_vector_start(self, data: Tensor, num_chains: int, what: str = "test data") -> tuple[S, Tensor]: ...
+
+
+@runtime_checkable
+class ResumableState(Protocol[S]):
+    """A path whose chains a resume file can keep: the file saves a `ChainState`'s record (its layers, odd inputs,
+    odd probabilities and the beta they were valid at) and the path rebuilds its state from it,
+    `state_from_record({"layers", "odd_inputs", "odd_probs", "probs_beta"}) -> state` (tensors on the run's device).
+    A DBN's posterior path returns the saved layers, from which the heating rebuilds the state with v."""
+
+    def state_from_record(self, record: dict) -> Any: ...

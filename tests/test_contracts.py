@@ -144,6 +144,14 @@ def test_boltzmann_models_and_their_paths_conform(name, model, family):
     assert log_w.shape == (3,) and log_w.dtype == torch.float64 and bool(torch.isfinite(log_w).all())
     assert path.with_clamped((0,)).clamped == (0,)
     assert path.log_base_prob(state.layers[0], 0).shape == (3,)
+    # what a resume file keeps of the state, the path rebuilds (the odd probabilities keyed again where valid)
+    assert isinstance(path, contracts.ResumableState)
+    key = state.probs_key
+    record = {"layers": state.layers, "odd_inputs": state.odd_inputs, "odd_probs": None if key is None else
+              state.odd_probs, "probs_beta": None if key is None else key[1]}  # fmt: skip
+    rebuilt = path.state_from_record(record)
+    assert all(a is None and b is None or torch.equal(a, b) for a, b in zip(rebuilt.layers, state.layers))
+    assert (rebuilt.probs_key is None) == (key is None)
     # a step program where one is written (binary layers), None elsewhere; none where the options run none
     from raise_eval.step_programs import LoopOptions
 
@@ -190,7 +198,10 @@ def test_posterior_paths_conform_and_the_dbn_heating_state_is_what_resume_keeps(
     assert isinstance(dbm_path, contracts.AnnealingPath) and isinstance(dbn_path, contracts.AnnealingPath)
     # a DBN's RAISE heating is saved in resume files: its state is a ChainState; a DBM's posterior path serves the
     # per-vector log f(v) estimates, which resume saves by chunk (no chain state), so it need not be one
-    assert isinstance(dbn_path.start(v, 3, _g())[0], contracts.ChainState)
+    state = dbn_path.start(v, 3, _g())[0]
+    assert isinstance(state, contracts.ChainState) and isinstance(dbn_path, contracts.ResumableState)
+    rebuilt = dbn_path.state_from_layers(v, dbn_path.state_from_record({"layers": state.layers}))
+    assert all(a is None and b is None or torch.equal(a, b) for a, b in zip(rebuilt.layers, state.layers))
     assert not isinstance(dbm_path.start(v, 3, _g())[0], contracts.ChainState)
 
 

@@ -326,7 +326,7 @@ def _heat_dbn(
     if saved is None:
         state, log_z0 = posterior.start(v, num_chains, generator)
     else:  # a saved state keeps its layers; the rest is a function of them and v
-        state = posterior.state_from_layers(v, saved["state"].layers)
+        state = posterior.state_from_layers(v, saved["state"])  # the saved layers (`state_from_record`)
         log_z0 = posterior.base_log_partition(v, state.base_logits)
     final, log_w = _anneal_heating(posterior, state, betas, generator, heating_kernel, progress, checkpoint, saved)
     top_visible = final.layers[-1]

@@ -113,6 +113,14 @@ class GeometricBoltzmannPath:
         """The state for given even layers (odd entries are ignored)."""
         return self._collapse(list(layers))
 
+    def state_from_record(self, record: dict) -> BoltzmannState:
+        """The state a resume file saved (`contracts.ResumableState`): its layers, odd inputs and, where they were
+        valid when saved, the odd layers' probabilities at the saved beta (keyed again for this path)."""
+        state = BoltzmannState(record["layers"], record["odd_inputs"], record["odd_probs"])
+        if record["probs_beta"] is not None:  # the probabilities were valid for this state when it was saved
+            state = state._replace(probs_key=self.probs_key(record["probs_beta"], state))
+        return state
+
     def sample_initial(self, num_chains: int, generator: torch.Generator) -> BoltzmannState:
         """`num_chains` exact samples of the base distribution p_0, batch shape (num_chains,)."""
         layers = [

@@ -54,7 +54,6 @@ from raise_eval.io.outputs import (
     check_output_path,
 )
 from raise_eval.io.writing import write_file
-from raise_eval.kernels.block_gibbs import BoltzmannState
 from raise_eval.runtime import product_routes  # the resumable runs anneal Boltzmann paths
 from raise_eval.runtime.interrupts import deferred_interrupts, interrupt_requested  # noqa: F401 (re-exported)
 from raise_eval.runtime.sharding import raise_vectors_per_shard, shard_bounds
@@ -360,11 +359,9 @@ class ShardCheckpoint:
 
         del self.store.data["running"]  # handed over: the loop changes these tensors from now on
         saved, state = rec["state"], None
-        if saved is not None:
-            beta = saved["probs_beta"]
-            state = BoltzmannState(to(saved["layers"]), to(saved["odd_inputs"]), to(saved["odd_probs"]))
-            if beta is not None:  # the probabilities were valid for this state when it was saved
-                state = state._replace(probs_key=path.probs_key(beta, state))
+        if saved is not None:  # the path rebuilds its own state (`contracts.ResumableState`)
+            record = {key: to(saved[key]) for key in ("layers", "odd_inputs", "odd_probs")}
+            state = path.state_from_record({**record, "probs_beta": saved["probs_beta"]})
         self.generator.set_state(rec["generator"])
         unit = "step" if state is not None else "chunk"
         self.store.continued.append(f"{self.stage} shard {self.index} continued from {unit} {rec['step']} ({phase})")

@@ -288,6 +288,11 @@ class DBNPosteriorPath(DBNSweeps):
         top = _softplus_increment_sum(z_from, step, self._buffer("top scratch", t))
         return (beta_to - beta_from) * self.log_target_minus_base(state) + top
 
+    def state_from_record(self, record: dict) -> tuple:
+        """What a resume file saved of a posterior state (`contracts.ResumableState`): its layers. The state is a
+        function of (v, layers): the heating rebuilds it with `state_from_layers(v, layers)`."""
+        return tuple(record["layers"])
+
     # ----------------------------------------------------------------- kernel
     def clone_state(self, state: DBNPosteriorState) -> DBNPosteriorState:
         """A copy of `state` whose per-chain tensors are new (what `transition_` overwrites); the per-vector
