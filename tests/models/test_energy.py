@@ -159,3 +159,10 @@ def test_bases_fitted_to_data_and_the_defaults():
         EnergyModel(model.energy, categorical(3), (3,), base=fitted)
     with pytest.raises(ValueError, match="training data must hold integer codes 0..2"):
         fit_base(model, data + 1)
+
+
+@pytest.mark.parametrize("low, high", [(1.0, 0.0), (0.0, None), (None, 1.0), (0.0, math.inf), (0.5, 0.5)])
+def test_a_gaussian_base_with_a_box_that_is_not_one_is_refused(low, high):
+    mean, std = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"a GaussianBase's box needs finite low < high \(or neither\), got"):
+        GaussianBase(mean, std, low, high)
