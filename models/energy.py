@@ -111,6 +111,10 @@ class GaussianBase:
             raise ValueError(f"base mean {tuple(mean.shape)} and std {tuple(std.shape)} must have the same shape")
         if not bool(torch.isfinite(mean).all()) or not bool((std > 0).all() & torch.isfinite(std).all()):
             raise ValueError("base mean must be finite and base std finite and positive")
+        if (low is None) != (high is None) or (
+            low is not None and not (math.isfinite(low) and math.isfinite(high) and low < high)
+        ):
+            raise ValueError(f"a GaussianBase's box needs finite low < high (or neither), got low={low}, high={high}")
         self.mean, self.std, self.low, self.high = mean.double(), std.double(), low, high
         self._log_mass = _log_normal_mass(*self._standard_box()) if low is not None else None
         self._grad_terms = None  # (dtype and device, mean, 1 / std^2 in them), made on first use
