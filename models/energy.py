@@ -111,6 +111,10 @@ class GaussianBase:
             raise ValueError(f"base mean {tuple(mean.shape)} and std {tuple(std.shape)} must have the same shape")
         if not bool(torch.isfinite(mean).all()) or not bool((std > 0).all() & torch.isfinite(std).all()):
             raise ValueError("base mean must be finite and base std finite and positive")
+        if (low is None) != (high is None) or (
+            low is not None and not (math.isfinite(low) and math.isfinite(high) and low < high)
+        ):
+            raise ValueError(f"a GaussianBase's box needs finite low < high (or neither), got low={low}, high={high}")
         self.mean, self.std, self.low, self.high = mean.double(), std.double(), low, high
         self._log_mass = _log_normal_mass(*self._standard_box()) if low is not None else None
         self._grad_terms = None  # (dtype and device, mean, 1 / std^2 in them), made on first use
@@ -154,11 +158,13 @@ class GaussianBase:
             x = self.mean + self.std * torch.special.ndtri(u.clamp(1e-300, 1 - 1e-16))
         else:
             a, b = self._standard_box()
-            # draw in the tail nearer zero (upper tails mirrored) so that the CDF keeps its digits
+            # draw in the tail nearer zero (upper tails mirrored), through the log of the CDF (torch's ndtr loses
+            # its digits below about -6 and underflows below -8.3; its log does neither)
             flip = a > 0
             lo, hi = torch.where(flip, -b, a), torch.where(flip, -a, b)
-            c_lo, c_hi = torch.special.ndtr(lo), torch.special.ndtr(hi)
-            z = torch.special.ndtri((c_lo + u * (c_hi - c_lo)).clamp(1e-300, 1 - 1e-16))
+            log_lo, log_hi = torch.special.log_ndtr(lo), torch.special.log_ndtr(hi)
+            log_c = log_hi + torch.log(u + (1 - u) * torch.exp(log_lo - log_hi))  # log(c_lo + u (c_hi - c_lo))
+            z = torch.clamp(_log_ndtri(log_c), lo, hi)
             x = (self.mean + self.std * torch.where(flip, -z, z)).clamp(self.low, self.high)
         return x.to(dtype or torch.get_default_dtype())
 
@@ -209,6 +215,21 @@ def _log_normal_mass(a: Tensor, b: Tensor) -> Tensor:
     lo, hi = torch.where(flip, -b, a), torch.where(flip, -a, b)
     log_hi, log_lo = torch.special.log_ndtr(hi), torch.special.log_ndtr(lo)
     return log_hi + torch.log1p(-torch.exp(log_lo - log_hi))
+
+
+def _log_ndtri(log_p: Tensor) -> Tensor:
+    """z with log Phi(z) = log_p (float64): torch's ndtri where Phi(z) >= 1/2, else Newton's method on log Phi from
+    ndtri's answer or, where p underflows, the tail's -sqrt(-2 log p) (log Phi is concave: the iterates approach
+    the root from below, its slope at least 0.79 there, so that a few steps reach full precision)."""
+    z = torch.special.ndtri(log_p.exp().clamp(max=1 - 1e-16))
+    lower = log_p < -math.log(2)
+    z = torch.where(lower & ~torch.isfinite(z), -torch.sqrt(-2 * log_p), z)
+    for _ in range(6):
+        log_phi = -0.5 * z * z - 0.5 * math.log(2 * math.pi)
+        log_cdf = torch.special.log_ndtr(z)
+        step = (log_cdf - log_p) * torch.exp(log_cdf - log_phi)
+        z = torch.where(lower, z - step, z)
+    return z
 
 
 # ----------------------------------------------------------------------------------------------- the model

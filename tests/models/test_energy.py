@@ -123,7 +123,11 @@ def test_supports_are_checked(support, message):
         EnergyModel(lambda x: x.sum(-1), "binary", event_shape=(0,))
 
 
-@pytest.mark.parametrize("mean, std", [(0.5, 0.2), (0.9, 0.05), (3.0, 0.5), (-2.0, 0.3), (0.2, 50.0)])
+# the last three: boxes 10, 15 and 40 standard deviations from the mean, where the normal CDF underflows or
+# loses its digits (draws must then come from the logarithm of the CDF)
+@pytest.mark.parametrize(
+    "mean, std", [(0.5, 0.2), (0.9, 0.05), (3.0, 0.5), (-2.0, 0.3), (0.2, 50.0), (-0.5, 0.05), (1.3, 0.02), (-2.0, 0.05)]
+)
 def test_the_truncated_gaussian_base_is_normalized_and_sampled_exactly(mean, std):
     base = GaussianBase(torch.tensor([mean]), torch.tensor([std]), 0.0, 1.0)
     grid = torch.linspace(0, 1, 400_001, dtype=torch.float64).unsqueeze(1)
@@ -155,3 +159,10 @@ def test_bases_fitted_to_data_and_the_defaults():
         EnergyModel(model.energy, categorical(3), (3,), base=fitted)
     with pytest.raises(ValueError, match="training data must hold integer codes 0..2"):
         fit_base(model, data + 1)
+
+
+@pytest.mark.parametrize("low, high", [(1.0, 0.0), (0.0, None), (None, 1.0), (0.0, math.inf), (0.5, 0.5)])
+def test_a_gaussian_base_with_a_box_that_is_not_one_is_refused(low, high):
+    mean, std = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"a GaussianBase's box needs finite low < high \(or neither\), got"):
+        GaussianBase(mean, std, low, high)
