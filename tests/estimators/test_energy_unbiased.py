@@ -111,13 +111,13 @@ def test_the_sandwich_closes_on_gaussians_against_the_closed_form(dim):
     kernel = _tuned(path, betas, 7)
     forward = ais(path, betas, 64, generator=g, kernel=kernel)
     # AIS's estimate within 4 of its own standard errors of the truth (plus the delta method's slack)
-    assert abs(forward.estimate - log_z) < 4 * float(forward.stderr) + 0.02
+    assert abs(forward.estimate - log_z) < 4 * float(forward.stderr)
     reverse = raise_log_likelihood(path, test, betas, 16, generator=g, kernel=kernel)
     log_p = model.log_unnormalized(test) - log_z
     upper = model.log_unnormalized(test) - forward.estimate  # AIS's (stochastic upper) log-likelihood
     gap = upper - reverse.log_likelihood
     # closed: the two bounds meet within their own standard errors (4 of them: a false alarm about 6e-5 each)
-    assert bool((gap.abs() < 4 * (_stderr(reverse.log_weights) + float(forward.stderr)) + 0.05).all()), gap
+    assert bool((gap.abs() < 4 * (_stderr(reverse.log_weights) + float(forward.stderr))).all()), gap
     # RAISE bounds log p_ann(v), not log p(v) at each v; on average over test points from p, KL(p || p_ann) >= 0
     # makes it a lower bound on the mean log p (checked loosely: four points)
     assert float(reverse.log_likelihood.mean()) < float(log_p.mean()) + 4 * float(_stderr(reverse.log_weights).max())
@@ -142,7 +142,8 @@ def test_a_missed_mode_leaves_the_sandwich_open_where_one_base_finds_both_it_clo
     kernel = _tuned(path, betas, 9)
     forward = ais(path, betas, 200, generator=torch.Generator().manual_seed(10), kernel=kernel)
     assert bool((forward.final_state.x @ energy.m > 0).all())  # every chain ends in the mode it started in
-    assert forward.estimate == pytest.approx(log_z - math.log(2), abs=0.1)  # half of Z: the other mode missed
+    # half of Z: the other mode missed (within 4 of AIS's standard errors of log Z - log 2)
+    assert abs(forward.estimate - (log_z - math.log(2))) < 4 * float(forward.stderr)
     reverse = raise_log_likelihood(path, test, betas, 50, generator=torch.Generator().manual_seed(11), kernel=kernel)
     upper = model.log_unnormalized(test) - forward.estimate
     log_p = model.log_unnormalized(test) - log_z
@@ -151,8 +152,9 @@ def test_a_missed_mode_leaves_the_sandwich_open_where_one_base_finds_both_it_clo
     # on the wrong value; in the missed mode RAISE is tens of nats below AIS: the sandwich stays open, and over a
     # test set drawn from p (half of it in each mode) its mean gap is wide open.
     gap = upper - reverse.log_likelihood
-    assert float(gap[0]) == pytest.approx(0.0, abs=0.15)
-    assert float(reverse.log_likelihood[0]) == pytest.approx(float(log_p[0]) + math.log(2), abs=0.15)
+    found = 4 * (float(_stderr(reverse.log_weights)[0]) + float(forward.stderr))
+    assert abs(float(gap[0])) < found
+    assert abs(float(reverse.log_likelihood[0]) - (float(log_p[0]) + math.log(2))) < found
     assert float(gap[1]) > 20 and float(reverse.log_likelihood[1]) < float(log_p[1]) - 20
     assert float(gap.mean()) > 10
     # a base the user gives, covering both modes symmetrically: the chains split evenly, p_ann is close to p, and
@@ -163,10 +165,10 @@ def test_a_missed_mode_leaves_the_sandwich_open_where_one_base_finds_both_it_clo
     betas = torch.linspace(0, 1, 401, dtype=torch.float64)  # the broad base's contraction needs more steps
     kernel = _tuned(path, betas, 12)
     forward = ais(path, betas, 400, generator=torch.Generator().manual_seed(13), kernel=kernel)
-    assert abs(forward.estimate - log_z) < 4 * float(forward.stderr) + 0.02
+    assert abs(forward.estimate - log_z) < 4 * float(forward.stderr)
     reverse = raise_log_likelihood(path, test, betas, 50, generator=torch.Generator().manual_seed(14), kernel=kernel)
     gap = model.log_unnormalized(test) - forward.estimate - reverse.log_likelihood
-    assert bool((gap.abs() < 4 * (_stderr(reverse.log_weights) + float(forward.stderr)) + 0.05).all()), gap
+    assert bool((gap.abs() < 4 * (_stderr(reverse.log_weights) + float(forward.stderr))).all()), gap
 
 
 def _stderr(log_weights: torch.Tensor) -> torch.Tensor:
