@@ -26,12 +26,13 @@ def test_evaluate_runs_an_energy_model_and_its_report_holds_the_sandwich():
     test = _gaussian_test(model)
     report = raise_eval.evaluate(model, test, steps=200, ais_chains=64, raise_chains=8, pilot_steps=50, seed=3)
     assert isinstance(report, EnergyReport) and report.kernel == "hmc"
-    assert abs(report.log_z - log_z) < 4 * report.log_z_stderr + 0.01
-    assert abs(report.gap) < 4 * report.gap_stderr + 0.05  # a Gaussian: the sandwich closes
+    assert abs(report.log_z - log_z) < 4 * report.log_z_stderr
+    assert abs(report.gap) < 4 * report.gap_stderr  # a Gaussian: the sandwich closes
+    assert report.warnings == []  # nothing a careful reader would flag
     torch.testing.assert_close(report.upper, model.log_unnormalized(test) - report.log_z)
     assert 0.3 < report.acceptance["AIS"] < 0.95 and set(report.seconds) == {"pilot", "AIS", "RAISE"}
     document = json.loads(json.dumps(report.to_dict()))
-    assert document["settings"]["steps"] == 200 and len(document["lower"]) == 6
+    assert document["settings"]["steps"] == 200 and len(document["lower"]) == 6 and document["warnings"] == []
     table = report.format_table()
     assert "log Z (AIS)" in table and "gap" in table and "energy real(3) QuadraticEnergy" in table
     settings = EnergySettings(steps=200, ais_chains=64, raise_chains=8, pilot_steps=50, seed=3)
@@ -46,7 +47,7 @@ def test_a_binary_energy_against_its_enumeration(kernel):
     train = model.data_from_state(torch.randint(0, 2, (40, 5), generator=torch.Generator().manual_seed(4)))
     report = raise_eval.evaluate(model, test, train_data=train, steps=30, ais_chains=400, raise_chains=20,
                                  kernel=kernel)  # fmt: skip
-    assert abs(report.log_z - exact.log_partition(model)) < 4 * report.log_z_stderr + 0.01
+    assert abs(report.log_z - exact.log_partition(model)) < 4 * report.log_z_stderr
     assert report.kernel == kernel and report.seconds["pilot"] < 0.5  # no pilot on discrete support
 
 
@@ -67,3 +68,22 @@ def test_what_does_not_apply_is_refused_by_name():
         evaluate_energy(model, test, train_data=test, base=object())
     with pytest.raises(TypeError, match="settings of an energy model's evaluation are EnergySettings"):
         raise_eval.evaluate(model, test, raise_eval.EvaluateSettings())
+
+
+def test_numbers_not_to_be_trusted_say_why():
+    """A base far from the model's mass and two annealing steps: AIS's weights rest on a few chains. The report says
+    so (`diagnostics.diagnose`, as for a Boltzmann machine), in its table (settings as the command's flags) and its
+    JSON, rather than printing the numbers bare (user43 saw an improper energy reported with ESS 1.0 and nothing
+    else)."""
+    from raise_eval.models.energy import GaussianBase
+
+    model, _ = gaussian_energy(3)
+    test = _gaussian_test(model)
+    far = GaussianBase(model.energy.mean + 6.0, torch.full((3,), 0.2, dtype=torch.float64))
+    report = evaluate_energy(model, test, EnergySettings(steps=2, ais_chains=64, raise_chains=4, pilot_steps=5),
+                             base=far)  # fmt: skip
+    codes = [w.code for w in report.warnings]
+    assert "low-ess" in codes, (report.ais_ess, codes)
+    table = report.format_table({"steps": "--steps"})
+    assert "warning (low-ess): AIS's effective sample size is" in table and "Raise K (--steps)" in table
+    assert [w["code"] for w in json.loads(json.dumps(report.to_dict()))["warnings"]] == codes

@@ -204,7 +204,7 @@ def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_sett
     except NonFiniteLogWeightError as e:
         print(f"raise-eval: error: {e}", file=sys.stderr)
         return EXIT_FAILED
-    print(report.format_table())
+    print(report.format_table(FLAGS))
     write_report(report, outputs.json, None, FLAGS)
     return 0
 

@@ -18,6 +18,7 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from raise_eval.diagnostics import SandwichNumbers, diagnose
 from raise_eval.estimators.ais import ais
 from raise_eval.estimators.raise_ import raise_log_likelihood
 from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
@@ -70,6 +71,8 @@ class EnergyReport:
     upper_mean, lower_mean (and _stderr over the test vectors), gap: upper_mean - lower_mean, gap_stderr: its
     standard error (the test vectors' paired differences and AIS's own, added in quadrature).
     acceptance: mean acceptance rate of the AIS and RAISE passes; seconds: per stage.
+    warnings: what a careful reader would say of these numbers (`raise_eval.diagnostics.diagnose`, as for a
+    Boltzmann machine: AIS's ESS, a gap beyond the noise, RAISE above AIS, log Z below the test set's own mass).
     """
 
     model: str
@@ -88,14 +91,16 @@ class EnergyReport:
     gap_stderr: float
     acceptance: dict
     seconds: dict
+    warnings: list = dataclasses.field(default_factory=list)
 
     def to_dict(self, names: Optional[dict] = None) -> dict:
-        """The JSON document (`names`, the command's flags, are not needed: its settings are its own)."""
+        """The JSON document (`names`: the command's flags, for the warnings' settings)."""
         out = dataclasses.asdict(self)
         out["upper"], out["lower"] = self.upper.tolist(), self.lower.tolist()
+        out["warnings"] = [w.to_dict(names) for w in self.warnings]
         return out
 
-    def format_table(self) -> str:
+    def format_table(self, names: Optional[dict] = None) -> str:
         rows = [
             ("model", self.model),
             ("kernel", f"{self.kernel} (acceptance: AIS {self.acceptance['AIS']:.2f}, RAISE "
@@ -107,7 +112,9 @@ class EnergyReport:
             ("seconds", ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items())),
         ]  # fmt: skip
         width = max(len(name) for name, _ in rows)
-        return "\n".join(f"{name:<{width}}  {value}" for name, value in rows)
+        lines = [f"{name:<{width}}  {value}" for name, value in rows]
+        lines += [f"warning ({w.code}): {w.render(names).message}" for w in self.warnings]
+        return "\n".join(lines)
 
 
 class _Recording:
@@ -186,12 +193,30 @@ def evaluate_energy(
     upper_mean, upper_se = mean_and_stderr(upper)
     gap_mean, gap_se = mean_and_stderr(upper - lower)
     ais_se = float(forward.stderr)
+    numbers = SandwichNumbers(
+        ais_mean=upper_mean, ais_stderr=_with(upper_se, ais_se), ais_ess=float(forward.ess),
+        ais_chains=settings.ais_chains, ais_lower=float(forward.lower), raise_mean=reverse.mean,
+        raise_stderr=reverse.stderr, log_z=forward.estimate, num_test=int(upper.numel()),
+        log_test_mass=_log_test_mass(model, test, reverse.log_unnormalized),
+    )  # fmt: skip
     return EnergyReport(
         model=model.describe(), settings=dataclasses.asdict(settings), kernel=kind, log_z=forward.estimate,
         log_z_stderr=ais_se, ais_ess=float(forward.ess), upper=upper, lower=lower, upper_mean=upper_mean,
         upper_stderr=_with(upper_se, ais_se), lower_mean=reverse.mean, lower_stderr=reverse.stderr, gap=gap_mean,
         gap_stderr=_with(gap_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
+        warnings=diagnose(numbers, init="base-rates"),
     )  # fmt: skip
+
+
+def _log_test_mass(model, test: Tensor, log_f: Tensor) -> Optional[float]:
+    """log of the summed f(v) over the distinct test vectors (test: states (N, ...), log_f: (N,)), a floor for
+    log Z where v is discrete (a probability: Z is at least that sum); None on real support (f is a density)."""
+    if not model.support.discrete:
+        return None
+    _, inverse = torch.unique(test.reshape(test.shape[0], -1), dim=0, return_inverse=True)
+    first = torch.full((int(inverse.max()) + 1,), test.shape[0], dtype=torch.long, device=inverse.device)
+    first.scatter_reduce_(0, inverse, torch.arange(test.shape[0], device=inverse.device), reduce="amin")
+    return float(torch.logsumexp(log_f.to(torch.float64)[first], 0))
 
 
 def _with(se: float, ais_se: float) -> float:
