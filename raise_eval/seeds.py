@@ -16,6 +16,8 @@ EVALUATION_OFFSETS = {
 # checkpoint i (seed + 4 + LOG_F_STRIDE i), `test_subset`.
 TRAJECTORY_OFFSETS = {"ais": 0, "raise": 1, "bootstrap": 2, "raise_subset": 3, "log_f": 4, "test_subset": 6}
 TRAJECTORY_LOG_F_STRIDE = 7919  # a prime: checkpoint i's log f(v) stream, apart from the other stages' offsets
+# a user's energy model's evaluation (`evaluation.energy`): HMC's step-size pilot, AIS, RAISE.
+ENERGY_OFFSETS = {"pilot": 0, "ais": 1, "raise": 2}
 LARGEST_OFFSET = max(max(EVALUATION_OFFSETS.values()), max(TRAJECTORY_OFFSETS.values()))
 
 
@@ -24,4 +26,11 @@ def stage_seed(seed: int, stage: str, offsets: dict[str, int] = EVALUATION_OFFSE
     return seed + offsets[stage]
 
 
-__all__ = ["EVALUATION_OFFSETS", "LARGEST_OFFSET", "TRAJECTORY_OFFSETS", "TRAJECTORY_LOG_F_STRIDE", "stage_seed"]
+__all__ = [
+    "ENERGY_OFFSETS",
+    "EVALUATION_OFFSETS",
+    "LARGEST_OFFSET",
+    "TRAJECTORY_LOG_F_STRIDE",
+    "TRAJECTORY_OFFSETS",
+    "stage_seed",
+]

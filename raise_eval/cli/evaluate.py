@@ -191,6 +191,7 @@ def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_sett
         foreign.append(FLAGS["resume_file"])
     if foreign:
         takes = ", ".join(FLAGS[n] for n in ENERGY_FIELDS if n in FLAGS)
+        takes += " (with --model, --data, --train-data, --device, --dtype, --json and --overwrite)"
         verb = "does" if len(foreign) == 1 else "do"
         listed = ", ".join(sorted(foreign))
         die(f"{listed} {verb} not apply to an energy model (--model), whose evaluation takes {takes}")

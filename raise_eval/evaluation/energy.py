@@ -5,7 +5,8 @@ AIS estimates log Z (its estimate is a stochastic lower bound, so log f(v) - log
 log p(v)); RAISE, from each test vector itself, a stochastic lower bound on log p_ann(v). The report gives both
 averages over the test vectors, their gap and its standard error, the kernels' mean acceptance rates and the
 seconds. On real support HMC's (or MALA's) step sizes are tuned first in a pilot run with its own random stream and
-then frozen. Three streams: pilot (seed), AIS (seed + 1), RAISE (seed + 2).
+then frozen. Three streams, declared in `raise_eval.seeds.ENERGY_OFFSETS`: pilot (seed), AIS (seed + 1), RAISE
+(seed + 2).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from raise_eval.models.contracts import declared_family
 from raise_eval.models.energy import fit_base
 from raise_eval.paths.energy import EnergyPath
 from raise_eval.schedules import linear_schedule
+from raise_eval.seeds import ENERGY_OFFSETS, stage_seed
 from raise_eval.stats import mean_and_stderr
 
 KERNELS = {"real": ("hmc", "mala"), "discrete": ("metropolis", "gibbs-with-gradients")}
@@ -180,12 +182,12 @@ def evaluate_energy(
     seconds["pilot"] = time.perf_counter() - start
     recorders = {"AIS": _Recording(kernel), "RAISE": _Recording(kernel)}
     start = time.perf_counter()
-    forward = ais(path, betas, settings.ais_chains, generator=_generator(model, settings.seed + 1),
+    forward = ais(path, betas, settings.ais_chains, generator=_generator(model, settings.seed, "ais"),
                   kernel=recorders["AIS"], progress=progress)  # fmt: skip
     seconds["AIS"] = time.perf_counter() - start
     start = time.perf_counter()
     reverse = raise_log_likelihood(path, test_data, betas, settings.raise_chains,
-                                   generator=_generator(model, settings.seed + 2), kernel=recorders["RAISE"],
+                                   generator=_generator(model, settings.seed, "raise"), kernel=recorders["RAISE"],
                                    progress=progress)  # fmt: skip
     seconds["RAISE"] = time.perf_counter() - start
     upper = reverse.log_unnormalized - forward.log_normalizer
@@ -241,10 +243,12 @@ def _kernel(path: EnergyPath, kind: str, betas: Tensor, settings: EnergySettings
     if kind == "gibbs-with-gradients":
         return GibbsWithGradientsKernel(path)
     leapfrog = 1 if kind == "mala" else settings.num_leapfrog
-    schedule = tune_step_sizes(path, betas, generator=_generator(path.model, settings.seed), num_leapfrog=leapfrog,
+    generator = _generator(path.model, settings.seed, "pilot")
+    schedule = tune_step_sizes(path, betas, generator=generator, num_leapfrog=leapfrog,
                                max_pilot_steps=settings.pilot_steps, progress=progress)  # fmt: skip
     return EnergyHMCKernel(path, schedule, leapfrog)
 
 
-def _generator(model, seed: int) -> torch.Generator:
-    return torch.Generator(device=model.device).manual_seed(seed)
+def _generator(model, seed: int, stream: str) -> torch.Generator:
+    """The generator of `stream`'s stage in a run seeded `seed` (`raise_eval.seeds.ENERGY_OFFSETS`)."""
+    return torch.Generator(device=model.device).manual_seed(stage_seed(seed, stream, ENERGY_OFFSETS))
