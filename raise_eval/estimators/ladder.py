@@ -71,6 +71,16 @@ class LadderPass:
         return result
 
 
+def schedule_rungs(betas: Tensor, rungs) -> tuple[int, list[int], list[float]]:
+    """(K, the rungs sorted with 0 and K added, their betas) of a checked schedule (K + 1,); ValueError naming the
+    range when a rung does not index it."""
+    num_steps = betas.numel() - 1
+    rungs = sorted({0, num_steps, *(int(r) for r in rungs)})
+    if rungs[0] < 0 or rungs[-1] > num_steps:
+        raise ValueError(f"rungs must index the schedule's betas (0 .. {num_steps}), got {rungs}")
+    return num_steps, rungs, [float(betas[i]) for i in rungs]
+
+
 def ladder_pass(
     path,
     betas: Tensor,
@@ -94,11 +104,7 @@ def ladder_pass(
     """
     betas = validate_schedule(betas)
     check_count("num_chains", num_chains)
-    num_steps = betas.numel() - 1
-    rungs = sorted({0, num_steps, *(int(r) for r in rungs)})
-    if rungs[0] < 0 or rungs[-1] > num_steps:
-        raise ValueError(f"rungs must index the schedule's betas (0 .. {num_steps}), got {rungs}")
-    rung_betas = [float(betas[i]) for i in rungs]
+    num_steps, rungs, rung_betas = schedule_rungs(betas, rungs)
     start = time.perf_counter()
     state = path.sample_initial(num_chains, generator)
     count = len(rungs)

@@ -34,7 +34,7 @@ from tqdm.auto import tqdm
 
 from raise_eval.annealing import anneal, check_log_weights
 from raise_eval.estimators.ais import AISResult
-from raise_eval.estimators.ladder import LadderPass
+from raise_eval.estimators.ladder import LadderPass, schedule_rungs
 from raise_eval.schedules import validate_schedule
 from raise_eval.settings import check_count
 from raise_eval.stats import WeightSummary, summarize_log_weights
@@ -117,11 +117,7 @@ def smc_ladder_pass(
             f"num_chains ({num_chains}) must be a multiple of replicates ({replicates}) with at least two chains per "
             "replicate: change either"
         )
-    num_steps = betas.numel() - 1
-    rungs = sorted({0, num_steps, *(int(r) for r in rungs)})
-    if rungs[0] < 0 or rungs[-1] > num_steps:
-        raise ValueError(f"rungs must index the schedule's betas (0 .. {num_steps}), got {rungs}")
-    rung_betas = [float(betas[i]) for i in rungs]
+    num_steps, rungs, rung_betas = schedule_rungs(betas, rungs)
     start = time.perf_counter()
     state = path.sample_initial(num_chains, generator)
     device = state.layers[0].device

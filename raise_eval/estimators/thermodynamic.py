@@ -114,26 +114,30 @@ def thermodynamic_integration(
     num_chains = check_count("num_chains", num_chains, least=2)
     betas = validate_schedule(betas)
     start = time.perf_counter()
-    beta_list = betas.tolist()
+    beta_list, weights = betas.tolist(), trapezoid_weights(betas).tolist()
     state = path.sample_initial(num_chains, generator)
-    integrand = []  # g at the state sampled at beta_k, k = 0 .. K
+    # Each chain's trapezoid sum and the chains' mean of g at each beta, accumulated as the chains go (float64, on
+    # the chains' device): no (K + 1) x chains table is kept, and nothing is read back to the host per step.
+    running: dict[str, Any] = {"per_chain": None, "means": []}
 
-    def record(steps_done: int, state, log_weights) -> None:
-        # after step j (steps_done = j + 1) the state was moved at beta_j (`anneal`: transition, then weight update)
-        integrand.append(path.log_density_derivative(state, beta_list[steps_done - 1]).to(torch.float64))
+    def add(k: int, state) -> None:
+        g = path.log_density_derivative(state, beta_list[k]).to(torch.float64).reshape(-1)  # g at beta_k
+        running["means"].append(g.mean())
+        term = g * weights[k]
+        running["per_chain"] = term if running["per_chain"] is None else running["per_chain"].add_(term)
 
+    # after step j (steps_done = j + 1) the state was moved at beta_j (`anneal`: transition, then weight update)
     final, _ = anneal(
         path, state, betas, generator=generator, kernel=kernel, progress=progress, desc="thermodynamic integration",
-        on_step=record,
+        on_step=lambda steps_done, state, log_weights: add(steps_done - 1, state),
     )  # fmt: skip
     step = path.transition if kernel is None else kernel
-    integrand.append(path.log_density_derivative(step(final, beta_list[-1], generator), beta_list[-1]))
-    values = torch.stack([g.reshape(-1) for g in integrand]).to(torch.float64)  # (K + 1, chains)
-    per_chain = (trapezoid_weights(betas).to(values.device).unsqueeze(1) * values).sum(0)
+    add(len(beta_list) - 1, step(final, beta_list[-1], generator))
+    per_chain = running["per_chain"]
     return ThermodynamicResult(
         log_normalizer=path.log_partition_initial + per_chain.mean(),
         stderr=per_chain.std() / per_chain.numel() ** 0.5,
-        integrand_means=values.mean(1),
+        integrand_means=torch.stack(running["means"]).cpu(),
         betas=betas,
         num_chains=int(num_chains),
         num_steps=len(beta_list) - 1,

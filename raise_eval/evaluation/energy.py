@@ -120,20 +120,22 @@ class EnergyReport:
 
 
 class _Recording:
-    """A kernel whose calls record its mean acceptance (an `InfoKernel` run as a plain transition)."""
+    """A kernel whose calls record its mean acceptance (an `InfoKernel` run as a plain transition). The sum stays on
+    the kernel's device: no host-device synchronisation per annealing step, one when `mean` is read."""
 
     def __init__(self, kernel):
-        self.kernel, self.total, self.count = kernel, 0.0, 0
+        self.kernel, self.total, self.count = kernel, None, 0
 
     def __call__(self, state, beta: float, generator: torch.Generator):
         state, info = self.kernel.step(state, beta, generator)
-        self.total += float(info["acceptance"].double().mean())
+        step_mean = info["acceptance"].double().mean()
+        self.total = step_mean if self.total is None else self.total.add_(step_mean)
         self.count += 1
         return state
 
     @property
     def mean(self) -> float:
-        return self.total / self.count if self.count else math.nan
+        return float(self.total) / self.count if self.count else math.nan
 
 
 def evaluate_energy(
