@@ -47,6 +47,10 @@ class _Unset:
 
 UNSET = _Unset()  # a declaration's cli_default when the command takes the API's default
 
+# The names of every settings class's declared fields (`settings_class` adds them): the words a message's
+# template may write as `{field}`.
+DECLARED_FIELDS: set[str] = set()
+
 
 def render_names(template: str, names: Optional[dict[str, str]] = None) -> str:
     """`template` with each `{field}` written as `names[field]` (the field's own name when it has none there): the
@@ -54,7 +58,16 @@ def render_names(template: str, names: Optional[dict[str, str]] = None) -> str:
     rendered from its template."""
     names = names or {}
     template = getattr(template, "template", template)
-    return re.sub(r"\{(\w+)\}", lambda m: names.get(m.group(1), m.group(1)), template)
+
+    def field(match: re.Match) -> str:
+        word = match.group(1)
+        if word in names:
+            return names[word]
+        # Only a declared field is a placeholder: a user's text in the message (a path such as runs/{date}/x.npz)
+        # keeps its braces.
+        return word if word in DECLARED_FIELDS else match.group(0)
+
+    return re.sub(r"\{(\w+)\}", field, template)
 
 
 class Named(str):
@@ -207,6 +220,7 @@ def settings_class(cls):
         spec = f.metadata.get("setting")
         if spec is not None:
             object.__setattr__(spec, "name", f.name)
+            DECLARED_FIELDS.add(f.name)
     return cls
 
 

@@ -80,3 +80,21 @@ def test_nan_training_means_given_to_evaluate_are_named(no_estimator_runs):
     test = torch.zeros(4, 64)
     with pytest.raises(ValueError, match=r"train_pixel_means must be 64 values in \[0, 1\]"):
         evaluate(ckpt.model, test, train_pixel_means=torch.full((64,), float("nan")), steps=10)
+
+
+def test_braces_in_a_file_name_are_kept_in_the_message(tmp_path, capsys, no_estimator_runs):
+    """A path's `{word}` is the user's text, not a setting's placeholder: the message names the file as given
+    (a new user's run folders were called runs/{date}/...). A declared field in braces still renders as its flag."""
+    out = tmp_path / "runs{run}" / "missing" / "x.json"
+    with pytest.raises(SystemExit) as e:
+        main(["evaluate", str(DEFAULT), "--data", "digits", "--json", str(out), *FAST])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert f"--json {out}:" in err and "runs{run}" in err
+
+
+def test_a_declared_field_in_braces_still_renders_as_its_name_or_flag():
+    from raise_eval.settings import render_names
+
+    assert render_names("{steps} and {no_such_word}") == "steps and {no_such_word}"
+    assert render_names("{steps} and {no_such_word}", {"steps": "--steps"}) == "--steps and {no_such_word}"
