@@ -82,8 +82,8 @@ from raise_eval.models.io.fully_visible_files import (
     make_fully_visible_pt,
 )
 from raise_eval.models.io.matfile import read_mat
-from raise_eval.models.io.rbms_files import is_hdf5_name, read_rbms_update
 from raise_eval.models.io.metadata import _storable, metadata_problem
+from raise_eval.models.io.rbms_files import is_hdf5_name, read_rbms_update
 from torch import Tensor
 
 FORMAT = "raise-eval-checkpoint"

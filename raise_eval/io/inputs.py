@@ -223,16 +223,17 @@ class EvaluationInputs:
     files: list[tuple[str, Optional[str]]] = field(default_factory=list)
 
 
-def load_model(inputs: InputSettings):
+def load_model(inputs: InputSettings, also: tuple[str, ...] = ()):
     """The checkpoint's `Checkpoint` (model on the device, in the dtype); of a family evaluate runs (RBM, DBM, DBN: as
-    the model declares), else SettingsError saying where it runs."""
+    the model declares) or one of the families `also` (those the calling command runs), else SettingsError saying
+    where it runs."""
     from raise_eval.models.io.checkpoints import load_checkpoint
 
     ckpt = load_checkpoint(
         inputs.checkpoint, dtype=inputs.torch_dtype, device=torch.device(inputs.device), update=inputs.update
     )
     family = declared_family(ckpt.model)
-    if family not in ("RBM", "DBM", "DBN"):
+    if family not in ("RBM", "DBM", "DBN", *also):
         raise SettingsError(
             f"{{checkpoint}} {inputs.checkpoint} holds a {type(ckpt.model).__name__}; raise-eval evaluate evaluates "
             f"RBMs, DBMs and DBNs ({_ELSEWHERE.get(family, 'use raise-eval bdmc for VAEs')})"

@@ -8,8 +8,8 @@ A folder holds one run: checkpoint files (.pt, .npz, .mat) and, optionally, a ma
 Without a manifest the files are ordered by the step number in their names (the last number in the file name, e.g.
 `step_0000500.pt`, `rbm_epoch12.npz`); a folder whose names do not say it (no number, or the same number twice) is
 refused with the manifest's format. An rbms training run's HDF5 file (.h5) is a run by itself: its update_{n} groups
-are the checkpoints, at step n (`models.io.rbms_files`). Every checkpoint must be the same model (class, layer sizes: unit types and
-architecture), which `raise_eval.paths.trajectory.check_trajectory` checks after loading.
+are the checkpoints, at step n (`models.io.rbms_files`). Every checkpoint must be the same model (class, layer sizes:
+unit types and architecture), which `raise_eval.paths.trajectory.check_trajectory` checks after loading.
 
 `TrajectoryInputSettings` declares the trajectory command's inputs: the folder, and the data options of an
 evaluation, which are `InputSettings`' own declarations (declared once, there).
@@ -27,6 +27,7 @@ from typing import Any, Optional
 
 from torch import Tensor
 
+from raise_eval.io.fully_visible_inputs import fully_visible_inputs
 from raise_eval.io.inputs import InputSettings, input_files, load_evaluation_inputs
 from raise_eval.models.io.files import describe, why_unusable
 from raise_eval.models.io.rbms_files import is_hdf5_name, rbms_updates
@@ -260,14 +261,17 @@ def load_trajectory_inputs(inputs: TrajectoryInputSettings, init: str) -> Trajec
 
     saved = list_trajectory(inputs.folder)
     entries = thin_trajectory(checkpoints_from(saved, inputs.from_step), inputs.min_step_gap)
-    loaded = [load_model(inputs.for_checkpoint(str(e.path), e.update)) for e in entries]
+    loaded = [load_model(inputs.for_checkpoint(str(e.path), e.update), also=("fully-visible",)) for e in entries]
     models = [c.model for c in loaded]
     try:
         check_trajectory(models, names=[e.name for e in entries])
     except (TypeError, ValueError) as e:
         raise ValueError(f"{inputs.folder}: {e}") from None
     last = inputs.for_checkpoint(str(entries[-1].path), entries[-1].update)
-    evaluation = load_evaluation_inputs(last, init, ckpt=loaded[-1])
+    if models[-1].family == "fully-visible":
+        evaluation = fully_visible_inputs(last, init, loaded[-1])
+    else:
+        evaluation = load_evaluation_inputs(last, init, ckpt=loaded[-1])
     labels = dict(evaluation.labels)
     labels.pop("checkpoint", None)
     labels["folder"] = str(inputs.folder)

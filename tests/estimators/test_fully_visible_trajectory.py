@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from raise_eval.models.fully_visible import FullyVisibleModel
 
 from raise_eval import exact, raise_log_likelihood
 from raise_eval.estimators.ladder import ladder_pass
 from raise_eval.exact import fully_visible as exact_fv
-from raise_eval.models.fully_visible import FullyVisibleModel
 from raise_eval.paths.fully_visible import data_base_fields
 from raise_eval.paths.fully_visible_trajectory import FullyVisibleTrajectoryPath
 from raise_eval.paths.trajectory import trajectory_path
@@ -126,7 +126,8 @@ def test_a_wrong_weight_update_is_detected(walk, monkeypatch):
 
     monkeypatch.setattr(path, "log_density_ratio", wrong)
     betas = path.schedule(2)
-    result = ladder_pass(path, betas, CHAINS, rungs=path.knot_indices(betas), generator=torch.Generator().manual_seed(90))
+    generator = torch.Generator().manual_seed(90)
+    result = ladder_pass(path, betas, CHAINS, rungs=path.knot_indices(betas), generator=generator)
     z, _ = unbiasedness_z(result.log_weights[-1], exact.log_partition(models[-1]))
     assert float(z.abs()) > 4, z
 

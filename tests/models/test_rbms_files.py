@@ -11,7 +11,7 @@ from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
 from raise_eval.models.boltzmann.rbm import RBM
 from raise_eval.models.fully_visible import FullyVisibleModel
 from raise_eval.models.io import CheckpointError, load_checkpoint
-from raise_eval.models.io.rbms_files import read_rbms_update, rbms_updates
+from raise_eval.models.io.rbms_files import rbms_updates, read_rbms_update
 
 h5py = pytest.importorskip("h5py")
 
