@@ -23,10 +23,12 @@ setup(
     extras_require={
         # matplotlib: the plot paths are tested; lightning: SandwichCallback runs in a real Trainer; scipy: the MAT
         # reader is cross-checked against scipy.io.loadmat (tests/models/test_checkpoints.py).
-        "test": ["pytest>=7", "matplotlib>=3.5", "lightning>=2.0", "scipy>=1.8"],
+        # h5py: the rbms HDF5 reader's tests build files in rbms' layout (tests/models/test_rbms_files.py).
+        "test": ["pytest>=7", "matplotlib>=3.5", "lightning>=2.0", "scipy>=1.8", "h5py>=3.0"],
         "plot": ["matplotlib>=3.5"],
         "lightning": ["lightning>=2.0"],  # raise_eval.lightning.SandwichCallback
         "vision": ["torchvision"],
+        "hdf5": ["h5py>=3.0"],  # DsysDML/rbms training runs (.h5), models/io/rbms_files.py
         # mkdocs.yml's site; 1.6 brought the anchor validation that `mkdocs build --strict` relies on (.ci/run).
         # Pygments: code highlighted at build time (the codehilite extension), so the site needs no CDN.
         "docs": ["mkdocs==1.6.1", "Pygments>=2.12"],

@@ -273,3 +273,15 @@ def mixed_state(model) -> tuple[dict, dict[str, Tensor]]:
     state = {f"weights_{l}": w for l, w in enumerate(model.weights)}
     state.update({f"biases_{l}": b for l, b in enumerate(model.biases)})
     return {"layers": [layer.to_config() for layer in model.layers]}, state
+
+
+def log_z_exact_value(path: Path, value: np.ndarray) -> float:
+    """An .npz's logZ_exact: one finite real number; CheckpointError naming the file and the key otherwise."""
+    value = np.asarray(value)
+    if value.size != 1 or value.dtype.kind not in "iuf" or not np.isfinite(value).all():
+        shown = f" ({np.array2string(value.ravel()[:3], threshold=3)})" if value.dtype.kind in "iufcb" else ""
+        raise CheckpointError(
+            f"{path}: logZ_exact must be one finite real number (the exact log partition function), got a "
+            f"{value.dtype} array of shape {value.shape}{shown}; save it as a number or leave it out"
+        )
+    return float(value.reshape(()))

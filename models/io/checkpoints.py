@@ -32,6 +32,7 @@ Importers (`load_checkpoint` picks one from the file name):
     has model_type 'fully-visible').
 - MATLAB .mat (level 5) with vishid (n_visible, n_hidden), hidbiases (or hidrecbiases) and visbiases, as saved by
   Salakhutdinov's RBM code; other MATLAB variables are listed in metadata["ignored_variables"].
+- .h5 / .hdf5: a DsysDML/rbms training run, one update_{n} of it (`rbms_files`; needs h5py).
 
 What save_checkpoint stores, load_checkpoint reads back: metadata (and a VAE's config) are kept in types that
 torch.load(weights_only=True) reads. NumPy scalars become Python numbers (np.float32(0.1) -> 0.10000000149011612,
@@ -67,6 +68,7 @@ from raise_eval.models.io.builders import (
     _make_layered,
     _make_rbm,
     is_typed_npz,
+    log_z_exact_value,
     make_mixed,
     make_typed_rbm,
     mixed_state,
@@ -81,6 +83,7 @@ from raise_eval.models.io.fully_visible_files import (
 )
 from raise_eval.models.io.matfile import read_mat
 from raise_eval.models.io.metadata import _storable, metadata_problem
+from raise_eval.models.io.rbms_files import is_hdf5_name, read_rbms_update
 from torch import Tensor
 
 FORMAT = "raise-eval-checkpoint"
@@ -99,7 +102,7 @@ class Checkpoint:
     model: the model (float32 unless the file held float64 and `dtype` was not given).
     metadata: free-form information (dataset, training settings, exact log Z when known...).
     train_pixel_means: mean of each visible unit over the training set (n_visible,), or None.
-    source: the file it came from; source_format: 'raise-eval', 'npz' or 'mat'.
+    source: the file it came from; source_format: 'raise-eval', 'npz', 'mat' or 'rbms'.
     """
 
     model: Any  # RBM, DBM, DBN or VAE
@@ -277,9 +280,11 @@ def _vae_pixel_means(train_pixel_means, model) -> Tensor:
     return means
 
 
-def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None, device=None) -> Checkpoint:
-    """Load a raise-eval .pt checkpoint, an .npz (RBM, DBM, DBN or fully visible model) or a MATLAB .mat RBM (chosen
-    by the file name)."""
+def load_checkpoint(
+    path: Union[str, Path], dtype: Optional[torch.dtype] = None, device=None, update: Optional[int] = None
+) -> Checkpoint:
+    """Load a raise-eval .pt checkpoint, an .npz (RBM, DBM, DBN or fully visible model), a MATLAB .mat RBM or an rbms
+    run's HDF5 file (.h5: its `update` n, default the last; `rbms_files`), chosen by the file name."""
     path = Path(path)
     unusable = why_unusable(path)
     if unusable == "does not exist":
@@ -287,7 +292,12 @@ def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None,
     if unusable is not None:  # a symbolic link loop, a broken link, a folder, a device: said as such
         raise CheckpointError(f"checkpoint {path} {unusable}; give the checkpoint file")
     suffix = path.suffix.lower()
-    if suffix in (".pt", ".pth", ".ckpt"):
+    if update is not None and not is_hdf5_name(path):
+        raise CheckpointError(f"{path}: an update is chosen in an rbms run's HDF5 file (.h5); this is a {suffix} file")
+    if is_hdf5_name(path):
+        model, metadata = read_rbms_update(path, update)
+        ckpt = Checkpoint(model, metadata, None, str(path), "rbms")
+    elif suffix in (".pt", ".pth", ".ckpt"):
         ckpt = _load_raise_eval(path)
     elif suffix == ".npz":
         ckpt = _load_npz(path)
@@ -296,8 +306,8 @@ def load_checkpoint(path: Union[str, Path], dtype: Optional[torch.dtype] = None,
     else:
         raise CheckpointError(
             f"{path}: unknown checkpoint type {suffix or '(no extension)'}; expected .pt (raise-eval), "
-            ".npz (W, vbias, hbias, or model_type and weights_l, biases_l, or h and J) or .mat (vishid, hidbiases, "
-            "visbiases)"
+            ".npz (W, vbias, hbias, or model_type and weights_l, biases_l, or h and J), .mat (vishid, hidbiases, "
+            "visbiases) or .h5 (an rbms run)"
         )
     if dtype is not None or device is not None:
         ckpt.model = ckpt.model.to(device=device, dtype=dtype)  # nn.Module.to for VAEs (in place, returns self)
@@ -521,7 +531,7 @@ def _load_npz(path: Path) -> Checkpoint:
         return Checkpoint(model, {"ignored_variables": sorted(arrays)} if arrays else {}, None, str(path), "npz")
     layered = sorted(k for k in arrays if _LAYERED_KEY.match(k))
     if is_typed_npz(arrays):  # visible/hidden unit types: never read as a binary RBM
-        metadata = {"log_z_exact": _log_z_exact(path, arrays.pop("logZ_exact"))} if "logZ_exact" in arrays else {}
+        metadata = {"log_z_exact": log_z_exact_value(path, arrays.pop("logZ_exact"))} if "logZ_exact" in arrays else {}
         model = make_typed_rbm(path, arrays)
         if arrays:
             metadata["ignored_variables"] = sorted(arrays)
@@ -546,25 +556,13 @@ def _load_npz(path: Path) -> Checkpoint:
             )
         model = _make_rbm(path, arrays.pop("W"), arrays.pop("vbias"), arrays.pop("hbias"))
         if "logZ_exact" in arrays:
-            metadata["log_z_exact"] = _log_z_exact(path, arrays.pop("logZ_exact"))
+            metadata["log_z_exact"] = log_z_exact_value(path, arrays.pop("logZ_exact"))
         ignored = sorted(arrays)
     else:
         model, ignored = _make_layered(path, model_type, arrays, strict=False)
     if ignored:
         metadata["ignored_variables"] = ignored
     return Checkpoint(model, metadata, _pixel_means(path, means, model, convert=True), str(path), "npz")
-
-
-def _log_z_exact(path: Path, value: np.ndarray) -> float:
-    """An .npz's logZ_exact: one finite real number; CheckpointError naming the file and the key otherwise."""
-    value = np.asarray(value)
-    if value.size != 1 or value.dtype.kind not in "iuf" or not np.isfinite(value).all():
-        shown = f" ({np.array2string(value.ravel()[:3], threshold=3)})" if value.dtype.kind in "iufcb" else ""
-        raise CheckpointError(
-            f"{path}: logZ_exact must be one finite real number (the exact log partition function), got a "
-            f"{value.dtype} array of shape {value.shape}{shown}; save it as a number or leave it out"
-        )
-    return float(value.reshape(()))
 
 
 def _npz_model_type(path: Path, value: np.ndarray) -> str:

@@ -95,8 +95,13 @@ class InputSettings:
     """Where an evaluation's model and data come from, and the device and precision to compute in."""
 
     checkpoint: Optional[str] = setting(
-        None, "RBM, DBM or DBN checkpoint: .pt (raise-eval), .npz or .mat; or give --model", kind="path",
+        None, "RBM, DBM or DBN checkpoint: .pt (raise-eval), .npz, .mat or an rbms run (.h5); or give --model",
+        kind="path",
         none="--model", metavar="CHECKPOINT", flag="checkpoint",
+    )  # fmt: skip
+    update: Optional[int] = setting(
+        None, "the update to read from an rbms training run's HDF5 file (CHECKPOINT.h5): its group update_N",
+        kind="count", least=0, none="the last update", flag="--update", metavar="N", group="model",
     )  # fmt: skip
     model: Optional[str] = setting(
         None,
@@ -155,11 +160,17 @@ class InputSettings:
             return
         if Path(self.checkpoint).is_dir():
             raise SettingsError(f"{{checkpoint}} {self.checkpoint} is a folder; give the checkpoint file")
+        if self.update is not None and Path(self.checkpoint).suffix.lower() not in (".h5", ".hdf5"):
+            raise SettingsError(
+                f"{{update}} chooses an update of an rbms run's HDF5 file (.h5); {self.checkpoint} is not one: drop it"
+            )
         if self.data is not None:
             self.check_data_request(self.data)
 
     def _check_energy_request(self) -> None:
         """With {model}: the data are files of the energy's examples; what belongs to checkpoints is refused."""
+        if self.update is not None:
+            raise SettingsError("{update} chooses an update of an rbms run's HDF5 checkpoint, not of {model}: drop it")
         if self.data is None:
             raise SettingsError("{model} needs {data} FILE, a .npy/.npz file of test examples", ("data",))
         for name, what in (("data", "test"), ("train_data", "training")):
@@ -212,14 +223,17 @@ class EvaluationInputs:
     files: list[tuple[str, Optional[str]]] = field(default_factory=list)
 
 
-def load_model(inputs: InputSettings):
+def load_model(inputs: InputSettings, also: tuple[str, ...] = ()):
     """The checkpoint's `Checkpoint` (model on the device, in the dtype); of a family evaluate runs (RBM, DBM, DBN: as
-    the model declares), else SettingsError saying where it runs."""
+    the model declares) or one of the families `also` (those the calling command runs), else SettingsError saying
+    where it runs."""
     from raise_eval.models.io.checkpoints import load_checkpoint
 
-    ckpt = load_checkpoint(inputs.checkpoint, dtype=inputs.torch_dtype, device=torch.device(inputs.device))
+    ckpt = load_checkpoint(
+        inputs.checkpoint, dtype=inputs.torch_dtype, device=torch.device(inputs.device), update=inputs.update
+    )
     family = declared_family(ckpt.model)
-    if family not in ("RBM", "DBM", "DBN"):
+    if family not in ("RBM", "DBM", "DBN", *also):
         raise SettingsError(
             f"{{checkpoint}} {inputs.checkpoint} holds a {type(ckpt.model).__name__}; raise-eval evaluate evaluates "
             f"RBMs, DBMs and DBNs ({_ELSEWHERE.get(family, 'use raise-eval bdmc for VAEs')})"
@@ -303,6 +317,8 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
     }
     if alphabet is not None:
         labels["alphabet"] = alphabet
+    if ckpt.source_format == "rbms":  # which update of the run was evaluated
+        labels["update"] = ckpt.metadata["update"]
     means = None
     if init == "base-rates":
         is_dbn = isinstance(ckpt.model, DBN)

@@ -7,8 +7,9 @@ A folder holds one run: checkpoint files (.pt, .npz, .mat) and, optionally, a ma
 
 Without a manifest the files are ordered by the step number in their names (the last number in the file name, e.g.
 `step_0000500.pt`, `rbm_epoch12.npz`); a folder whose names do not say it (no number, or the same number twice) is
-refused with the manifest's format. Every checkpoint must be the same model (class, layer sizes: unit types and
-architecture), which `raise_eval.paths.trajectory.check_trajectory` checks after loading.
+refused with the manifest's format. An rbms training run's HDF5 file (.h5) is a run by itself: its update_{n} groups
+are the checkpoints, at step n (`models.io.rbms_files`). Every checkpoint must be the same model (class, layer sizes:
+unit types and architecture), which `raise_eval.paths.trajectory.check_trajectory` checks after loading.
 
 `TrajectoryInputSettings` declares the trajectory command's inputs: the folder, and the data options of an
 evaluation, which are `InputSettings`' own declarations (declared once, there).
@@ -26,8 +27,10 @@ from typing import Any, Optional
 
 from torch import Tensor
 
+from raise_eval.io.fully_visible_inputs import fully_visible_inputs
 from raise_eval.io.inputs import InputSettings, input_files, load_evaluation_inputs
 from raise_eval.models.io.files import describe, why_unusable
+from raise_eval.models.io.rbms_files import is_hdf5_name, rbms_updates
 from raise_eval.settings import SettingsError, declarations, setting, settings_class
 
 MANIFEST = "trajectory.json"
@@ -38,10 +41,16 @@ _NUMBER = re.compile(r"(\d+)")
 
 @dataclass(frozen=True)
 class TrajectoryFile:
-    """One checkpoint of a run: its file and training step."""
+    """One checkpoint of a run: its file and training step, and the update it is in an rbms run's file (else None)."""
 
     path: Path
     step: int
+    update: Optional[int] = None
+
+    @property
+    def name(self) -> str:
+        """The file's name, or the update's group for one of an rbms run's updates."""
+        return self.path.name if self.update is None else f"update_{self.update}"
 
 
 def write_manifest(folder, entries: list[tuple[str, int]], metadata: Optional[dict[str, Any]] = None) -> Path:
@@ -61,8 +70,11 @@ def write_manifest(folder, entries: list[tuple[str, int]], metadata: Optional[di
 
 
 def list_trajectory(folder) -> list[TrajectoryFile]:
-    """The checkpoints of `folder` in training order (by its manifest, else by the step numbers in the names)."""
+    """The checkpoints of `folder` in training order (by its manifest, else by the step numbers in the names); of
+    an rbms run's .h5 file, its updates."""
     folder = Path(folder)
+    if is_hdf5_name(folder) and folder.is_file():
+        return [TrajectoryFile(folder, n, update=n) for n in rbms_updates(folder)]
     if not folder.is_dir():
         what = "is not a folder" if folder.exists() else "does not exist"
         raise FileNotFoundError(f"{folder} {what}; give the folder of one run's checkpoints")
@@ -116,7 +128,7 @@ def checkpoints_from(entries: list[TrajectoryFile], from_step: Optional[int]) ->
     if not kept:
         raise SettingsError(
             f"{{from_step}} {from_step} is after the last checkpoint (step {entries[-1].step}, "
-            f"{entries[-1].path.name}); give a step at or before it"
+            f"{entries[-1].name}); give a step at or before it"
         )
     return kept
 
@@ -181,7 +193,8 @@ class TrajectoryInputSettings:
     folder: str = setting(
         None,
         f"the folder of one run's checkpoints (.pt, .npz, .mat), read in training order: by its {MANIFEST} if it "
-        "has one, else by the step number in the file names",
+        "has one, else by the step number in the file names; or an rbms training run's HDF5 file (.h5), every "
+        "update_N in it a checkpoint at step N",
         kind="path", metavar="DIR", flag="folder",
     )  # fmt: skip
     min_step_gap: Optional[int] = setting(
@@ -210,17 +223,19 @@ class TrajectoryInputSettings:
     dtype: str = _declared_as_in_input_settings("dtype")
 
     def _validate(self) -> None:
-        if not Path(self.folder).is_dir():
+        if is_hdf5_name(self.folder) and Path(self.folder).is_file():
+            pass  # an rbms run: its updates are the checkpoints
+        elif not Path(self.folder).is_dir():
             what = "is not a folder" if Path(self.folder).exists() else "does not exist"
             raise SettingsError(f"{{folder}} {self.folder} {what}; give the folder of one run's checkpoints")
         if self.data is not None:
             InputSettings.check_data_request(self, self.data)  # the same checks as an evaluation's, on these fields
 
-    def for_checkpoint(self, checkpoint: str) -> InputSettings:
-        """The `InputSettings` of one of the run's checkpoints with these data options."""
+    def for_checkpoint(self, checkpoint: str, update: Optional[int] = None) -> InputSettings:
+        """The `InputSettings` of one of the run's checkpoints (an rbms run's `update`) with these data options."""
         shared = {f.name for f in dataclasses.fields(InputSettings)}  # the data options, not the folder's own
         values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name in shared}
-        return InputSettings(checkpoint=checkpoint, **values)
+        return InputSettings(checkpoint=checkpoint, update=update, **values)
 
 
 @dataclass
@@ -246,32 +261,36 @@ def load_trajectory_inputs(inputs: TrajectoryInputSettings, init: str) -> Trajec
 
     saved = list_trajectory(inputs.folder)
     entries = thin_trajectory(checkpoints_from(saved, inputs.from_step), inputs.min_step_gap)
-    loaded = [load_model(inputs.for_checkpoint(str(e.path))) for e in entries]
+    loaded = [load_model(inputs.for_checkpoint(str(e.path), e.update), also=("fully-visible",)) for e in entries]
     models = [c.model for c in loaded]
     try:
-        check_trajectory(models, names=[e.path.name for e in entries])
+        check_trajectory(models, names=[e.name for e in entries])
     except (TypeError, ValueError) as e:
         raise ValueError(f"{inputs.folder}: {e}") from None
-    last = inputs.for_checkpoint(str(entries[-1].path))
-    evaluation = load_evaluation_inputs(last, init, ckpt=loaded[-1])
+    last = inputs.for_checkpoint(str(entries[-1].path), entries[-1].update)
+    if models[-1].family == "fully-visible":
+        evaluation = fully_visible_inputs(last, init, loaded[-1])
+    else:
+        evaluation = load_evaluation_inputs(last, init, ckpt=loaded[-1])
     labels = dict(evaluation.labels)
     labels.pop("checkpoint", None)
     labels["folder"] = str(inputs.folder)
-    labels["checkpoints"] = [e.path.name for e in entries]
+    labels.pop("update", None)
+    labels["checkpoints"] = [e.name for e in entries]
     if inputs.from_step is not None:
         labels["from_step"] = inputs.from_step
     if inputs.min_step_gap is not None:
         labels["min_step_gap"] = inputs.min_step_gap
     if len(entries) < len(saved):
         labels["checkpoints_saved"] = len(saved)
-    files = [(f"a checkpoint of {inputs.folder}", str(e.path)) for e in entries]
+    files = [(f"a checkpoint of {inputs.folder}", str(p)) for p in dict.fromkeys(e.path for e in entries)]
     files += [f for f in input_files(last, loaded[-1].metadata) if f[0] != "the checkpoint"]
     if (Path(inputs.folder) / MANIFEST).exists():
         files.append(("the trajectory's manifest", str(Path(inputs.folder) / MANIFEST)))
     return TrajectoryInputs(
         models=models,
         steps=[e.step for e in entries],
-        names=[e.path.name for e in entries],
+        names=[e.name for e in entries],
         test=evaluation.test,
         train_pixel_means=evaluation.train_pixel_means,
         labels=labels,

@@ -25,7 +25,6 @@ so a step costs the even layers' sampling products plus two input products, what
 
 from __future__ import annotations
 
-import bisect
 import copy
 from collections.abc import Collection, Sequence
 from typing import NamedTuple, Optional, Union
@@ -34,6 +33,13 @@ import torch
 from torch import Tensor
 
 from raise_eval.models.contracts import BoltzmannModel, Model
+from raise_eval.models.fully_visible import FullyVisibleModel
+from raise_eval.paths.fully_visible_trajectory import (
+    FullyVisibleTrajectoryPath,
+    check_fully_visible_points,
+    fully_visible_trajectory_path,
+)
+from raise_eval.paths.knots import Knots
 from raise_eval.paths.trajectory_layers import layers_of
 
 
@@ -92,9 +98,13 @@ def _check_points(models: Sequence, what: str, names: Optional[Sequence[str]] = 
 
 def check_trajectory(models: Sequence, what: str = "checkpoint", names: Optional[Sequence[str]] = None) -> None:
     """Refuse models that are not one machine's trajectory: layered Boltzmann machines (RBMs, DBMs) of the same
-    class (unit types), layer sizes, dtype and device. ValueError (TypeError for other models) naming the first
+    class (unit types), layer sizes, dtype and device, or fully visible models of one kind of site, size, dtype and
+    device. ValueError (TypeError for other models) naming the first
     that differs, as `names[i]` when given, else as '{what} i'."""
     name = (lambda i: names[i]) if names is not None else (lambda i: f"{what} {i}")  # noqa: E731
+    if models and isinstance(models[0], FullyVisibleModel):  # fields and couplings: their own path
+        check_fully_visible_points(models, name)
+        return
     for i, m in enumerate(models):
         if isinstance(m, BoltzmannModel) and type(m) is not type(models[0]):
             raise ValueError(
@@ -110,13 +120,10 @@ def _a(noun: str) -> str:
 
 FAMILY_ADVICE = {
     "DBN": ": a DBN's directed layers have no trajectory path of this kind; evaluate its checkpoints one by one",
-    "fully-visible": (
-        ": fully visible models have no trajectory path yet; evaluate each checkpoint with raise-eval evaluate"
-    ),
 }
 
 
-class TrajectoryPath:
+class TrajectoryPath(Knots):
     """The piecewise-linear path through the parameters of `points` (P_0 at beta = 0, P_T at beta = 1).
 
     Args:
@@ -200,59 +207,7 @@ class TrajectoryPath:
         path.clamped = tuple(sorted(clamped))
         return path
 
-    # ---------------------------------------------------------------- schedules
-    def schedule(self, steps_per_link: Union[int, Sequence[int]], first_link_steps: Optional[int] = None) -> Tensor:
-        """Inverse temperatures through every knot, linearly spaced inside each link, shaped (K + 1,) in float64.
-
-        Args:
-            steps_per_link: sub-steps K_i of each link (one count for all, or T counts).
-            first_link_steps: sub-steps of link 0 instead (e.g. from a prepended base to the first checkpoint).
-        """
-        t = self.num_links
-        counts = [int(steps_per_link)] * t if isinstance(steps_per_link, int) else [int(k) for k in steps_per_link]
-        if len(counts) != t:
-            raise ValueError(f"steps_per_link needs {t} counts (one per link), got {len(counts)}")
-        if first_link_steps is not None:
-            counts[0] = int(first_link_steps)
-        if any(k < 1 for k in counts):
-            raise ValueError(f"every link needs at least one step, got {counts}")
-        betas = []
-        for i, k in enumerate(counts):
-            lo, hi = self.knots[i], self.knots[i + 1]
-            betas += [lo + (hi - lo) * s / k for s in range(k)]
-        betas.append(1.0)
-        return torch.tensor(betas, dtype=torch.float64)
-
-    def knot_indices(self, betas: Tensor) -> list[int]:
-        """For each knot, the first index of `betas` where it is (ValueError when a schedule skips a knot)."""
-        values = torch.as_tensor(betas, dtype=torch.float64).tolist()
-        first: dict[float, int] = {}
-        for j, b in enumerate(values):
-            first.setdefault(b, j)
-        missing = [i for i, k in enumerate(self.knots) if k not in first]
-        if missing:
-            raise ValueError(
-                f"the schedule skips the knots of points {missing}: build it with path.schedule(...) so that it passes "
-                "through every point"
-            )
-        return [first[k] for k in self.knots]
-
     # ---------------------------------------------------------------- parameters along the path
-    def _locate(self, beta: float) -> tuple[int, float]:
-        """(link i, u) with beta = (1 - u) beta_i + u beta_{i+1}."""
-        if not 0.0 <= beta <= 1.0:
-            raise ValueError(f"beta must be in [0, 1], got {beta}")
-        i = min(bisect.bisect_right(self.knots, beta) - 1, self.num_links - 1)
-        return i, self._u(i, beta)
-
-    def _u(self, link: int, beta: float) -> float:
-        lo, hi = self.knots[link], self.knots[link + 1]
-        if beta == lo:
-            return 0.0
-        if beta == hi:
-            return 1.0
-        return (beta - lo) / (hi - lo)
-
     def _in_link(self, link: int, beta: float) -> bool:
         return self.knots[link] <= beta <= self.knots[link + 1]
 
@@ -431,17 +386,20 @@ class TrajectoryPath:
 
 def trajectory_path(
     checkpoints: Sequence[BoltzmannModel], base_biases: Optional[Sequence[Tensor]] = None
-) -> TrajectoryPath:
+) -> Union[TrajectoryPath, FullyVisibleTrajectoryPath]:
     """The annealing path of a training run: an independent start, then the checkpoints theta_1, ..., theta_T in
     training order (the last one the target at beta = 1).
 
     The start is the first checkpoint itself when every one of its weights is zero and no `base_biases` are given;
     otherwise the independent distribution with `base_biases` (one vector per layer; uniform when None, or
     `data_base_rates(model, train_data)`, the distribution a training run's visible biases usually start from) is
-    prepended. `path.checkpoint_points` lists the points that are checkpoints.
+    prepended. `path.checkpoint_points` lists the points that are checkpoints. Fully visible models get their own
+    path through the fields and couplings (`fully_visible_trajectory_path`; `base_biases` their base's fields).
     """
     checkpoints = list(checkpoints)
     check_trajectory(checkpoints)
+    if isinstance(checkpoints[0], FullyVisibleModel):
+        return fully_visible_trajectory_path(checkpoints, base_biases)
     first = checkpoints[0]
     if base_biases is None and _independent(first) and len(checkpoints) > 1:
         return TrajectoryPath(checkpoints)

@@ -333,6 +333,9 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     thinned = trajectory_thinning(s)
     thinned = f" ({render_names(thinned, names)})" if thinned else ""
     units = f" of {', '.join(s['units'])} units" if s.get("units") else ""
+    machine = f"{sizes} {s['family']}{units}"
+    if s["family"] == "fully-visible":  # one layer of sites: e.g. 'fully visible model of 53 categorical sites'
+        machine = f"fully visible model of {sizes} {s['units'][0]} sites"
     chains = f"{s['ais_chains']:,} AIS chains"
     if s.get("resample_ess"):
         resampled = report.final.resamplings if report.final is not None else 0
@@ -343,7 +346,7 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
         )
     lines = [
         f"raise-eval trajectory{where}: {_count(s['num_checkpoints'], 'checkpoint')} "
-        f"of a {sizes} {s['family']}{units}{thinned}, {s['dtype']} on {s['device']}",
+        f"of a {machine}{thinned}, {s['dtype']} on {s['device']}",
         f"data: {data} ({report.num_test:,} vectors); start: {start}; K = {s['steps']} sub-steps per link{first} "
         f"({s['num_steps']:,} steps), {chains}; RAISE {s['raise_examples']} x "
         f"{s['raise_chains']} at {_count(sum(c.raise_mean is not None for c in report.checkpoints), 'checkpoint')}; "

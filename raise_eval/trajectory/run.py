@@ -30,6 +30,7 @@ from raise_eval.estimators.smc import smc_ladder_pass
 from raise_eval.estimators.unnormalized import log_unnormalized_estimate
 from raise_eval.evaluation.plan import EXACT_AUTO_MIN_MACS, _start_biases
 from raise_eval.io.datasets import check_binary
+from raise_eval.paths.fully_visible_trajectory import fully_visible_base
 from raise_eval.paths.trajectory import check_trajectory, trajectory_path
 from raise_eval.runtime.threads import using_threads
 from raise_eval.seeds import TRAJECTORY_LOG_F_STRIDE, TRAJECTORY_OFFSETS, stage_seed
@@ -107,7 +108,10 @@ def _evaluate(
         test = test[subset_indices.to(device)]
         notes.append(f"averages over a fixed random subset of {test.shape[0]} test vectors ({{test_subset}})")
     family = model.family
-    base = _start_biases(model, family, settings.init, train_pixel_means)
+    if family == "fully-visible":  # the base's fields from the training data's site frequencies
+        base = fully_visible_base(models[0], settings.init, train_pixel_means)
+    else:
+        base = _start_biases(model, family, settings.init, train_pixel_means)
     path = trajectory_path(models, base if settings.init == "base-rates" else None)
     start_steps = settings.start_steps
     betas = path.schedule(settings.steps, first_link_steps=start_steps)
@@ -199,7 +203,7 @@ def _evaluate(
         for h in (bar.health() if bar is not None else [])
     ]  # fmt: skip
     if stage is None:
-        density = model.typed_layers and model.continuous  # a continuous visible layer: log-densities
+        density = getattr(model, "typed_layers", False) and model.continuous  # continuous visible: log-densities
         warnings, verdict, interval, reasons = _verdict(
             estimates[-1], log_f[-1], test, settings, estimates[:-1], density
         )
@@ -211,7 +215,7 @@ def _evaluate(
         **settings.as_dict(),
         **(labels or {}),
         "num_checkpoints": count,
-        "layer_sizes": list(model.layer_sizes),
+        "layer_sizes": list(model.layer_sizes) if family != "fully-visible" else [model.n_visible],
         "family": family,
         "start": "prepended" if path.checkpoint_points[0] == 1 else "the first checkpoint",
         "num_steps": int(betas.numel() - 1),
@@ -220,7 +224,10 @@ def _evaluate(
         "dtype": str(dtype).replace("torch.", ""),
         "threads": torch.get_num_threads(),  # what ran (the settings carry None once the command line has set it)
     }
-    if model.typed_layers:  # as evaluate's report says them: the layers' unit types, a density or a probability
+    if family == "fully-visible":
+        report_settings["units"] = [model.sites]
+        report_settings["likelihood"] = "probability"
+    elif model.typed_layers:  # as evaluate's report says them: the layers' unit types, a density or a probability
         report_settings["units"] = [layer.kind for layer in model.layers]
         report_settings["likelihood"] = "density" if model.continuous else "probability"
     report = TrajectoryReport(
@@ -250,8 +257,13 @@ def _forward_pass(path, betas: Tensor, knots: list[int], settings: TrajectorySet
 
 def _test_vectors(model, test_data, settings: TrajectorySettings) -> Tensor:
     """The test vectors as the model's visible states, in its dtype and device: binary vectors, or a typed visible
-    layer's states (from the forms users keep them in). A DBM of typed layers whose log f(v) cannot be enumerated
-    within max_exact_units is refused here, before any work (it has no estimator of log f(v))."""
+    layer's states (from the forms users keep them in), or a fully visible model's site states. A DBM of typed layers
+    whose log f(v) cannot be enumerated within max_exact_units is refused here, before any work (it has no estimator
+    of log f(v))."""
+    if model.family == "fully-visible":
+        test = torch.as_tensor(test_data)
+        model.check_sites(test, "test data")
+        return test.to(device=model.device, dtype=torch.int64 if model.sites == "categorical" else model.dtype)
     if not model.typed_layers:
         test = check_binary(torch.as_tensor(test_data), model.n_visible, "test data")
         return test.to(device=model.device, dtype=model.dtype)
@@ -289,9 +301,13 @@ def _exact_affordable(models, n_test: int, settings: TrajectorySettings, num_ste
         if cost.log_z_units > settings.max_exact_units:
             continue  # not enumerated (`_exact_log_z`)
         work += cost.log_z_work
-        if m.num_layers > 2 and cost.log_f_units <= settings.max_exact_units:
+        if getattr(m, "num_layers", 2) > 2 and cost.log_f_units <= settings.max_exact_units:
             work += cost.log_f_work
-    per_pass = 2.0 * sum(w.numel() for w in models[-1].weights)  # two products per chain and step
+    last = models[-1]
+    if last.family == "fully-visible":  # a scan reads every coupling of every site twice
+        per_pass = 2.0 * last.n_visible**2 * last.num_states
+    else:
+        per_pass = 2.0 * sum(w.numel() for w in last.weights)  # two products per chain and step
     raise_runs = min(settings.raise_checkpoints, len(models))
     raise_chains = min(settings.raise_examples, n_test) * settings.raise_chains * raise_runs
     estimator = per_pass * num_steps * (settings.ais_chains + raise_chains)
@@ -312,6 +328,8 @@ def _log_f(
 ) -> tuple[Tensor, str]:
     """log f(v) of every test vector (float64) and how it was had: 'exact', or 'importance' for a DBM whose
     enumeration is beyond max_exact_units or not affordable (`_exact_affordable`)."""
+    if model.family == "fully-visible":  # log f(v) in closed form
+        return model.log_unnormalized(test).double(), "exact"
     units = exact_mod.log_f_units(model)
     enumerated = (enumerate_exact or model.typed_layers) and units <= settings.max_exact_units  # typed: no estimator
     if model.num_layers == 2 or enumerated:

@@ -154,9 +154,9 @@ def test_raise_eval_format_errors(tmp_path, rbm):
 
 
 def test_unknown_files_are_refused(tmp_path):
-    (tmp_path / "m.h5").write_bytes(b"x")
-    with pytest.raises(CheckpointError, match="unknown checkpoint type .h5"):
-        load_checkpoint(tmp_path / "m.h5")
+    (tmp_path / "m.bin").write_bytes(b"x")
+    with pytest.raises(CheckpointError, match="unknown checkpoint type .bin"):
+        load_checkpoint(tmp_path / "m.bin")
     (tmp_path / "v73.mat").write_bytes(b"MATLAB 7.3 MAT-file" + b" " * 600)
     with pytest.raises(MatFileError, match="HDF5"):
         load_checkpoint(tmp_path / "v73.mat")

@@ -183,10 +183,16 @@ def test_a_typed_and_a_binary_machine_are_not_one_trajectory():
         check_trajectory([typed[0], spins[0]])
 
 
-def test_families_without_a_trajectory_path_are_refused_with_what_to_do():
+def test_fully_visible_models_have_their_own_trajectory_and_do_not_mix_with_machines():
     from raise_eval.models.fully_visible import FullyVisibleModel
 
     ising = FullyVisibleModel(torch.zeros(3), torch.zeros(3, 3), sites="spin")
-    advice = "fully visible models have no trajectory path yet; evaluate each checkpoint with raise-eval evaluate"
-    with pytest.raises(TypeError, match=f"checkpoint 0 is a fully-visible model: {advice}"):
-        check_trajectory([ising, ising])
+    check_trajectory([ising, ising])  # one run's fully visible checkpoints: a trajectory (FullyVisibleTrajectoryPath)
+    rbm = random_walk((3, 2), seed=1)[0]
+    with pytest.raises(TypeError, match="checkpoint 1 is a fully-visible model"):
+        check_trajectory([rbm, ising])
+    with pytest.raises(TypeError, match=r"checkpoint 1 \(RBM\) is not a fully visible model but checkpoint 0 is"):
+        check_trajectory([ising, rbm])
+    bernoulli = FullyVisibleModel(torch.zeros(3), torch.zeros(3, 3), sites="bernoulli")
+    with pytest.raises(ValueError, match=r"checkpoint 1 is fully-visible bernoulli\(3\) but checkpoint 0 is"):
+        check_trajectory([ising, bernoulli])
