@@ -228,6 +228,8 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             error=error,
         )
 
+    if plan.start_note is not None:
+        notes.append(plan.start_note)
     stage = STAGE["ais"].interrupted
     try:
         if betas is None:

@@ -8,7 +8,7 @@ listed below (and a new stream's offset in `raise_eval.seeds`).
 
 from __future__ import annotations
 
-from raise_eval.evaluation.memory import SCHEDULE_BYTES_PER_STEP, Held, StageCost, dtype_size, term
+from raise_eval.evaluation.memory import SCHEDULE_BYTES_PER_STEP, Held, StageCost, dtype_size, parameter_entries, term
 from raise_eval.evaluation.stages.ais import AIS, ais_stage
 from raise_eval.evaluation.stages.exact import EXACT, exact_stage
 from raise_eval.evaluation.stages.log_f import LOG_F, LOG_F_CHECK, log_f_check_stage, log_f_stage
@@ -32,7 +32,7 @@ def plan_memory(plan) -> list[StageCost]:
     size = dtype_size(model.dtype)
     held = Held(
         plan,
-        params64=8 * (sum(w.numel() for w in model.weights) + sum(b.numel() for b in model.biases)),
+        params64=8 * parameter_entries(model),
         schedule=term(f"the schedule of {k:,} steps", k + 1, SCHEDULE_BYTES_PER_STEP, "{steps}", extra=1),
         kept=[term("the test vectors (and the search for repeated ones)", n, 2 * model.n_visible * size + 24,
                     "{test_subset}", least=2)],
