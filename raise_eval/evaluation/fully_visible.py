@@ -64,6 +64,17 @@ def check_no_gpu_products(settings) -> None:
         )
 
 
+def check_no_ti(settings, family: str) -> None:
+    """Thermodynamic integration beside AIS runs on paths that declare their log-density's derivative in beta: a
+    fully visible model's (a Boltzmann machine's path sums its hidden layers out)."""
+    if settings.ti_chains:
+        raise SettingsError(
+            f"{{ti_chains}} runs thermodynamic integration on fully visible models; this is a model of the {family} "
+            "family, whose path sums hidden units out (its derivative in beta is a posterior mean): drop {ti_chains}",
+            ("ti_chains",),
+        )
+
+
 def fully_visible_macs(model, settings, n_test: int) -> float:
     """Multiply-adds of AIS and RAISE on a fully visible model: per chain and step, a palindromic scan (2 L site
     updates, each summing L q coupling entries) and the weight update's (L q)^2 product."""

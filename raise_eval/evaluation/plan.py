@@ -126,6 +126,10 @@ class EvaluationPlan:
         return self.settings.progress
 
     @property
+    def ti_chains(self) -> int:
+        return self.settings.ti_chains
+
+    @property
     def log_f_check(self) -> int:
         return self.settings.log_f_check if self.log_f_method != "exact" else 0
 
@@ -208,6 +212,7 @@ def plan_evaluation(
         fv.check_no_gpu_products(settings)
     else:
         _check_gpu_products(settings, annealed)
+        fv.check_no_ti(settings, family)
     cost = exact_mod.exact_cost(model, 1)
     needed = max(cost.log_z_units, cost.log_f_units)
     if settings.exact == "always" and not cost.enumerable:
@@ -312,6 +317,7 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
     out.update(subset_settings)
     if plan.family == fv.FAMILY:
         out.update(fv.fully_visible_report_settings(model), init="uniform" if plan.start_note else s.init)
+        out["ti_chains"] = s.ti_chains
     elif model.typed_layers:  # typed layers; a Gaussian visible layer's log-likelihood is a log-density
         out["units"] = [layer.kind for layer in model.layers]
         out["likelihood"] = "density" if model.continuous else "probability"

@@ -34,6 +34,7 @@ from raise_eval.evaluation.stages import (
     pilot_stage,
     raise_stage,
     raise_subset,
+    ti_stage,
 )
 from raise_eval.models import native
 from raise_eval.models.contracts import declared_family
@@ -226,6 +227,7 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             exact_values=exact,
             cost_estimate=cost_estimate,
             error=error,
+            thermodynamic=done.get("ti"),
         )
 
     if plan.start_note is not None:
@@ -288,6 +290,9 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             exact = done["exact"]
             exact_log_f = log_f_all if exact.log_f is None else exact.log_f.to(log_f_all.device)
             done["exact_mean"] = float(exact_log_f.mean()) - exact.log_z
+        if plan.ti_chains:  # beside AIS, from its own stream: in no other number of the report
+            stage = STAGE["ti"].interrupted
+            done["ti"] = ti_stage(plan, betas)
     except KeyboardInterrupt:
         _note_continued(store, resume_file, notes)
         raise EvaluationInterrupted(report(interrupted=stage)) from None

@@ -165,3 +165,36 @@ def test_bad_inputs_are_refused_before_any_work():
                       log_f_method="importance", progress=False)  # fmt: skip
     assert report.log_f.method == "exact"
     assert any("a fully visible model's log f(v) is exact (closed form)" in n for n in report.notes)
+
+
+def test_thermodynamic_integration_is_reported_beside_ais_from_its_own_stream():
+    from raise_eval.estimators.thermodynamic import thermodynamic_integration
+    from raise_eval.seeds import stage_seed
+
+    model = random_model("categorical", 5, 3, seed=3, scale=0.4)
+    test = _sample(model, 20, seed=1)
+    small = dict(steps=50, ais_chains=40, raise_chains=3, raise_examples=8, progress=False)
+    without = evaluate(model, test, **small)
+    report = evaluate(model, test, ti_chains=30, **small)
+    # its own stream: the sandwich, the exact values and the verdict's numbers are those of a run without it
+    assert report.ais.estimate == without.ais.estimate and report.raise_mean == without.raise_mean
+    assert without.thermodynamic is None and "thermodynamic_integration" not in without.to_dict()["log_z"]
+    plan = plan_evaluation(model, test, ti_chains=30, **small)
+    generator = torch.Generator().manual_seed(stage_seed(0, "ti"))
+    alone = thermodynamic_integration(plan.path, plan.betas, 30, generator=generator)
+    assert float(report.thermodynamic.log_normalizer) == float(alone.log_normalizer)
+    document = report.to_dict()["log_z"]["thermodynamic_integration"]
+    assert document["num_chains"] == 30 and document["stderr"] == float(alone.stderr) and "caveat" in document
+    assert report.timing["ti_seconds"] is not None and report.settings["ti_chains"] == 30
+    assert "TI (not in the verdict)" in report.format_table()
+    assert [s.name for s in plan.cost.stages] == ["ais", "exact", "raise", "ti"]
+
+
+def test_thermodynamic_integration_is_refused_where_it_cannot_run():
+    from raise_eval.models import RBM
+
+    rbm = RBM.random(5, 3, generator=torch.Generator().manual_seed(0))
+    with pytest.raises(SettingsError, match="ti_chains runs thermodynamic integration on fully visible models"):
+        evaluate(rbm, torch.zeros(2, 5), ti_chains=10, init="uniform")
+    with pytest.raises(SettingsError, match="ti_chains 1: .* needs two"):
+        evaluate(random_model("spin", 4, seed=1), torch.ones(2, 4), ti_chains=1)

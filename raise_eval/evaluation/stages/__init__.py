@@ -15,12 +15,13 @@ from raise_eval.evaluation.stages.log_f import LOG_F, LOG_F_CHECK, log_f_check_s
 from raise_eval.evaluation.stages.pilot import PILOT, pilot_stage
 from raise_eval.evaluation.stages.raise_ import RAISE, raise_stage, raise_subset
 from raise_eval.evaluation.stages.stage import Stage
+from raise_eval.evaluation.stages.thermodynamic import TI, ti_stage
 from raise_eval.evaluation.timers import Timer, TimingContext
 
 # In the order of the report's timing entries (the JSON's keys keep it).
-STAGES = (AIS, RAISE, LOG_F, EXACT, PILOT, LOG_F_CHECK)
+STAGES = (AIS, RAISE, LOG_F, EXACT, PILOT, LOG_F_CHECK, TI)
 # In the order they run (the memory plan's and the cost estimate's order).
-RUN_ORDER = (PILOT, AIS, EXACT, LOG_F, RAISE, LOG_F_CHECK)
+RUN_ORDER = (PILOT, AIS, EXACT, LOG_F, RAISE, LOG_F_CHECK, TI)
 STAGE = {s.name: s for s in STAGES}
 LABELS = {s.name: s.label for s in STAGES}
 
@@ -76,4 +77,5 @@ __all__ = [
     "raise_stage",
     "raise_subset",
     "stage_timers",
+    "ti_stage",
 ]
