@@ -50,16 +50,18 @@ def test_an_npz_model_with_array_data_and_training_data(files, capsys):
     folder, model, _, test = files
     out = folder / "report.json"
     args = ["evaluate", str(folder / "potts.npz"), "--data", str(folder / "test.npy"), "--train-data",
-            str(folder / "train.npy"), "--json", str(out), *FAST]  # fmt: skip
+            str(folder / "train.npy"), "--ti-chains", "20", "--json", str(out), *FAST]  # fmt: skip
     assert main(args) == 0
     table = capsys.readouterr().out
     assert "fully-visible categorical(5x3)" in table and "start: base-rates" in table
+    assert "TI (not in the verdict)" in table
     document = json.loads(out.read_text())
     log_z = exact.log_partition(model)
     assert document["log_z"]["exact"] == pytest.approx(log_z, abs=1e-4)
     settings = document["settings"]
     assert settings["sites"] == "categorical" and settings["alphabet"] == ALPHABET
     assert settings["base_rates_from"] == f"--train-data {folder / 'train.npy'}"
+    assert document["log_z"]["thermodynamic_integration"]["num_chains"] == 20
     expected = float(exact.log_unnormalized_visible(model, torch.as_tensor(test)).mean()) - log_z
     assert document["log_likelihood"]["exact"] == pytest.approx(expected, abs=1e-4)
 
