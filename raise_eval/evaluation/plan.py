@@ -196,12 +196,14 @@ def plan_evaluation(
         model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`) or `DBN`, on the device and in the dtype to
             compute with.
         test_data: binary test vectors (N, n_visible); for a `MixedBoltzmannMachine`, its visible layer's states
-            in any form `prepare_visible` reads (real vectors, integer codes or one-hot rows, ±1 or 0/1 spins).
+            in any form `prepare_visible` reads (real vectors, integer codes or one-hot rows, ±1 or 0/1 spins); for a
+            `FullyVisibleModel`, its site states (N, L): integer codes, -1/+1 or 0/1.
         settings: the `EvaluateSettings` (default: all defaults); keyword `overrides` change its fields.
         train_pixel_means: means over the training set of the annealed machine's visible layer, for
             init='base-rates': pixel means for an RBM or DBM, for a DBN the recognition means of its top RBM's
             visible layer (`recognition_means`), for a `MixedBoltzmannMachine` the means of its visible layer's
-            sufficient statistics (`raise_eval.visible_statistics(model, train_data)`).
+            sufficient statistics (`raise_eval.visible_statistics(model, train_data)`), for a `FullyVisibleModel` its
+            sites' state frequencies (L, q) (the same function; without them the base is uniform, with a note).
         labels: entries for the report's settings that describe the inputs (e.g. the checkpoint path).
     """
     settings = evaluate_settings(settings, overrides)

@@ -74,14 +74,16 @@ def evaluate(
         model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`) or `DBN`, on the device and in the dtype to
             compute with.
         test_data: binary test vectors (N, n_visible); for a `MixedBoltzmannMachine`, its visible layer's states
-            in any form `prepare_visible` reads (real vectors, integer codes or one-hot rows, ±1 or 0/1 spins).
+            in any form `prepare_visible` reads (real vectors, integer codes or one-hot rows, ±1 or 0/1 spins); for a
+            `FullyVisibleModel`, its site states (N, L): integer codes, -1/+1 or 0/1.
         settings: an `EvaluateSettings` (see its fields for every setting, their defaults and meaning); keyword
             `overrides` change fields of it (or of the defaults): `evaluate(model, test, steps=4000)`. A tensor
             passed as `schedule` is an explicit schedule (its `betas`).
         train_pixel_means: means over the training set of the annealed machine's visible layer, for
             init='base-rates': pixel means for an RBM or DBM, for a DBN the recognition means of its top RBM's
             visible layer (`recognition_means`), for a `MixedBoltzmannMachine` the means of its visible layer's
-            sufficient statistics (`raise_eval.visible_statistics(model, train_data)`).
+            sufficient statistics (`raise_eval.visible_statistics(model, train_data)`), for a `FullyVisibleModel` its
+            sites' state frequencies (L, q) (the same function; without them the base is uniform, with a note).
         labels: entries for the report's settings that describe the inputs (e.g. {"checkpoint": path}).
         log_f: the log f(v) estimates of these test vectors from an earlier run with the same model, test data and
             log f(v) settings (its `report.log_f`); reused instead of recomputed (they depend on neither the start
