@@ -71,8 +71,8 @@ def evaluate(
     (its settings an `EnergySettings`; train_data, base and progress among the keywords) and returns its report.
 
     Args:
-        model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`) or `DBN`, on the device and in the dtype to
-            compute with.
+        model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`), `DBN` or `FullyVisibleModel`, on the device and
+            in the dtype to compute with.
         test_data: binary test vectors (N, n_visible); for a `MixedBoltzmannMachine`, its visible layer's states
             in any form `prepare_visible` reads (real vectors, integer codes or one-hot rows, ±1 or 0/1 spins); for a
             `FullyVisibleModel`, its site states (N, L): integer codes, -1/+1 or 0/1.
