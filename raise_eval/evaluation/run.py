@@ -19,6 +19,7 @@ from raise_eval._version import __version__
 from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate
 from raise_eval.evaluation.energy import evaluate_energy
+from raise_eval.evaluation.fully_visible import FAMILY as FULLY_VISIBLE
 from raise_eval.evaluation.log_f_check import LogFCheck
 from raise_eval.evaluation.memory import CostEstimate
 from raise_eval.evaluation.plan import EvaluationPlan, plan_evaluation, plan_loop_options
@@ -192,7 +193,7 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
 
     def report(interrupted: Optional[str] = None, error: Optional[str] = None) -> EvaluationReport:
         all_settings["product_routes"] = [c.as_dict() for c in product_routes.route_choices()]
-        if device.type == "cpu":
+        if device.type == "cpu" and plan.family != FULLY_VISIBLE:  # the site scan uses no C kernel of the step
             all_settings["native_kernels"] = kernels = native.report()
             if kernels["step"] != "in use" and not any(n.startswith("the C kernels") for n in notes):
                 notes.append(

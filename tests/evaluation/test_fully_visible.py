@@ -198,3 +198,15 @@ def test_thermodynamic_integration_is_refused_where_it_cannot_run():
         evaluate(rbm, torch.zeros(2, 5), ti_chains=10, init="uniform")
     with pytest.raises(SettingsError, match="ti_chains 1: .* needs two"):
         evaluate(random_model("spin", 4, seed=1), torch.ones(2, 4), ti_chains=1)
+
+
+def test_no_note_about_the_boltzmann_c_kernels_which_a_fully_visible_run_never_uses(monkeypatch):
+    """Before: without a C compiler a fully visible run's report said that 'the PyTorch draws and weight update ran,
+    slower, and with other random numbers than where they compile', which its site scan never does."""
+    from raise_eval.models import native
+
+    monkeypatch.setattr(native, "report", lambda: {"step": "no C compiler", "amx_products": "no C compiler"})
+    model = random_model("spin", 4, seed=1)
+    report = evaluate(model, torch.ones(3, 4), steps=5, ais_chains=4, raise_chains=2, progress=False)
+    assert not any(n.startswith("the C kernels") for n in report.notes)
+    assert "native_kernels" not in report.settings
