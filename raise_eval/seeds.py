@@ -8,9 +8,10 @@ stage takes a new offset. `raise_eval.runtime.sharding` derives each shard's see
 from __future__ import annotations
 
 # evaluate (and certify, and the training monitor's sandwich): AIS, RAISE, the log f(v) estimates, RAISE's test
-# subset, the adaptive schedule's pilot, the log f(v) check's subset, `test_subset`.
+# subset, the adaptive schedule's pilot, the log f(v) check's subset, `test_subset`, thermodynamic integration beside
+# AIS (fully visible models).
 EVALUATION_OFFSETS = {
-    "ais": 0, "raise": 1, "log_f": 2, "raise_subset": 3, "pilot": 4, "log_f_check": 5, "test_subset": 6,
+    "ais": 0, "raise": 1, "log_f": 2, "raise_subset": 3, "pilot": 4, "log_f_check": 5, "test_subset": 6, "ti": 7,
 }  # fmt: skip
 # the training trajectory's protocol: AIS, RAISE, BAR's bootstrap, RAISE's test subset, the log f(v) estimates of
 # checkpoint i (seed + 4 + LOG_F_STRIDE i), `test_subset`.

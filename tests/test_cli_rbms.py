@@ -122,4 +122,7 @@ def test_trajectory_of_a_folder_of_fully_visible_npz_checkpoints(pbm_run, tmp_pa
     assert json.loads(out.read_text())["settings"]["checkpoints"] == ["step_1.npz", "step_4.npz", "step_9.npz"]
     with pytest.raises(SystemExit) as refused:  # a fully visible model's data are a file: no dataset to default to
         main(["trajectory", str(folder), "--init", "uniform", *FAST])
-    assert refused.value.code == 2 and "pass --data FILE" in capsys.readouterr().err
+    assert refused.value.code == 2 and "give --data FILE" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as refused:  # the start fitted to training data that were not given
+        main(["trajectory", str(folder), "--data", str(test), *FAST])
+    assert refused.value.code == 2 and "--init base-rates fits the start" in capsys.readouterr().err

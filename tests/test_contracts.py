@@ -115,15 +115,15 @@ def test_the_named_classes_declare_their_family_on_the_class():
         assert vars(cls)["family"] == family
 
 
-def test_evaluate_refuses_a_model_without_a_boltzmann_family():
+def test_evaluate_refuses_a_model_of_a_family_it_does_not_run():
     from raise_eval.models import FullyVisibleModel
 
     from raise_eval.evaluation.plan import model_family
 
     with pytest.raises(TypeError, match="a directed model: use raise-eval bdmc"):
         model_family(SigmoidBeliefNet.random(6, 3, generator=_g()))
-    with pytest.raises(TypeError, match="a fully-visible model: evaluate does not run fully visible models yet"):
-        model_family(FullyVisibleModel(torch.zeros(3, 2), torch.zeros(3, 2, 3, 2)))
+    # a fully visible model runs through the same plan: its family is one evaluate runs
+    assert model_family(FullyVisibleModel(torch.zeros(3, 2), torch.zeros(3, 2, 3, 2))) == "fully-visible"
     with pytest.raises(TypeError, match="an energy model: raise_eval.evaluate runs it through evaluate_energy"):
         model_family(neural_energy("binary", 3))
     with pytest.raises(TypeError, match=r"an instance of object \(it declares no family\): for a VAE or decoder use"):
@@ -171,6 +171,15 @@ def test_fully_visible_models_and_their_paths_conform(name, model):
     assert log_w.shape == (3,) and log_w.dtype == torch.float64 and bool(torch.isfinite(log_w).all())
     assert isinstance(path.log_partition_initial, float)
     assert model.to(dtype=torch.float32).dtype == torch.float32 and model.digest_parts()[1] == 1.0
+    # what a resume file keeps of the state (its site codes, as its one layer), the path rebuilds; a fresh copy of
+    # the path for a pilot or a timing, with no layers to clamp
+    assert isinstance(path, contracts.ResumableState)
+    rebuilt = path.state_from_record({"layers": (state,), "odd_inputs": (), "odd_probs": None, "probs_beta": None})
+    assert torch.equal(rebuilt, state) and rebuilt.dtype == torch.int64
+    copy = path.with_clamped(())
+    assert copy is not path and copy.clamped == () and torch.equal(copy.base_biases[0], path.base_biases[0])
+    with pytest.raises(ValueError, match="no layers to clamp"):
+        path.with_clamped((0,))
 
 
 @pytest.mark.parametrize("name, model", energy_models(), ids=[m[0] for m in energy_models()])

@@ -152,7 +152,7 @@ def test_errors(data, tmp_path, monkeypatch):
         LikelihoodMonitor(test, history_path=tmp_path / "missing" / "history.csv")
     with pytest.raises(ValueError, match="must be binary"):
         LikelihoodMonitor(test * 0.5)
-    with pytest.raises(TypeError, match="RBM, DBM or DBN"):
+    with pytest.raises(TypeError, match="RBM, DBM, DBN or FullyVisibleModel"):
         LikelihoodMonitor(test)(0, torch.nn.Linear(12, 4))
     # matplotlib missing: a None entry in sys.modules makes `import matplotlib` raise ImportError.
     monkeypatch.setitem(sys.modules, "matplotlib", None)

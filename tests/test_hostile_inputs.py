@@ -93,7 +93,7 @@ def test_a_model_of_parameters_and_a_test_tensor_that_requires_grad():
     "model, data, says",
     [
         ("checkpoint", None, "test_data is None"),
-        ("linear", "digits", "model must be an RBM, DBM or DBN from raise_eval.models"),
+        ("linear", "digits", "model must be an RBM, DBM, DBN or FullyVisibleModel from raise_eval.models"),
         ("array", "digits", "got ndarray"),
         ("checkpoint", "ragged", "test_data must be binary vectors shaped (N, n_visible)"),
     ],

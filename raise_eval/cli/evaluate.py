@@ -79,7 +79,7 @@ def add_parser(sub) -> None:
     add_subcommand(
         sub,
         "evaluate",
-        help="AIS, RAISE and exact test log-likelihoods of an RBM, DBM or DBN checkpoint",
+        help="AIS, RAISE and exact test log-likelihoods of an RBM, DBM, DBN or fully visible model",
         description=DESCRIPTION,
         epilog=EPILOG,
         options=SETTINGS,
@@ -214,14 +214,17 @@ LOG_F_FIELDS = ("log_f_method", "log_f_samples", "log_f_ais_steps", "log_f_ais_c
 
 
 def _refuse_options_an_rbm_ignores(args: argparse.Namespace, model) -> None:
-    """The log f(v) options given for an RBM, whose log f(v) is exact (closed form): refused, never ignored."""
+    """The log f(v) options given for an RBM or a fully visible model, whose log f(v) is exact (closed form):
+    refused, never ignored."""
     from raise_eval.evaluation.plan import model_family
 
     given_here = [FLAGS[name] for name in LOG_F_FIELDS if name in vars(args)]
-    if given_here and model_family(model) == "RBM":
+    family = model_family(model) if given_here else None
+    if family in ("RBM", "fully-visible"):
+        whose = "an RBM's" if family == "RBM" else "a fully visible model's"
         die(
             f"{', '.join(given_here)} {'sets' if len(given_here) == 1 else 'set'} how a DBM's or DBN's log f(v) is "
-            "estimated; an RBM's is exact (closed form), so nothing would use "
+            f"estimated; {whose} is exact (closed form), so nothing would use "
             f"{'it' if len(given_here) == 1 else 'them'}: "
             "drop it (nothing was computed)"
         )

@@ -210,9 +210,9 @@ def raise_log_likelihood(
         article = "an" if what[0] in "aeiou" else "a"
         if unroll is not None or heating_betas is not None or heating_kernel is not None:
             raise ValueError(f"{article} {what} model has no hidden units: unroll and heating do not apply to it")
-        if checkpoint is not None:
+        if checkpoint is not None and model.family != "fully-visible":
             raise ValueError(f"resume files do not cover {what} models yet: run without a checkpoint")
-        return _raise_from_test_vectors(path, data, betas, num_chains, generator, kernel, progress)
+        return _raise_from_test_vectors(path, data, betas, num_chains, generator, kernel, progress, checkpoint)
     if unroll is not None and unroll.top.weights[0] is not model.weights[0]:
         raise ValueError("RAISE for a DBN anneals its top RBM: build the path on dbn.top")
     n_visible = unroll.n_visible if unroll is not None else model.n_visible
@@ -261,16 +261,26 @@ def raise_log_likelihood(
     return RAISEResult.from_log_weights(log_w, log_f, betas.numel() - 1, start, kind)
 
 
-def _raise_from_test_vectors(path, data: Tensor, betas: Tensor, num_chains: int, generator, kernel, progress):
+def _raise_from_test_vectors(
+    path, data: Tensor, betas: Tensor, num_chains: int, generator, kernel, progress, checkpoint=None
+):
     """RAISE on a model with no hidden units (a fully visible model, a user's energy): its path declares
     `test_vector_start(data, num_chains, what) -> (state (N, C, ...), log f(v) (N,))`, and the reverse pass starts
     from the test vector itself with log w_0 = log f(v) - log Z_0 (the RBM case without a hidden layer to sum
-    out). data: test vectors (N, ...) in the model's convention."""
+    out). data: test vectors (N, ...) in the model's convention. A `checkpoint` (a path whose states a resume file
+    keeps: `ResumableState`) continues a saved reverse pass from its step."""
     start = time.perf_counter()
     state, log_f = path.test_vector_start(data, num_chains, "RAISE test data")
     log_f = log_f.to(torch.float64)
-    _, log_w = anneal(path, state, betas.flip(0), generator=generator, kernel=kernel, progress=progress, desc="RAISE")
-    log_w = log_w + (log_f - path.log_partition_initial).unsqueeze(1)
+    log_w0 = (log_f - path.log_partition_initial).unsqueeze(1)
+    saved = None if checkpoint is None else checkpoint.restore("RAISE", path)
+    if saved is not None:  # the start is the test vectors themselves: only the chains' state was saved
+        state = saved["state"]
+    _, log_w = anneal(
+        path, state, betas.flip(0), generator=generator, kernel=kernel, progress=progress, desc="RAISE",
+        **continuation(checkpoint, "RAISE", saved),
+    )  # fmt: skip
+    log_w = log_w + log_w0
     check_log_weights(log_w, "RAISE", chains_dim=1)
     return RAISEResult.from_log_weights(log_w, log_f, betas.numel() - 1, start, "test vector")
 

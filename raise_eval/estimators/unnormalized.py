@@ -33,6 +33,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from raise_eval.annealing import anneal, check_log_weights
+from raise_eval.exact import fully_visible as fully_visible_exact
 from raise_eval.paths.posterior import posterior_path
 from raise_eval.schedules import linear_schedule, validate_schedule
 from raise_eval.settings import check_count
@@ -143,8 +144,8 @@ def log_unnormalized_estimate(
 ) -> LogUnnormalizedEstimate:
     """Estimate log f(v) for every row of `data` (N, n_visible).
 
-    RBMs (two-layer machines) get the exact value whatever the method. DBMs: 'importance' (mean-field proposal,
-    `num_samples` per example), 'ais' (annealing from the mean-field proposal to the posterior, `ais_chains` chains
+    RBMs (two-layer machines) and fully visible models get the exact value whatever the method. DBMs: 'importance'
+    (mean-field proposal, `num_samples` per example), 'ais' (annealing from the mean-field proposal to the posterior, `ais_chains` chains
     of `ais_steps` steps per example) or 'mean-field' (the bound). DBNs: 'importance' (recognition proposal) or
     'ais' (from the mean-field recognition proposal, any number of hidden layers).
     Examples are processed in chunks fixed by N, the samples or chains per example and the layer sizes, so that
@@ -165,6 +166,9 @@ def log_unnormalized_estimate(
     if betas is not None:
         betas = _check_betas(betas)
     start = time.perf_counter()
+    if model.family == "fully-visible":  # no hidden units: log f(v) is the model's own log-density (float64)
+        log_f = fully_visible_exact.log_unnormalized_visible(model, data.to(model.device))
+        return LogUnnormalizedEstimate(log_f, torch.zeros_like(log_f), "exact", 0, time.perf_counter() - start)
     v_all = data.to(device=model.device, dtype=model.dtype)
     n = v_all.shape[0]
     is_dbn = model.family == "DBN"

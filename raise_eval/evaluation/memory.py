@@ -33,6 +33,14 @@ POSTERIOR_BYTES = {"DBM": lambda size: 5 * size + 40, "DBN": lambda size: 2 * si
 MEAN_FIELD_BYTES = 40  # per test vector and unit: the float64 marginals and their updates (30 measured)
 
 
+def parameter_entries(model) -> int:
+    """The numbers a model's parameters hold, by the family it declares: a fully visible model's fields and
+    couplings; a Boltzmann machine's weights and biases."""
+    if model.family == "fully-visible":
+        return sum(t.numel() for t in model.digest_parts()[0])
+    return sum(w.numel() for w in model.weights) + sum(b.numel() for b in model.biases)
+
+
 @dataclass(frozen=True)
 class MemoryTerm:
     """One part of a stage's memory: `count` items of `each` bytes, set by `option` (as on the command line; None

@@ -17,6 +17,7 @@ import torch
 from torch import Tensor
 
 from raise_eval import exact as exact_mod
+from raise_eval.evaluation import fully_visible as fv
 from raise_eval.evaluation.memory import CostEstimate, check_memory
 from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings, evaluate_settings
 from raise_eval.evaluation.stages import plan_memory
@@ -77,6 +78,7 @@ class EvaluationPlan:
     rank: int
     world: int
     cost: Optional[CostEstimate] = None
+    start_note: Optional[str] = None  # why the start is not what init asked for (a fully visible model's uniform base)
 
     # The settings the stages and the cost model read, by their short names.
     @property
@@ -124,6 +126,10 @@ class EvaluationPlan:
         return self.settings.progress
 
     @property
+    def ti_chains(self) -> int:
+        return self.settings.ti_chains
+
+    @property
     def log_f_check(self) -> int:
         return self.settings.log_f_check if self.log_f_method != "exact" else 0
 
@@ -133,8 +139,9 @@ class EvaluationPlan:
 
     @property
     def exact_log_f(self) -> bool:
-        """Whether log f(v) is enumerated (DBMs and DBNs with exact values; an RBM's is closed-form anyway)."""
-        return self.family != "RBM" and self.use_exact
+        """Whether log f(v) is enumerated (DBMs and DBNs with exact values; an RBM's and a fully visible model's are
+        closed-form anyway)."""
+        return self.family not in CLOSED_FORM_LOG_F and self.use_exact
 
     @property
     def log_f_options(self) -> dict[str, Any]:
@@ -186,22 +193,28 @@ def plan_evaluation(
     `raise_eval.estimate_cost(plan)` adds the predicted seconds.
 
     Args:
-        model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`) or `DBN`, on the device and in the dtype to
-            compute with.
+        model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`), `DBN` or `FullyVisibleModel`, on the device and
+            in the dtype to compute with.
         test_data: binary test vectors (N, n_visible); for a `MixedBoltzmannMachine`, its visible layer's states
-            in any form `prepare_visible` reads (real vectors, integer codes or one-hot rows, ±1 or 0/1 spins).
+            in any form `prepare_visible` reads (real vectors, integer codes or one-hot rows, ±1 or 0/1 spins); for a
+            `FullyVisibleModel`, its site states (N, L): integer codes, -1/+1 or 0/1.
         settings: the `EvaluateSettings` (default: all defaults); keyword `overrides` change its fields.
         train_pixel_means: means over the training set of the annealed machine's visible layer, for
             init='base-rates': pixel means for an RBM or DBM, for a DBN the recognition means of its top RBM's
             visible layer (`recognition_means`), for a `MixedBoltzmannMachine` the means of its visible layer's
-            sufficient statistics (`raise_eval.visible_statistics(model, train_data)`).
+            sufficient statistics (`raise_eval.visible_statistics(model, train_data)`), for a `FullyVisibleModel` its
+            sites' state frequencies (L, q) (the same function; without them the base is uniform, with a note).
         labels: entries for the report's settings that describe the inputs (e.g. the checkpoint path).
     """
     settings = evaluate_settings(settings, overrides)
     test_data = _as_test_tensor(model, test_data)
     family = model_family(model)
     annealed = model.top if family == "DBN" else model
-    _check_gpu_products(settings, annealed)
+    if family == fv.FAMILY:
+        fv.check_no_gpu_products(settings)
+    else:
+        _check_gpu_products(settings, annealed)
+        fv.check_no_ti(settings, family)
     cost = exact_mod.exact_cost(model, 1)
     needed = max(cost.log_z_units, cost.log_f_units)
     if settings.exact == "always" and not cost.enumerable:
@@ -211,14 +224,16 @@ def plan_evaluation(
             f"exact enumeration of 2^{needed} states is out of reach (the limit is 2^{ALWAYS_EXACT_LIMIT}); "
             "use {exact} auto or never"
         )
-    if model.typed_layers:  # typed layers: the visible layer's states, from the forms users keep them in
+    if family == fv.FAMILY:  # site states in the model's convention
+        test = fv.fully_visible_test(model, test_data)
+    elif model.typed_layers:  # typed layers: the visible layer's states, from the forms users keep them in
         test = model.prepare_visible(test_data.detach(), "test data")
     else:
         test = check_binary(test_data, model.n_visible, "test data").detach().to(device=model.device, dtype=model.dtype)
     test, subset_settings = _test_subset(test, settings.test_subset, settings.seed)
     n_test = test.shape[0]
     use_exact, exact_note = _exact_decision(model, settings, n_test)
-    if model.typed_layers and family == "DBM" and not use_exact:
+    if family == "DBM" and model.typed_layers and not use_exact:
         raise SettingsError(
             f"log f(v) of a DBM of typed layers ({model.describe()}) is computed only by enumeration, which "
             f"{exact_note or '{exact} never'} rules out here; use {{exact}} always (within 2^{ALWAYS_EXACT_LIMIT} "
@@ -226,7 +241,12 @@ def plan_evaluation(
         )
     log_f_method, log_f_note = _log_f_method(model, family, settings, n_test, use_exact)
     exact_note, log_f_note = (None if n is None else Named(n) for n in (exact_note, log_f_note))
-    path = make_path(annealed, _start_biases(annealed, family, settings.init, train_pixel_means))
+    start_note = None
+    if family == fv.FAMILY:
+        start, start_note = fv.fully_visible_start(annealed, settings.init, train_pixel_means)
+    else:
+        start = _start_biases(annealed, family, settings.init, train_pixel_means)
+    path = make_path(annealed, start)
     shard_size = default_shard_size(model) if settings.shard_size is None else settings.shard_size
     max_memory = default_max_memory(model.device) if settings.max_memory is None else settings.max_memory
     rank, world = distributed.rank_and_world()
@@ -246,6 +266,7 @@ def plan_evaluation(
         log_f_note=log_f_note,
         rank=rank,
         world=world,
+        start_note=None if start_note is None else Named(start_note),
     )
     report_settings = _report_settings(plan, subset_settings, labels)
     plan = dataclasses.replace(plan, report_settings=report_settings)
@@ -265,7 +286,7 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
     estimated = plan.log_f_method != "exact"
     options = plan.log_f_options
     out = {
-        "model": f"{plan.family} {model.describe() if model.typed_layers else '-'.join(map(str, model.layer_sizes))}",
+        "model": model.describe() if plan.family == fv.FAMILY else _layers_label(plan.family, model),
         "init": s.init,
         "schedule": plan.schedule_name,
         "steps": s.steps,
@@ -296,7 +317,10 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         "processes": plan.world,
     }
     out.update(subset_settings)
-    if model.typed_layers:  # typed layers; a Gaussian visible layer's log-likelihood is a log-density
+    if plan.family == fv.FAMILY:
+        out.update(fv.fully_visible_report_settings(model), init="uniform" if plan.start_note else s.init)
+        out["ti_chains"] = s.ti_chains
+    elif model.typed_layers:  # typed layers; a Gaussian visible layer's log-likelihood is a log-density
         out["units"] = [layer.kind for layer in model.layers]
         out["likelihood"] = "density" if model.continuous else "probability"
     if plan.schedule_name == "adaptive":
@@ -305,6 +329,11 @@ def _report_settings(plan: EvaluationPlan, subset_settings: dict, labels: Option
         out["schedule_betas"] = list(s.betas)  # a named schedule is its name and K: not these
     out.update(labels or {})
     return out
+
+
+def _layers_label(family: str, model) -> str:
+    """A Boltzmann machine as the report's settings name it: 'RBM 784-500', or its family and typed layers."""
+    return f"{family} {model.describe() if model.typed_layers else '-'.join(map(str, model.layer_sizes))}"
 
 
 def _check_gpu_products(settings, model) -> None:
@@ -357,11 +386,12 @@ def _as_test_tensor(model, test_data) -> Tensor:
     from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
     from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
 
-    if not isinstance(model, (LayeredBoltzmannMachine, DBN, MixedBoltzmannMachine)):
+    boltzmann = isinstance(model, (LayeredBoltzmannMachine, DBN, MixedBoltzmannMachine))
+    if not boltzmann and declared_family(model) != fv.FAMILY:
         raise TypeError(
-            f"model must be an RBM, DBM or DBN from raise_eval.models (e.g. RBM(W, vbias, hbias) with W shaped "
-            f"(n_visible, n_hidden)), got {type(model).__name__}; a VAE or your own decoder is evaluated by "
-            "raise_eval.evaluate_bdmc"
+            f"model must be an RBM, DBM, DBN or FullyVisibleModel from raise_eval.models (e.g. RBM(W, vbias, hbias) "
+            f"with W shaped (n_visible, n_hidden)), got {type(model).__name__}; a VAE or your own decoder is evaluated "
+            "by raise_eval.evaluate_bdmc"
         )
     if isinstance(test_data, Tensor):
         return test_data
@@ -376,24 +406,27 @@ def _as_test_tensor(model, test_data) -> Tensor:
         ) from None
 
 
+# The families `evaluate` runs through this plan, and those whose log f(v) is closed form (no estimator runs).
+EVALUATED_FAMILIES = ("RBM", "DBM", "DBN", fv.FAMILY)
+CLOSED_FORM_LOG_F = ("RBM", fv.FAMILY)
+
+
 def model_family(model) -> str:
-    """'RBM', 'DBM' or 'DBN': the family the model's class declares (`models.contracts.Model`); a model of
-    another family (e.g. a directed model: `bdmc`) is refused here, naming it."""
+    """'RBM', 'DBM', 'DBN' or 'fully-visible': the family the model's class declares (`models.contracts.Model`); a
+    model of another family (e.g. a directed model: `bdmc`) is refused here, naming it."""
     family = declared_family(model)
-    if family not in ("RBM", "DBM", "DBN"):
+    if family not in EVALUATED_FAMILIES:
         what = f"{'an' if isinstance(family, str) and family[:1] in 'aeiou' else 'a'} {family} model"
         if not isinstance(family, str):
             what = f"an instance of {type(model).__name__} (it declares no family)"
         where = _OTHER_FAMILIES.get(family, "for a VAE or decoder use raise-eval bdmc")
-        raise TypeError(f"evaluate runs on RBMs, DBMs and DBNs; this is {what}: {where}")
+        raise TypeError(f"evaluate runs on RBMs, DBMs, DBNs and fully visible models; this is {what}: {where}")
     return family
 
 
 # Where a model of a family `evaluate` does not run yet is served instead.
 _OTHER_FAMILIES = {
     "directed": "use raise-eval bdmc (or raise_eval.bdmc)",
-    "fully-visible": "evaluate does not run fully visible models yet; their AIS and RAISE run from Python "
-    "(raise_eval.ais and raise_eval.raise_log_likelihood on raise_eval.paths.fully_visible.FullyVisiblePath)",
     "energy": "raise_eval.evaluate runs it through evaluate_energy, not through this plan (the command line "
     "does not run energy models yet)",
 }
@@ -429,12 +462,14 @@ def _log_f_method(
 ) -> tuple[str, Optional[str]]:
     """How log f(v) is obtained, and a note saying why when it is not what was asked for."""
     requested = settings.log_f_request
-    if family == "RBM" or (family != "RBM" and use_exact):
+    closed_form = family in CLOSED_FORM_LOG_F
+    if closed_form or use_exact:
         note = None
-        if family != "RBM" and settings.log_f_method not in ("auto",):
+        if not closed_form and settings.log_f_method not in ("auto",):
             note = f"log f(v) is exact here (enumerated), so {{log_f_method}} {settings.log_f_method} was not used"
-        elif family == "RBM" and settings.log_f_method != "auto":
-            note = f"an RBM's log f(v) is exact (closed form), so {{log_f_method}} {settings.log_f_method} was not used"
+        elif closed_form and settings.log_f_method != "auto":
+            whose = "an RBM's" if family == "RBM" else "a fully visible model's"
+            note = f"{whose} log f(v) is exact (closed form), so {{log_f_method}} {settings.log_f_method} was not used"
         return "exact", note
     note = None
     if requested == "auto":
@@ -512,6 +547,8 @@ def estimator_macs(model, settings: EvaluateSettings, n_test: int) -> float:
     """Multiply-adds of the estimators (AIS, RAISE, log f(v)): about two products with every weight matrix per
     chain and step, and per importance sample or per AIS step and chain of log f(v)."""
     family = model_family(model)
+    if family == fv.FAMILY:
+        return fv.fully_visible_macs(model, settings, n_test)
     per_pass = 2.0 * sum(w.numel() for w in model.weights)
     annealed = model.top if family == "DBN" else model  # a DBN anneals its top RBM only
     raise_chains_total = min(settings.raise_examples, n_test) * settings.raise_chains

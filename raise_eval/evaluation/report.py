@@ -22,6 +22,7 @@ from raise_eval.diagnostics import SandwichNumbers, Warning, diagnose
 from raise_eval.estimators.ais import AISResult
 from raise_eval.estimators.control_variates import ControlVariateEstimate
 from raise_eval.estimators.raise_ import RAISEResult
+from raise_eval.estimators.thermodynamic import ThermodynamicResult
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate
 from raise_eval.evaluation.log_f_check import LogFCheck
 from raise_eval.evaluation.memory import CostEstimate
@@ -71,6 +72,8 @@ class EvaluationReport:
     exact_values: Optional[ExactValues] = None
     cost_estimate: Optional[CostEstimate] = None  # what the run was predicted to cost (`estimate_cost`), if asked
     error: Optional[str] = None  # why the run stopped in stage `interrupted` (None: Ctrl-C, or finished)
+    # log Z by thermodynamic integration beside AIS (`ti_chains`; fully visible models): never in the sandwich
+    thermodynamic: Optional[ThermodynamicResult] = None
 
     @property
     def complete(self) -> bool:
@@ -147,7 +150,11 @@ class EvaluationReport:
             "complete": self.complete,
             "interrupted_during": self.interrupted,
             "error": self.error,
-            "log_z": {"ais": ais_doc, "exact": self.log_z_exact},
+            "log_z": {
+                "ais": ais_doc,
+                "exact": self.log_z_exact,
+                **({} if self.thermodynamic is None else {"thermodynamic_integration": self.thermodynamic.to_dict()}),
+            },
             "log_likelihood": {
                 "ais": {"mean": self.ais_mean},
                 "raise": raise_doc,

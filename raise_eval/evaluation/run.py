@@ -19,6 +19,7 @@ from raise_eval._version import __version__
 from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.estimators.unnormalized import LogUnnormalizedEstimate
 from raise_eval.evaluation.energy import evaluate_energy
+from raise_eval.evaluation.fully_visible import FAMILY as FULLY_VISIBLE
 from raise_eval.evaluation.log_f_check import LogFCheck
 from raise_eval.evaluation.memory import CostEstimate
 from raise_eval.evaluation.plan import EvaluationPlan, plan_evaluation, plan_loop_options
@@ -34,6 +35,7 @@ from raise_eval.evaluation.stages import (
     pilot_stage,
     raise_stage,
     raise_subset,
+    ti_stage,
 )
 from raise_eval.models import native
 from raise_eval.models.contracts import declared_family
@@ -70,17 +72,19 @@ def evaluate(
     (its settings an `EnergySettings`; train_data, base and progress among the keywords) and returns its report.
 
     Args:
-        model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`) or `DBN`, on the device and in the dtype to
-            compute with.
+        model: an `RBM`, `DBM` (or any `LayeredBoltzmannMachine`), `DBN` or `FullyVisibleModel`, on the device and
+            in the dtype to compute with.
         test_data: binary test vectors (N, n_visible); for a `MixedBoltzmannMachine`, its visible layer's states
-            in any form `prepare_visible` reads (real vectors, integer codes or one-hot rows, ±1 or 0/1 spins).
+            in any form `prepare_visible` reads (real vectors, integer codes or one-hot rows, ±1 or 0/1 spins); for a
+            `FullyVisibleModel`, its site states (N, L): integer codes, -1/+1 or 0/1.
         settings: an `EvaluateSettings` (see its fields for every setting, their defaults and meaning); keyword
             `overrides` change fields of it (or of the defaults): `evaluate(model, test, steps=4000)`. A tensor
             passed as `schedule` is an explicit schedule (its `betas`).
         train_pixel_means: means over the training set of the annealed machine's visible layer, for
             init='base-rates': pixel means for an RBM or DBM, for a DBN the recognition means of its top RBM's
             visible layer (`recognition_means`), for a `MixedBoltzmannMachine` the means of its visible layer's
-            sufficient statistics (`raise_eval.visible_statistics(model, train_data)`).
+            sufficient statistics (`raise_eval.visible_statistics(model, train_data)`), for a `FullyVisibleModel` its
+            sites' state frequencies (L, q) (the same function; without them the base is uniform, with a note).
         labels: entries for the report's settings that describe the inputs (e.g. {"checkpoint": path}).
         log_f: the log f(v) estimates of these test vectors from an earlier run with the same model, test data and
             log f(v) settings (its `report.log_f`); reused instead of recomputed (they depend on neither the start
@@ -189,7 +193,7 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
 
     def report(interrupted: Optional[str] = None, error: Optional[str] = None) -> EvaluationReport:
         all_settings["product_routes"] = [c.as_dict() for c in product_routes.route_choices()]
-        if device.type == "cpu":
+        if device.type == "cpu" and plan.family != FULLY_VISIBLE:  # the site scan uses no C kernel of the step
             all_settings["native_kernels"] = kernels = native.report()
             if kernels["step"] != "in use" and not any(n.startswith("the C kernels") for n in notes):
                 notes.append(
@@ -226,8 +230,11 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             exact_values=exact,
             cost_estimate=cost_estimate,
             error=error,
+            thermodynamic=done.get("ti"),
         )
 
+    if plan.start_note is not None:
+        notes.append(plan.start_note)
     stage = STAGE["ais"].interrupted
     try:
         if betas is None:
@@ -286,6 +293,9 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             exact = done["exact"]
             exact_log_f = log_f_all if exact.log_f is None else exact.log_f.to(log_f_all.device)
             done["exact_mean"] = float(exact_log_f.mean()) - exact.log_z
+        if plan.ti_chains:  # beside AIS, from its own stream: in no other number of the report
+            stage = STAGE["ti"].interrupted
+            done["ti"] = ti_stage(plan, betas)
     except KeyboardInterrupt:
         _note_continued(store, resume_file, notes)
         raise EvaluationInterrupted(report(interrupted=stage)) from None

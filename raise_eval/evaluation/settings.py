@@ -145,6 +145,13 @@ class EvaluateSettings:
         flag="--log-f-chains",
         metavar="C", group="DBMs and DBNs",
     )  # fmt: skip
+    ti_chains: int = setting(
+        0,
+        "fully visible models: also estimate log Z by thermodynamic integration (the estimator DCA tools report) with "
+        "C chains along the same path and schedule, from its own stream (seed + 7), reported beside AIS and never "
+        "part of the sandwich or a verdict (0: none)",
+        kind="count", numbers="result", least=0, flag="--ti-chains", metavar="C", group="annealing",
+    )  # fmt: skip
     log_f_check: int = setting(
         100,
         "re-estimate log f(v) 4 times longer on N test vectors (a fixed random subset) and warn [log-f-biased] when "
@@ -239,6 +246,12 @@ class EvaluateSettings:
     threads: Union[str, int, None] = threads_setting()
 
     def _validate(self) -> None:
+        if self.ti_chains == 1:
+            raise SettingsError(
+                "{ti_chains} 1: thermodynamic integration's standard error is over chains and needs two; give 2 or "
+                "more, or 0 for none",
+                ("ti_chains",),
+            )
         if self.log_f_check == 1:
             raise SettingsError(
                 "{log_f_check} 1 cannot say whether the estimates rose: a standard error needs two test vectors; give "

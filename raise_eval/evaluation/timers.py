@@ -12,6 +12,8 @@ from typing import Any, Callable, Optional
 
 import torch
 
+from raise_eval.runtime.sharding import chain_units
+
 # Steps run per stage in the first (small) timing and in the second; the first step of each is not counted (see
 # `StepClock.step_seconds`).
 PROBE_STEPS = 3
@@ -171,7 +173,7 @@ class TimingContext:
     @property
     def units(self) -> int:
         """Units of the annealed machine (a DBN's top RBM): a chain's state entries."""
-        return sum(self.path.model.layer_sizes)
+        return chain_units(self.path.model)
 
 
 __all__ = ["StepClock", "Timer", "TimingContext", "probe_batch"]

@@ -48,6 +48,7 @@ from raise_eval.io.results import dump_json, to_jsonable
 from raise_eval.io.writing import write_file
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.boltzmann.layered import LayeredBoltzmannMachine
+from raise_eval.models.contracts import declared_family
 from raise_eval.seeds import stage_seed
 from raise_eval.settings import SettingsError, setting, settings_class
 from raise_eval.trajectory.online import TrajectoryTracker, estimated_log_f, exact_log_f, exact_log_z
@@ -178,13 +179,15 @@ class LikelihoodMonitor:
     """Evaluate a Boltzmann machine's test log-likelihood with AIS and RAISE every few epochs of training.
 
     Args:
-        test_data: binary test vectors (N, n_visible); moved to the model's device and dtype at each evaluation.
+        test_data: binary test vectors (N, n_visible), or a fully visible model's site states (N, L) (integer codes,
+            -1/+1 or 0/1); moved to the model's device and dtype at each evaluation.
         settings: a `MonitorSettings` (when, what is written, and the `EvaluateSettings` of each evaluation);
             keyword `overrides` change its fields (every, prefix, history_path, plot_path, until_gap, max_steps,
             time_budget) or its evaluation's (steps, ais_chains, exact, ...): `LikelihoodMonitor(test, every=5,
             steps=200)`. `exact='auto'` enumerates up to 2^max_exact_units states at every evaluation; pass
             exact='never' when that is too slow to repeat.
-        train_pixel_means: for init='base-rates': the training set's pixel means.
+        train_pixel_means: for init='base-rates': the training set's pixel means (for a fully visible model, its
+            site frequencies (L, q): `raise_eval.visible_statistics(model, train_data)`).
         logger: optional callable logger(metrics, step) receiving {prefix + 'ais', prefix + 'raise',
             prefix + 'gap' and, when known, prefix + 'exact'} as floats, with step = epoch.
 
@@ -210,7 +213,7 @@ class LikelihoodMonitor:
             raise SettingsError("{init} base-rates needs train_pixel_means (the training set's pixel means)")
         if logger is not None and not callable(logger):
             raise TypeError(f"logger must be a callable logger(metrics, step), got {type(logger).__name__}")
-        self.test_data = check_binary(torch.as_tensor(test_data), None, "test data")
+        self.test_data, self._not_binary = _test_vectors(test_data)
         self.train_pixel_means = train_pixel_means
         self.logger = logger
         self.last_certificate = None
@@ -302,13 +305,18 @@ class LikelihoodMonitor:
         return rec
 
     def _check_model(self, model) -> None:
-        if not isinstance(model, (LayeredBoltzmannMachine, DBN)):
+        fully_visible = declared_family(model) == "fully-visible"  # its sites are checked by the evaluation's plan
+        if not fully_visible and not isinstance(model, (LayeredBoltzmannMachine, DBN)):
             raise TypeError(
-                f"LikelihoodMonitor evaluates an RBM, DBM or DBN from raise_eval.models, got {type(model).__name__}; "
-                "build one from your parameters, e.g. RBM(W, vbias, hbias) with W shaped (n_visible, n_hidden)"
+                f"LikelihoodMonitor evaluates an RBM, DBM, DBN or FullyVisibleModel from raise_eval.models, got "
+                f"{type(model).__name__}; build one from your parameters, e.g. RBM(W, vbias, hbias) with W shaped "
+                "(n_visible, n_hidden)"
             )
-        if self.settings.track is not None and isinstance(model, DBN):
-            raise TypeError("track follows RBMs and DBMs (a DBN's trajectory is not a Boltzmann machine's)")
+        if self.settings.track is not None and (fully_visible or isinstance(model, DBN)):
+            raise TypeError("track follows RBMs and DBMs (a DBN's or a fully visible model's trajectory is not a "
+                            "Boltzmann machine's of layers)")  # fmt: skip
+        if not fully_visible and self._not_binary is not None:
+            raise self._not_binary
         key = (model.device, model.dtype)
         if self._moved[0] != key:
             # Cache the moved copy: the model keeps its device and dtype from one epoch to the next.
@@ -430,6 +438,20 @@ class LikelihoodMonitor:
             f"RAISE {s.raise_examples} x {s.raise_chains}, seed {s.seed}"
         )
         plot_monitor(self.history, str(self.plot_path), title)
+
+
+def _test_vectors(test_data) -> tuple[Tensor, Optional[ValueError]]:
+    """(The test vectors, the error that says they are not binary or None): integer-valued vectors that are not
+    binary may be a fully visible model's site states (codes, -1/+1), checked against its sites at each evaluation;
+    anything else is refused now, before training."""
+    data = torch.as_tensor(test_data)
+    try:
+        return check_binary(data, None, "test data"), None
+    except ValueError as error:
+        integral = data.dim() == 2 and bool(torch.isfinite(data).all()) and bool((data == data.round()).all())
+        if not integral:
+            raise
+        return data, error
 
 
 def _best_so_far(history) -> Optional[float]:

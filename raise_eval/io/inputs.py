@@ -27,6 +27,7 @@ from raise_eval.io.datasets import (
     load_array_file,
     load_dataset,
 )
+from raise_eval.io.fully_visible_inputs import is_adabmdca_file, load_adabmdca_checkpoint, load_fully_visible_inputs
 from raise_eval.io.sequences import is_sequence_file, read_alignment, resolve_alphabet
 from raise_eval.models.contracts import declared_family
 from raise_eval.settings import SettingsError, setting, settings_class
@@ -95,7 +96,9 @@ class InputSettings:
     """Where an evaluation's model and data come from, and the device and precision to compute in."""
 
     checkpoint: Optional[str] = setting(
-        None, "RBM, DBM or DBN checkpoint: .pt (raise-eval), .npz, .mat or an rbms run (.h5); or give --model",
+        None,
+        "RBM, DBM, DBN or fully visible model checkpoint: .pt (raise-eval), .npz, .mat or an rbms run (.h5); an "
+        "adabmDCA parameter file (.dat, .dat.gz, read with --alphabet); or give --model",
         kind="path",
         none="--model", metavar="CHECKPOINT", flag="checkpoint",
     )  # fmt: skip
@@ -140,7 +143,8 @@ class InputSettings:
     )  # fmt: skip
     alphabet: Optional[str] = setting(
         None,
-        "symbols of a categorical (Potts) visible layer's states, for alignment files: protein "
+        "symbols of a categorical (Potts) visible layer's or fully visible model's states, for alignment files and "
+        "adabmDCA parameter files: protein "
         "(-ACDEFGHIKLMNPQRSTVWY), rna (-ACGU), dna (-ACGT), or the q symbols in order. FASTA is read without "
         "regard to case ('.' as a gap); in A2M and A3M files lower-case letters and '.' are insertions and are "
         "removed",
@@ -223,20 +227,21 @@ class EvaluationInputs:
     files: list[tuple[str, Optional[str]]] = field(default_factory=list)
 
 
-def load_model(inputs: InputSettings, also: tuple[str, ...] = ()):
-    """The checkpoint's `Checkpoint` (model on the device, in the dtype); of a family evaluate runs (RBM, DBM, DBN: as
-    the model declares) or one of the families `also` (those the calling command runs), else SettingsError saying
-    where it runs."""
+def load_model(inputs: InputSettings):
+    """The checkpoint's `Checkpoint` (model on the device, in the dtype); of a family evaluate runs (RBM, DBM, DBN,
+    fully visible: as the model declares), else SettingsError saying where it runs."""
     from raise_eval.models.io.checkpoints import load_checkpoint
 
+    if is_adabmdca_file(inputs.checkpoint):  # a fully visible model in adabmDCA's text format, read with --alphabet
+        return load_adabmdca_checkpoint(inputs)
     ckpt = load_checkpoint(
         inputs.checkpoint, dtype=inputs.torch_dtype, device=torch.device(inputs.device), update=inputs.update
     )
     family = declared_family(ckpt.model)
-    if family not in ("RBM", "DBM", "DBN", *also):
+    if family not in ("RBM", "DBM", "DBN", "fully-visible"):
         raise SettingsError(
             f"{{checkpoint}} {inputs.checkpoint} holds a {type(ckpt.model).__name__}; raise-eval evaluate evaluates "
-            f"RBMs, DBMs and DBNs ({_ELSEWHERE.get(family, 'use raise-eval bdmc for VAEs')})"
+            f"RBMs, DBMs, DBNs and fully visible models ({_ELSEWHERE.get(family, 'use raise-eval bdmc for VAEs')})"
         )
     return ckpt
 
@@ -244,8 +249,6 @@ def load_model(inputs: InputSettings, also: tuple[str, ...] = ()):
 # Where a checkpoint of a family `evaluate` does not run is served instead.
 _ELSEWHERE = {
     "directed": "use raise-eval bdmc for VAEs and decoders",
-    "fully-visible": "a fully visible model loads, but evaluate does not run it yet: its AIS and RAISE run from "
-    "Python, raise_eval.ais and raise_eval.raise_log_likelihood on raise_eval.make_path(model)",
 }
 
 
@@ -300,6 +303,9 @@ def load_evaluation_inputs(inputs: InputSettings, init: str, ckpt=None) -> Evalu
 
     ckpt = load_model(inputs) if ckpt is None else ckpt
     metadata = ckpt.metadata
+    if declared_family(ckpt.model) == "fully-visible":  # site states and site frequencies (io.fully_visible_inputs)
+        model, test, frequencies, labels = load_fully_visible_inputs(inputs, init, ckpt)
+        return EvaluationInputs(model, test, frequencies, labels, metadata, input_files(inputs, metadata))
     data = inputs.data or _dataset_of(inputs.checkpoint, metadata)
     inputs.check_data_request(data)
     mixed = ckpt.model.typed_layers  # typed layers: data in the forms of its visible layer

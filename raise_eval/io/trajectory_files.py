@@ -27,7 +27,6 @@ from typing import Any, Optional
 
 from torch import Tensor
 
-from raise_eval.io.fully_visible_inputs import fully_visible_inputs
 from raise_eval.io.inputs import InputSettings, input_files, load_evaluation_inputs
 from raise_eval.models.io.files import describe, why_unusable
 from raise_eval.models.io.rbms_files import is_hdf5_name, rbms_updates
@@ -261,17 +260,21 @@ def load_trajectory_inputs(inputs: TrajectoryInputSettings, init: str) -> Trajec
 
     saved = list_trajectory(inputs.folder)
     entries = thin_trajectory(checkpoints_from(saved, inputs.from_step), inputs.min_step_gap)
-    loaded = [load_model(inputs.for_checkpoint(str(e.path), e.update), also=("fully-visible",)) for e in entries]
+    loaded = [load_model(inputs.for_checkpoint(str(e.path), e.update)) for e in entries]
     models = [c.model for c in loaded]
     try:
         check_trajectory(models, names=[e.name for e in entries])
     except (TypeError, ValueError) as e:
         raise ValueError(f"{inputs.folder}: {e}") from None
     last = inputs.for_checkpoint(str(entries[-1].path), entries[-1].update)
-    if models[-1].family == "fully-visible":
-        evaluation = fully_visible_inputs(last, init, loaded[-1])
-    else:
-        evaluation = load_evaluation_inputs(last, init, ckpt=loaded[-1])
+    if models[-1].family == "fully-visible" and init == "base-rates" and not last.train_data:
+        # evaluate would start from uniform fields with a note; a trajectory's start is refused, as a layered one's
+        raise SettingsError(
+            "{init} base-rates fits the start to the training data's site frequencies: pass {train_data} FILE (or "
+            "{init} uniform)",
+            ("train_data", "init"),
+        )
+    evaluation = load_evaluation_inputs(last, init, ckpt=loaded[-1])
     labels = dict(evaluation.labels)
     labels.pop("checkpoint", None)
     labels["folder"] = str(inputs.folder)

@@ -6,7 +6,7 @@ them."""
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, make_path, uniform_base
 from raise_eval.paths.directed import DirectedPath, DirectedState
 from raise_eval.paths.energy import EnergyPath
-from raise_eval.paths.fully_visible import FullyVisiblePath, data_base_fields, uniform_fields
+from raise_eval.paths.fully_visible import FullyVisiblePath, data_base_fields, site_frequencies, uniform_fields
 from raise_eval.paths.mixed import MixedPath, mixed_data_base, mixed_uniform_base, visible_statistics
 from raise_eval.paths.posterior import DBMPosteriorPath, DBNPosteriorPath, posterior_path
 from raise_eval.paths.trajectory import TrajectoryPath, TrajectoryState, check_trajectory, trajectory_path
@@ -29,6 +29,7 @@ __all__ = [
     "mixed_data_base",
     "mixed_uniform_base",
     "posterior_path",
+    "site_frequencies",
     "trajectory_path",
     "uniform_base",
     "uniform_fields",

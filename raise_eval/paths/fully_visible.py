@@ -9,7 +9,8 @@ sites shaped (*B, L) (`FullyVisibleModel.codes`); the kernel is the palindromic 
 from the test vector itself: with no hidden units its start weight is f(v) / Z_0.
 
 Bases (fields in the model's convention: (L, q) categorical, (n,) spin / bernoulli): `uniform_fields` (zeros) and
-`data_base_fields` (each site's state frequencies in the training data, with a pseudocount).
+`data_base_fields` (each site's state frequencies in the training data, `site_frequencies`, with a pseudocount:
+`base_fields_from_frequencies`).
 """
 
 from __future__ import annotations
@@ -29,33 +30,59 @@ def uniform_fields(model: FullyVisibleModel) -> Tensor:
     return torch.zeros_like(model.fields)
 
 
-def data_base_fields(model: FullyVisibleModel, train_data: Tensor, pseudocount: float = 1e-3) -> Tensor:
-    """Fields of the independent-site base fitted to training data: each site's state frequencies
-    f_i(a) = (1 - pseudocount) * (its frequency in train_data) + pseudocount / q, so that states never seen get
-    finite fields. Categorical: c[i, a] = log f_i(a), shaped (L, q); spin: c_i = log(f_i(+1) / f_i(-1)) / 2 and
-    bernoulli: c_i = log(f_i(1) / f_i(0)), shaped (n,). In the model's dtype and device.
+def site_frequencies(model: FullyVisibleModel, train_data: Tensor) -> Tensor:
+    """Each site's state frequencies in the training data, float64 shaped (L, q) (codes in the model's order:
+    spin -1/+1 and bernoulli 0/1 are codes 0/1): what `data_base_fields` fits the base to, and an evaluation's
+    `train_pixel_means` for a fully visible model (`raise_eval.visible_statistics(model, train_data)`).
 
     Args:
-        train_data: site states shaped (N, L) (categorical: int64 codes; spin / bernoulli: -1/+1 or 0/1).
-        pseudocount: in (0, 1).
+        train_data: site states shaped (N, L) (categorical: integer codes; spin / bernoulli: -1/+1 or 0/1).
     """
     if not isinstance(train_data, Tensor) or train_data.dim() != 2:
         shape = tuple(train_data.shape) if isinstance(train_data, Tensor) else type(train_data).__name__
         raise ValueError(f"base fields need training data shaped (N, {model.n_visible}), got {shape}")
     if train_data.shape[0] == 0:
         raise ValueError("base fields need at least one training vector")
+    codes = model.codes(train_data, "training data")
+    return torch.nn.functional.one_hot(codes, model.num_states).double().mean(0)
+
+
+def base_fields_from_frequencies(model: FullyVisibleModel, frequencies: Tensor, pseudocount: float = 1e-3) -> Tensor:
+    """Fields of the independent-site base with each site's state frequencies mixed with the uniform,
+    f_i(a) = (1 - pseudocount) * frequencies[i, a] + pseudocount / q, so that states never seen get finite fields.
+    Categorical: c[i, a] = log f_i(a), shaped (L, q); spin: c_i = log(f_i(+1) / f_i(-1)) / 2 and bernoulli:
+    c_i = log(f_i(1) / f_i(0)), shaped (n,). In the model's dtype and device.
+
+    Args:
+        frequencies: (L, q), each row a distribution over the site's states (`site_frequencies`).
+        pseudocount: in (0, 1).
+    """
     if not 0 < pseudocount < 1:
         raise ValueError(f"pseudocount must be in (0, 1), got {pseudocount}")
-    codes = model.codes(train_data, "training data")
-    q = model.num_states
-    counts = torch.nn.functional.one_hot(codes, q).double().mean(0)  # (L, q)
-    log_freq = torch.log((1 - pseudocount) * counts + pseudocount / q)
+    size, q = model.n_visible, model.num_states
+    freq = torch.as_tensor(frequencies, dtype=torch.float64).to(model.device)
+    if tuple(freq.shape) != (size, q):
+        raise ValueError(
+            f"site frequencies must be shaped (L, q) = {(size, q)} (each site's state frequencies in the training "
+            f"data: raise_eval.visible_statistics(model, train_data)), got {tuple(freq.shape)}"
+        )
+    if not bool(((freq >= 0) & (freq <= 1)).all()) or not torch.allclose(freq.sum(1), torch.ones_like(freq[:, 0])):
+        raise ValueError("site frequencies must be in [0, 1], each site's summing to 1 (or NaN was found)")
+    log_freq = torch.log((1 - pseudocount) * freq + pseudocount / q)
     if model.sites == "categorical":
         fields = log_freq
     else:
         low, high = SITE_VALUES[model.sites]
         fields = (log_freq[:, 1] - log_freq[:, 0]) / (high - low)
-    return fields.to(dtype=model.dtype, device=model.device)
+    return fields.to(dtype=model.dtype)
+
+
+def data_base_fields(model: FullyVisibleModel, train_data: Tensor, pseudocount: float = 1e-3) -> Tensor:
+    """Fields of the independent-site base fitted to training data (`base_fields_from_frequencies` of their
+    `site_frequencies`); train_data: site states shaped (N, L)."""
+    if not 0 < pseudocount < 1:
+        raise ValueError(f"pseudocount must be in (0, 1), got {pseudocount}")
+    return base_fields_from_frequencies(model, site_frequencies(model, train_data), pseudocount)
 
 
 class FullyVisiblePath:
@@ -132,6 +159,17 @@ class FullyVisiblePath:
 
     def clone_state(self, state: Tensor) -> Tensor:
         return state.clone()
+
+    def state_from_record(self, record: dict) -> Tensor:
+        """The state a resume file kept (`contracts.ResumableState`): the site codes, its only layer."""
+        return record["layers"][0].to(device=self.model.device, dtype=torch.int64)
+
+    def with_clamped(self, clamped) -> FullyVisiblePath:
+        """A fresh copy of this path (its own caches), e.g. for a pilot or a timing; a fully visible model has no
+        layers to clamp."""
+        if tuple(clamped):
+            raise ValueError(f"a fully visible model has no layers to clamp, got clamped={tuple(clamped)}")
+        return FullyVisiblePath(self.model, self.base_biases, self.method)
 
     # ---------------------------------------------------------------- densities and kernel
     def at(self, beta: float) -> FullyVisibleModel:

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from raise_eval.kernels.site_gibbs import CouplingTables, site_scan
 from raise_eval.models.fully_visible import SITE_VALUES, FullyVisibleModel, log_sum_exp_fields
-from raise_eval.paths.fully_visible import uniform_fields
+from raise_eval.paths.fully_visible import base_fields_from_frequencies, uniform_fields
 from raise_eval.paths.knots import Knots
 
 
@@ -233,41 +233,19 @@ def fully_visible_trajectory_path(
     return FullyVisibleTrajectoryPath([start, *checkpoints], range(1, len(checkpoints) + 1), method)
 
 
-def site_frequencies(model: FullyVisibleModel, train_data: Tensor) -> Tensor:
-    """Each site's state frequencies in training data (N, L) (the model's convention), float64 shaped (L, q): the
-    statistics of the visible sites that `fully_visible_base` turns into a base (what `train_pixel_means` carries
-    for a fully visible model's trajectory)."""
-    codes = model.codes(torch.as_tensor(train_data), "training data")
-    if codes.dim() != 2 or codes.shape[0] == 0:
-        raise ValueError(f"training data must be shaped (N, {model.n_visible}) with N >= 1, got {tuple(codes.shape)}")
-    return torch.nn.functional.one_hot(codes, model.num_states).double().mean(0)
-
-
-def fully_visible_base(model: FullyVisibleModel, init: str, frequencies, pseudocount: float = 1e-3):
+def fully_visible_base(model: FullyVisibleModel, init: str, frequencies) -> Optional[list[Tensor]]:
     """The base fields of a fully visible trajectory's start (a one-element list, the model's convention), or None
-    for `init` 'uniform'. 'base-rates': from the training data's site frequencies (L, q) (`site_frequencies`),
-    c[i, a] = log((1 - pseudocount) f_i(a) + pseudocount / q), as `data_base_fields` fits them (ValueError naming
-    train_pixel_means when they are missing or not frequencies)."""
+    for `init` 'uniform'. 'base-rates': fitted to the training data's site frequencies (L, q)
+    (`paths.fully_visible.site_frequencies`) as an evaluation's base is (`base_fields_from_frequencies`); ValueError
+    naming train_pixel_means when they are missing or not frequencies."""
     if init != "base-rates":
         return None
-    size, q = model.n_visible, model.num_states
     if frequencies is None:
         raise ValueError(
             "init 'base-rates' of a fully visible trajectory needs the training data's site frequencies as "
-            "train_pixel_means (raise_eval.paths.fully_visible_trajectory.site_frequencies(model, train_data)), "
-            "or init 'uniform'"
+            "train_pixel_means (raise_eval.visible_statistics(model, train_data)), or init 'uniform'"
         )
-    f = torch.as_tensor(frequencies, dtype=torch.float64)
-    shaped = tuple(f.shape) == (size, q)
-    if not shaped or not bool(((f >= 0) & (f <= 1)).all()) or not torch.allclose(f.sum(-1), f.new_ones(size)):
-        raise ValueError(
-            f"train_pixel_means of a fully visible trajectory are site frequencies shaped ({size}, {q}), each row "
-            f"summing to 1 (site_frequencies); got shape {tuple(f.shape)}"
-        )
-    log_freq = torch.log((1 - pseudocount) * f + pseudocount / q)
-    if model.sites == "categorical":
-        fields = log_freq
-    else:
-        low, high = SITE_VALUES[model.sites]
-        fields = (log_freq[:, 1] - log_freq[:, 0]) / (high - low)
-    return [fields.to(dtype=model.dtype, device=model.device)]
+    try:
+        return [base_fields_from_frequencies(model, frequencies).to(model.device)]
+    except ValueError as e:
+        raise ValueError(f"train_pixel_means of a fully visible trajectory: {e}") from None

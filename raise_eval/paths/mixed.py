@@ -27,6 +27,7 @@ from raise_eval.models.boltzmann.buffers import Buffers
 from raise_eval.models.boltzmann.mixed import MixedBoltzmannMachine
 from raise_eval.models.boltzmann.supports import BINARY
 from raise_eval.models.numerics import expm1_
+from raise_eval.paths.fully_visible import site_frequencies
 from raise_eval.paths.geometric import GeometricBoltzmannPath
 
 
@@ -38,7 +39,10 @@ def mixed_uniform_base(model: MixedBoltzmannMachine) -> list[Tensor]:
 def visible_statistics(model: MixedBoltzmannMachine, train_data: Tensor) -> Tensor:
     """Means over the training vectors (in any form `prepare_visible` reads) of the visible layer's sufficient
     statistics, float64 shaped like its parameters: what `mixed_data_base` fits the base to (an evaluation's
-    `train_pixel_means` for such a model)."""
+    `train_pixel_means` for such a model). For a fully visible model (its declared family), each site's state
+    frequencies (L, q) (`paths.fully_visible.site_frequencies`)."""
+    if model.family == "fully-visible":
+        return site_frequencies(model, train_data)
     x = model.prepare_visible(train_data, "training data")
     return model.layers[0].statistics(x)
 

@@ -42,6 +42,12 @@ def evaluation_table(report, names: Optional[dict[str, str]] = None) -> str:
         )
     else:
         lines.append(f"  {'AIS':26}{'(not run)':>12}")
+    ti = report.thermodynamic
+    if ti is not None:  # beside AIS, never in the sandwich
+        lines.append(
+            f"  {'TI (not in the verdict)':26}{_n(float(ti.log_normalizer), 12, 4)}{_n(float(ti.stderr), 10, 4)}"
+            f"{_secs(report.timing.get('ti_seconds'))}   {ti.num_chains} chains, trapezoid; s.e. over chains only"
+        )
     if report.log_z_exact is not None:
         lines.append(f"  {'exact':26}{_n(report.log_z_exact, 12, 4)}{'':10}{_secs(report.timing.get('exact_seconds'))}")
     lf = report.log_f

@@ -378,21 +378,13 @@ class ShardCheckpoint:
                 return
             if callable(log_weights):  # built only when a save is due
                 log_weights = log_weights()
-            key = None if state is None else state.probs_key
             record = _cpu(
                 {
                     "stage": self.stage,
                     "shard": self.index,
                     "phase": phase,
                     "step": int(step),
-                    "state": None
-                    if state is None
-                    else {
-                        "layers": list(state.layers),
-                        "odd_inputs": list(state.odd_inputs),
-                        "odd_probs": None if key is None else list(state.odd_probs),
-                        "probs_beta": None if key is None else float(key[1]),
-                    },
+                    "state": None if state is None else _state_record(state),
                     "log_weights": log_weights,
                     "generator": self.generator.get_state(),
                     "extra": dict(extra or {}),
@@ -406,6 +398,21 @@ class ShardCheckpoint:
                 raise KeyboardInterrupt
 
         return save_if_due
+
+
+def _state_record(state) -> dict[str, Any]:
+    """What a resume file keeps of a chain state: a `ChainState`'s layers, odd inputs and odd probabilities (with
+    the beta they hold), or the one tensor that is the whole state of a path with no hidden units (a fully visible
+    model's site codes), kept as its only layer."""
+    if isinstance(state, Tensor):
+        return {"layers": [state], "odd_inputs": [], "odd_probs": None, "probs_beta": None}
+    key = state.probs_key
+    return {
+        "layers": list(state.layers),
+        "odd_inputs": list(state.odd_inputs),
+        "odd_probs": None if key is None else list(state.odd_probs),
+        "probs_beta": None if key is None else float(key[1]),
+    }
 
 
 def _cpu(obj):

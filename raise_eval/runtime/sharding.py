@@ -54,10 +54,20 @@ def default_max_memory(device: torch.device) -> int:
     return 2 * 10**9  # no /proc/meminfo (not Linux): a bound most machines can take
 
 
+def chain_units(model) -> int:
+    """Entries of one annealing chain's state, by the family the model declares: the sum of a Boltzmann machine's
+    layer sizes; L q for a fully visible model (the one-hot rows and coupling inputs its log-density is computed
+    from)."""
+    if model.family == "fully-visible":
+        return model.n_visible * model.num_states
+    return sum(model.layer_sizes)
+
+
 def default_shard_size(model) -> int:
-    """Chains per shard: as many as keep chains x (sum of the model's layer sizes) within SHARD_UNITS. E.g. 52,428
-    for a 64-16 RBM, 6,533 for a 784-500 RBM, 2,554 for a 784-500-2000 DBN."""
-    return max(1, SHARD_UNITS // sum(model.layer_sizes))
+    """Chains per shard: as many as keep chains x `chain_units(model)` (the sum of the layer sizes of a Boltzmann
+    machine) within SHARD_UNITS. E.g. 52,428 for a 64-16 RBM, 6,533 for a 784-500 RBM, 2,554 for a 784-500-2000
+    DBN."""
+    return max(1, SHARD_UNITS // chain_units(model))
 
 
 def shard_seed(seed: int, stage: str, index: int) -> int:

@@ -76,17 +76,16 @@ def test_bad_fully_visible_files_are_refused_naming_the_file_and_the_fault(tmp_p
         load_checkpoint(tmp_path / "asym.npz")
 
 
-def test_evaluate_refuses_a_fully_visible_checkpoint_saying_where_it_runs(tmp_path, capsys):
+def test_evaluate_runs_a_fully_visible_checkpoint(tmp_path, capsys):
     from raise_eval.cli import main
 
     h, J = _potts()
     np.savez(tmp_path / "potts.npz", h=h.numpy(), J=J.numpy())
-    with pytest.raises(SystemExit) as stop:
-        main(["evaluate", str(tmp_path / "potts.npz"), "--steps", "2", "--no-progress"])
-    assert stop.value.code == 2
-    err = capsys.readouterr().err
-    assert "holds a FullyVisibleModel; raise-eval evaluate evaluates RBMs, DBMs and DBNs (a fully visible" in err
-    assert "raise_eval.make_path(model)" in err and "Traceback" not in err
+    np.save(tmp_path / "test.npy", np.zeros((3, h.shape[0]), dtype=np.int64))
+    code = main(["evaluate", str(tmp_path / "potts.npz"), "--data", str(tmp_path / "test.npy"), "--steps", "2",
+                 "--ais-chains", "4", "--raise-chains", "2", "--no-progress", "--threads", "1"])  # fmt: skip
+    out = capsys.readouterr()
+    assert code == 0 and "fully-visible categorical" in out.out and "Traceback" not in out.err
 
 
 # ------------------------------------------------------------------------------------------- adabmDCA's files

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from raise_eval import exact
-from raise_eval.paths.fully_visible_trajectory import site_frequencies
+from raise_eval.paths.fully_visible import site_frequencies
 from raise_eval.trajectory import evaluate_trajectory
 from tests.estimators.test_fully_visible_trajectory import fully_visible_walk
 
@@ -45,7 +45,7 @@ def test_base_rates_need_site_frequencies():
     test = torch.zeros(4, 3, dtype=torch.int64)
     with pytest.raises(ValueError, match="needs the training data's site frequencies"):
         evaluate_trajectory(walk, test, steps=2, ais_chains=10, progress=False)
-    with pytest.raises(ValueError, match=r"site frequencies shaped \(3, 3\)"):
+    with pytest.raises(ValueError, match=r"site frequencies must be shaped \(L, q\) = \(3, 3\)"):
         evaluate_trajectory(walk, test, steps=2, ais_chains=10, train_pixel_means=torch.full((3,), 0.5), progress=False)
     with pytest.raises(ValueError, match="test data must hold integer codes 0..2"):
         evaluate_trajectory(walk, test + 3, steps=2, ais_chains=10, init="uniform", progress=False)

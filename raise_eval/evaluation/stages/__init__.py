@@ -8,19 +8,20 @@ listed below (and a new stream's offset in `raise_eval.seeds`).
 
 from __future__ import annotations
 
-from raise_eval.evaluation.memory import SCHEDULE_BYTES_PER_STEP, Held, StageCost, dtype_size, term
+from raise_eval.evaluation.memory import SCHEDULE_BYTES_PER_STEP, Held, StageCost, dtype_size, parameter_entries, term
 from raise_eval.evaluation.stages.ais import AIS, ais_stage
 from raise_eval.evaluation.stages.exact import EXACT, exact_stage
 from raise_eval.evaluation.stages.log_f import LOG_F, LOG_F_CHECK, log_f_check_stage, log_f_stage
 from raise_eval.evaluation.stages.pilot import PILOT, pilot_stage
 from raise_eval.evaluation.stages.raise_ import RAISE, raise_stage, raise_subset
 from raise_eval.evaluation.stages.stage import Stage
+from raise_eval.evaluation.stages.thermodynamic import TI, ti_stage
 from raise_eval.evaluation.timers import Timer, TimingContext
 
 # In the order of the report's timing entries (the JSON's keys keep it).
-STAGES = (AIS, RAISE, LOG_F, EXACT, PILOT, LOG_F_CHECK)
+STAGES = (AIS, RAISE, LOG_F, EXACT, PILOT, LOG_F_CHECK, TI)
 # In the order they run (the memory plan's and the cost estimate's order).
-RUN_ORDER = (PILOT, AIS, EXACT, LOG_F, RAISE, LOG_F_CHECK)
+RUN_ORDER = (PILOT, AIS, EXACT, LOG_F, RAISE, LOG_F_CHECK, TI)
 STAGE = {s.name: s for s in STAGES}
 LABELS = {s.name: s.label for s in STAGES}
 
@@ -32,7 +33,7 @@ def plan_memory(plan) -> list[StageCost]:
     size = dtype_size(model.dtype)
     held = Held(
         plan,
-        params64=8 * (sum(w.numel() for w in model.weights) + sum(b.numel() for b in model.biases)),
+        params64=8 * parameter_entries(model),
         schedule=term(f"the schedule of {k:,} steps", k + 1, SCHEDULE_BYTES_PER_STEP, "{steps}", extra=1),
         kept=[term("the test vectors (and the search for repeated ones)", n, 2 * model.n_visible * size + 24,
                     "{test_subset}", least=2)],
@@ -76,4 +77,5 @@ __all__ = [
     "raise_stage",
     "raise_subset",
     "stage_timers",
+    "ti_stage",
 ]

@@ -8,7 +8,7 @@ from raise_eval.estimators.ais import AISResult, ais
 from raise_eval.evaluation.memory import LOG_WEIGHT_BYTES, Held, StageMemory, term
 from raise_eval.evaluation.stages.stage import Stage
 from raise_eval.evaluation.timers import StepClock, Timer, TimingContext, probe_batch
-from raise_eval.runtime.sharding import bytes_per_chain, sharded_ais
+from raise_eval.runtime.sharding import bytes_per_chain, chain_units, sharded_ais
 from raise_eval.schedules import linear_schedule
 
 
@@ -31,7 +31,7 @@ def ais_memory(held: Held) -> StageMemory:
     shards = len(range(0, m, shard))
     terms = [
         term(f"one shard of {min(m, shard):,} chains", min(m, shard),
-              bytes_per_chain(sum(plan.path.model.layer_sizes), plan.model.dtype), "{shard_size}"),
+              bytes_per_chain(chain_units(plan.path.model), plan.model.dtype), "{shard_size}"),
         term(f"the log-weights of {m:,} chains", m, LOG_WEIGHT_BYTES, "{ais_chains}", least=2),
         held.schedule,
     ]  # fmt: skip

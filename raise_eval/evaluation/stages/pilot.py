@@ -11,7 +11,7 @@ from raise_eval.adaptive import adaptive_pilot, pilot_run
 from raise_eval.evaluation.memory import PILOT_BYTES_PER_CELL, PILOT_BYTES_PER_STEP, Held, StageMemory, term
 from raise_eval.evaluation.stages.stage import Stage
 from raise_eval.evaluation.timers import StepClock, Timer, TimingContext, probe_batch
-from raise_eval.runtime.sharding import bytes_per_chain
+from raise_eval.runtime.sharding import bytes_per_chain, chain_units
 from raise_eval.seeds import stage_seed
 
 
@@ -35,7 +35,7 @@ def pilot_memory(held: Held) -> StageMemory:
     k, dtype = plan.steps, plan.model.dtype
     terms = [
         term(f"the pilot's {plan.pilot_chains:,} chains", plan.pilot_chains,
-              bytes_per_chain(sum(plan.path.model.layer_sizes), dtype), "{pilot_chains}", least=2),
+              bytes_per_chain(chain_units(plan.path.model), dtype), "{pilot_chains}", least=2),
         term(f"the pilot's grid of {plan.pilot_grid:,} cells", plan.pilot_grid + 1, PILOT_BYTES_PER_CELL,
               "{pilot_grid}", extra=1),
         term(f"the schedule of {k:,} steps placed from it", k + 1, PILOT_BYTES_PER_STEP, "{steps}", extra=1),

@@ -10,7 +10,13 @@ from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
 from raise_eval.evaluation.memory import LOG_WEIGHT_BYTES, Held, StageMemory, term
 from raise_eval.evaluation.stages.stage import Stage
 from raise_eval.evaluation.timers import StepClock, Timer, TimingContext, probe_batch
-from raise_eval.runtime.sharding import bytes_per_chain, raise_vectors_per_shard, shard_bounds, sharded_raise
+from raise_eval.runtime.sharding import (
+    bytes_per_chain,
+    chain_units,
+    raise_vectors_per_shard,
+    shard_bounds,
+    sharded_raise,
+)
 from raise_eval.schedules import linear_schedule
 from raise_eval.seeds import stage_seed
 
@@ -54,7 +60,7 @@ def raise_memory(held: Held) -> StageMemory:
     how += f" in {raise_shards:,} shards" if raise_shards > 1 else ""
     terms = [
         term(f"one shard of {vectors:,} vectors x {c:,} chains", vectors * c,
-              bytes_per_chain(sum(model.layer_sizes), model.dtype),
+              bytes_per_chain(chain_units(model), model.dtype),
               "{shard_size}" if vectors > 1 else "{raise_chains}"),
         term(f"the log-weights of {r:,} x {c:,} chains", r * c, LOG_WEIGHT_BYTES,
               "{raise_examples} x {raise_chains}", least=2),
@@ -82,7 +88,7 @@ def raise_timer(context: TimingContext) -> Timer:
         return per_step / chains, start / chains
 
     full = min(raise_vectors_per_shard(plan.shard_size, c), r) * c
-    return Timer(time_raise, float(r) * c * plan.steps, r * c, full, probe_batch(full, sum(model.layer_sizes), c), c)
+    return Timer(time_raise, float(r) * c * plan.steps, r * c, full, probe_batch(full, chain_units(model), c), c)
 
 
 RAISE = Stage(
