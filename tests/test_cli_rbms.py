@@ -126,3 +126,18 @@ def test_trajectory_of_a_folder_of_fully_visible_npz_checkpoints(pbm_run, tmp_pa
     with pytest.raises(SystemExit) as refused:  # the start fitted to training data that were not given
         main(["trajectory", str(folder), "--data", str(test), *FAST])
     assert refused.value.code == 2 and "--init base-rates fits the start" in capsys.readouterr().err
+
+
+def test_evaluate_reads_an_rbms_pbm_run_as_a_fully_visible_model(pbm_run, tmp_path):
+    """`evaluate pbm.h5` runs the last update (a FullyVisibleModel) through the fully visible plan: its exact log Z is
+    that of rbms' own PBM energy, and AIS lies within its standard error of it."""
+    path, test, train, updates = pbm_run
+    out = tmp_path / "pbm_eval.json"
+    args = ["evaluate", str(path), "--data", str(test), "--train-data", str(train), "--steps", "30", "--dtype", "float64"]
+    assert main([*args, *FAST, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["update"] == 9 and doc["settings"]["sites"] == "categorical"
+    codes = np.array(list(itertools.product(range(3), repeat=3)))
+    log_z = doc["log_z"]
+    assert log_z["exact"] == pytest.approx(float(np.logaddexp.reduce(pbm_minus_energy(updates[9], codes))))
+    assert abs(log_z["ais"]["estimate"] - log_z["exact"]) < 4 * log_z["ais"]["stderr"]
