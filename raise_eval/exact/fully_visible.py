@@ -160,11 +160,14 @@ def site_update_matrix(model: FullyVisibleModel, site: int, method: str = "gibbs
     return matrix.scatter_add_(1, neighbours, probs)
 
 
-def scan_transition_matrix(model: FullyVisibleModel, method: str = "gibbs", *, max_units: int = 14) -> Tensor:
-    """The transition matrix of one palindromic scan (sites 0..L-1, then L-1..0), float64 (q^L, q^L)."""
+def scan_transition_matrix(
+    model: FullyVisibleModel, method: str = "gibbs", *, max_units: int = 14, order: Optional[Sequence[int]] = None
+) -> Tensor:  # fmt: skip
+    """The transition matrix of one palindromic scan, float64 (q^L, q^L): sites 0..L-1, then L-1..0, or the sites in
+    `order` (the kernel's `CouplingTables.scan_order()`: by colour for sparse couplings)."""
     matrix = None
     size = model.n_visible
-    for site in [*range(size), *reversed(range(size))]:
+    for site in [*range(size), *reversed(range(size))] if order is None else order:
         step = site_update_matrix(model, site, method, max_units=max_units)
         matrix = step if matrix is None else matrix @ step
     return matrix

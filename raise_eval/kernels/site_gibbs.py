@@ -14,6 +14,13 @@ Each single-site update is reversible with respect to p_beta, and a palindromic 
 reversible: T = T_0 ... T_{L-1} T_{L-1} ... T_0 satisfies detailed balance, so the reversed annealing schedule
 (RAISE) runs the exact reversal of the forward chain. Chains are the leading dimensions of the state (int64 site
 codes shaped (*B, L)); every draw comes from the given generator.
+
+Sparse couplings (a lattice) are scanned by colour: the sites are coloured greedily so that no two coupled sites
+share a colour (a square lattice with even sides: the two colours of a checkerboard), and one update draws every
+site of a colour at once. Sites of one colour are conditionally independent given the others, so updating them
+together is, in distribution, exactly updating them one after another: the scan is the palindromic single-site scan
+in the order colour 0's sites, colour 1's, ..., then the colours reversed (`CouplingTables.scan_order`), reversible
+as above, at a few tensor operations per colour instead of per site.
 """
 
 from __future__ import annotations
@@ -52,14 +59,55 @@ class CouplingTables:
             sparse = int(coupled.sum(1).max()) <= max_fraction * size
         self.sparse = bool(sparse)
         self.sites: Optional[list[Tensor]] = None
+        self.colours: Optional[list[Tensor]] = None
         if self.sparse:  # per site i: (its coupled sites (m,), their rows (m q, q)), row k q + b = J[i, :, sites[k], b]
             self.sites = [coupled[i].nonzero().squeeze(1) for i in range(size)]
             self.tables = [
                 couplings[i][:, sites, :].permute(1, 2, 0).reshape(-1, q).contiguous()
                 for i, sites in enumerate(self.sites)
             ]
+            self._colour_tables(couplings)
         else:  # (L, L q, q): table i's row j q + b = J[i, :, j, b]
             self.tables = couplings.reshape(size, q, size * q).transpose(1, 2).contiguous()
+
+    def _colour_tables(self, couplings: Tensor) -> None:
+        """The colours (greedy, in site order: no two coupled sites share one) and, for updating a colour at once,
+        every site's coupled sites padded to M, `neighbours` (L, M) (padding: site 0 through an all-zero table), and
+        one table of rows ((i M + m) q + b) holding J[i, :, neighbours[i, m], b], shaped (L M q, q)."""
+        size, q = self.size, self.num_states
+        colour_of = [-1] * size
+        for i in range(size):
+            taken = {colour_of[j] for j in self.sites[i].tolist()}
+            colour_of[i] = next(c for c in range(size) if c not in taken)
+        device = couplings.device
+        colour_of = torch.tensor(colour_of, device=device)
+        self.colours = [(colour_of == c).nonzero().squeeze(1) for c in range(int(colour_of.max()) + 1)]
+        width = max(1, max(int(s.numel()) for s in self.sites))
+        self.neighbours = torch.zeros(size, width, dtype=torch.int64, device=device)
+        padded = torch.zeros(size, width, q, q, dtype=couplings.dtype, device=device)  # [i, m, b, a]
+        for i, sites in enumerate(self.sites):
+            self.neighbours[i, : sites.numel()] = sites
+            padded[i, : sites.numel()] = couplings[i][:, sites, :].permute(1, 2, 0)
+        self.neighbour_table = padded.reshape(-1, q)
+
+    def scan_order(self) -> list[int]:
+        """The sites in the order one step updates them: 0..L-1 then L-1..0, or, by colour, colour 0's sites, ...,
+        the last colour's, then the colours reversed (a colour's sites are updated at once)."""
+        if self.colours is None:
+            return palindromic_order(self.size)
+        half = [s.tolist() for s in self.colours]
+        return [i for c in [*half, *reversed(half)] for i in c]
+
+    def colour_input(self, colour: Tensor, codes: Tensor) -> Tensor:
+        """u[i, :] = sum_j J[i, :, j, v_j] for every chain and every site i of `colour` (s,), shaped (C, s, q);
+        codes: the state (C, L)."""
+        width, q = self.neighbours.shape[1], self.num_states
+        states = codes[:, self.neighbours[colour]]  # (C, s, M)
+        slot = (colour.unsqueeze(1) * width + torch.arange(width, device=codes.device)) * q  # (s, M)
+        rows = (states + slot).reshape(-1, width)
+        return torch.nn.functional.embedding_bag(rows, self.neighbour_table, mode="sum").reshape(
+            codes.shape[0], colour.numel(), q
+        )
 
     def row_index(self, codes: Tensor) -> Tensor:
         """The table rows of every site's state, codes + site q, int64 shaped like `codes` (*B, L)."""
@@ -103,6 +151,9 @@ def site_scan(
     size, q = fields.shape
     batch = codes.shape[:-1]
     codes = codes.reshape(-1, size).clone()  # (C, L): the chains flattened
+    if tables.colours is not None:
+        codes, acceptance = _colour_scan(codes, fields, tables, coupling_scale, generator, method)
+        return codes.reshape(*batch, size), None if acceptance is None else acceptance.reshape(batch)
     rows = tables.row_index(codes)
     acceptance = None if method == "gibbs" else torch.zeros(codes.shape[0], dtype=fields.dtype, device=fields.device)
     order = palindromic_order(size)
@@ -124,6 +175,33 @@ def site_scan(
     codes = codes.reshape(*batch, size)
     if acceptance is not None:
         acceptance = (acceptance / len(order)).reshape(batch)
+    return codes, acceptance
+
+
+def _colour_scan(
+    codes: Tensor, fields: Tensor, tables: CouplingTables, coupling_scale: float, generator: torch.Generator,
+    method: str,
+) -> tuple[Tensor, Optional[Tensor]]:  # fmt: skip
+    """`site_scan` by colour on the flattened chains (C, L) (updated in place): every site of a colour drawn at
+    once, the colours in palindromic order. Returns (codes, the mean acceptance probability per chain (C,) or None)."""
+    q = fields.shape[1]
+    acceptance = None if method == "gibbs" else torch.zeros(codes.shape[0], dtype=fields.dtype, device=fields.device)
+    for colour in [*tables.colours, *reversed(tables.colours)]:
+        logits = torch.add(fields[colour], tables.colour_input(colour, codes), alpha=coupling_scale)  # (C, s, q)
+        old = codes[:, colour]
+        if method == "gibbs":
+            new = _sample_categorical(logits, generator)
+        else:
+            u = torch.rand((2, *old.shape), generator=generator, device=fields.device, dtype=fields.dtype)
+            shift = 1 + (u[0] * (q - 1)).long().clamp_(max=q - 2)  # uniform over the q - 1 other states
+            proposal = (old + shift) % q
+            log_ratio = logits.gather(-1, proposal.unsqueeze(-1)) - logits.gather(-1, old.unsqueeze(-1))
+            accept_prob = torch.exp(log_ratio.squeeze(-1).clamp(max=0.0))
+            acceptance += accept_prob.sum(1)
+            new = torch.where(u[1] < accept_prob, proposal, old)
+        codes[:, colour] = new
+    if acceptance is not None:
+        acceptance = acceptance / (2 * codes.shape[1])
     return codes, acceptance
 
 
