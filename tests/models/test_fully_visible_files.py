@@ -145,6 +145,25 @@ def test_a_bad_adabmdca_line_is_refused_naming_the_file_and_line(tmp_path, line,
     assert str(error.value).startswith(f"{path}, {message}")
 
 
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("h 1 C -0.75", "line 3: 'h 1 C' is written again (first on line 1); each field and coupling once"),
+        ("J 0 1 A C 0.5", "line 3: 'J 0 1 A C' is written again (first on line 2); each field and coupling once"),
+    ],
+)
+def test_a_repeated_adabmdca_record_is_refused_naming_both_lines(tmp_path, line, message):
+    """A field or coupling written twice with whatever values has no one reading (adabmDCA's loader assigns them
+    by numpy fancy indexing, whose order for repeated indices is unspecified): refused, not the last taken."""
+    from raise_eval.models import read_adabmdca_parameters
+
+    path = tmp_path / "repeated.dat"
+    path.write_text(f"h 1 C 0.25\nJ 0 1 A C 0.5\n{line}\n")
+    with pytest.raises(CheckpointError) as error:
+        read_adabmdca_parameters(path, alphabet="rna")
+    assert str(error.value) == f"{path}, {message}"
+
+
 def test_energies_agree_with_adabmdca_s_own_code(tmp_path):
     """adabmDCA writes the file (its save_params) and computes the energies (its compute_energy); ours are -E."""
     adabm_io = pytest.importorskip("adabmDCA.io", reason="adabmDCA is not installed (pip install adabmDCA)")
