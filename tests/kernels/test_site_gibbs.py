@@ -113,3 +113,26 @@ def test_sparse_couplings_read_only_the_coupled_sites_with_the_same_draws():
         dense = site_scan(start, fields, full, 0.8, torch.Generator().manual_seed(6), method)
         sparse = site_scan(start, fields, tables, 0.8, torch.Generator().manual_seed(6), method)
         assert torch.equal(dense[0], sparse[0])
+
+
+def test_sparse_tables_give_an_uncoupled_site_no_input_and_the_same_draws():
+    """A lattice with a site coupled to nothing (a vacancy, or a site whose couplings were all pruned): its sparse
+    table is empty, its coupling input zero, and the draws are the dense tables' draws."""
+    g = torch.Generator().manual_seed(9)
+    size, q, isolated = 10, 3, 4
+    couplings = torch.zeros(size, q, size, q, dtype=torch.float64)
+    ring = [i for i in range(size) if i != isolated]
+    for i, j in zip(ring, ring[1:] + ring[:1]):
+        block = torch.randn(q, q, generator=g, dtype=torch.float64)
+        couplings[i, :, j, :] = block
+        couplings[j, :, i, :] = block.t()
+    fields = torch.randn(size, q, generator=g, dtype=torch.float64)
+    tables, full = CouplingTables(couplings), CouplingTables(couplings, sparse=False)
+    assert tables.sparse and tables.sites[isolated].numel() == 0
+    start = torch.randint(0, q, (200, size), generator=g)
+    rows = tables.row_index(start)
+    torch.testing.assert_close(tables.coupling_input(isolated, rows), torch.zeros(200, q, dtype=torch.float64))
+    for method in ("gibbs", "metropolis"):
+        dense = site_scan(start, fields, full, 0.9, torch.Generator().manual_seed(10), method)
+        sparse = site_scan(start, fields, tables, 0.9, torch.Generator().manual_seed(10), method)
+        assert torch.equal(dense[0], sparse[0])
