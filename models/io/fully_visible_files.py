@@ -142,8 +142,8 @@ def read_adabmdca_parameters(path, alphabet: str = "protein", dtype: torch.dtype
 
 def _adabmdca_record(path, number, parts, index, records) -> None:
     """Check one line's record and add it to records = (fields, couplings, first_lines); a record written twice is
-    refused: adabmDCA's loader assigns repeated indices by numpy fancy indexing, whose result numpy leaves
-    unspecified."""
+    refused as ambiguous (adabmDCA 1.0.0's loader keeps a repeated field's last line, and assigns repeated couplings
+    by numpy fancy indexing, whose result numpy leaves unspecified; its own writer never repeats a record)."""
     fields, couplings, first_lines = records
     where = f"{path}, line {number}"
     kind, want = parts[0], {"J": 6, "h": 4}.get(parts[0])

@@ -153,8 +153,9 @@ def test_a_bad_adabmdca_line_is_refused_naming_the_file_and_line(tmp_path, line,
     ],
 )
 def test_a_repeated_adabmdca_record_is_refused_naming_both_lines(tmp_path, line, message):
-    """A field or coupling written twice with whatever values has no one reading (adabmDCA's loader assigns them
-    by numpy fancy indexing, whose order for repeated indices is unspecified): refused, not the last taken."""
+    """A field or coupling written twice has no one reading (adabmDCA 1.0.0's loader keeps a field's last line but
+    assigns couplings by numpy fancy indexing, whose result for repeated indices numpy leaves unspecified; its writer
+    never repeats a record): refused, not the last line taken silently."""
     from raise_eval.models import read_adabmdca_parameters
 
     path = tmp_path / "repeated.dat"
