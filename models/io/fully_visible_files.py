@@ -101,7 +101,8 @@ def read_adabmdca_parameters(path, alphabet: str = "protein", dtype: torch.dtype
 
     `alphabet`: 'protein', 'rna', 'dna' (adabmDCA's own, gap first) or the letters themselves, in the order of the
     states. A malformed line, a letter outside the alphabet, a negative position, a value that is not a finite
-    number, or a self-coupling is refused (CheckpointError) naming the file and the line.
+    number, a self-coupling, or a field or coupling written twice is refused (CheckpointError) naming the file and the
+    line.
     """
     import gzip
 
@@ -114,13 +115,14 @@ def read_adabmdca_parameters(path, alphabet: str = "protein", dtype: torch.dtype
         compressed = probe.read(2) == b"\x1f\x8b"
     fields: dict[tuple[int, int], float] = {}
     couplings: dict[tuple[int, int, int, int], float] = {}
+    first_lines: dict[tuple, int] = {}  # each record's line, to name both lines of a repeated one
     try:
         with (gzip.open(path, "rt", encoding="utf-8") if compressed else open(path, encoding="utf-8")) as handle:
             for number, line in enumerate(handle, 1):
                 parts = line.split()
                 if not parts or parts[0].startswith("#"):
                     continue
-                _adabmdca_record(path, number, parts, index, fields, couplings)
+                _adabmdca_record(path, number, parts, index, (fields, couplings, first_lines))
     except (OSError, EOFError, UnicodeDecodeError) as e:
         what = f"{type(e).__name__}: {e}"
         raise CheckpointError(f"{path} cannot be read as an adabmDCA parameter file ({what})") from None
@@ -131,14 +133,18 @@ def read_adabmdca_parameters(path, alphabet: str = "protein", dtype: torch.dtype
     h = torch.zeros(size, q, dtype=torch.float64)
     for (i, a), value in fields.items():
         h[i, a] = value
-    written = torch.zeros(size, q, size, q, dtype=torch.float64)  # as the lines say (a repeated line: the last)
+    written = torch.zeros(size, q, size, q, dtype=torch.float64)  # as the lines say (each record once)
     for (i, j, a, b), value in couplings.items():
         written[i, a, j, b] = value
     J = written + written.permute(2, 3, 0, 1)  # symmetric, the two triangles summed: adabmDCA's reading
     return build(path, h.to(dtype), J.to(dtype), "categorical", tokens)
 
 
-def _adabmdca_record(path, number, parts, index, fields, couplings) -> None:
+def _adabmdca_record(path, number, parts, index, records) -> None:
+    """Check one line's record and add it to records = (fields, couplings, first_lines); a record written twice is
+    refused as ambiguous (adabmDCA 1.0.0's loader keeps a repeated field's last line, and assigns repeated couplings
+    by numpy fancy indexing, whose result numpy leaves unspecified; its own writer never repeats a record)."""
+    fields, couplings, first_lines = records
     where = f"{path}, line {number}"
     kind, want = parts[0], {"J": 6, "h": 4}.get(parts[0])
     if want is None or len(parts) != want:
@@ -158,6 +164,13 @@ def _adabmdca_record(path, number, parts, index, fields, couplings) -> None:
     if not math.isfinite(value):
         raise CheckpointError(f"{where}: the value {parts[-1]} is not finite")
     states = [index[c] for c in letters]
+    key = (kind, *positions, *states)
+    if key in first_lines:
+        shown = " ".join(parts[: want - 1])
+        raise CheckpointError(
+            f"{where}: {shown!r} is written again (first on line {first_lines[key]}); each field and coupling once"
+        )
+    first_lines[key] = number
     if kind == "h":
         fields[(positions[0], states[0])] = value
         return

@@ -98,3 +98,23 @@ def test_where_the_chains_lag_ti_is_off_by_many_of_its_standard_errors_and_ais_i
     assert abs(float(ti.log_normalizer) - truth) > rule_error + 10 * float(ti.stderr)
     forward = ais(path, betas, 20000, generator=torch.Generator().manual_seed(1))
     assert abs(float(forward.log_normalizer) - truth) < 4 * float(forward.stderr)
+
+
+def test_each_point_s_integrand_is_the_mean_at_its_own_beta():
+    """On independent sites a scan at beta is an exact draw from p_beta, so the chains' mean of g at each beta_k
+    (the last one too, after its own transition at beta_K) is within 4 standard errors of E_{beta_k}[g], the
+    standard error from the exact variance. Few, wide steps so that neighbouring betas' means differ by many."""
+    model, path = _path("categorical", 4, 3, scale=0.0)
+    betas = linear_schedule(4)
+    chains = 4000
+    result = thermodynamic_integration(path, betas, chains, generator=torch.Generator().manual_seed(8))
+    codes = path.state_from_sites(all_site_states(model))
+    g = path.log_density_derivative(codes, 0.0)
+    for k, beta in enumerate(betas.tolist()):
+        p = torch.softmax(path.log_density(codes, beta), 0)
+        mean = float((p * g).sum())
+        se = math.sqrt(float((p * (g - mean) ** 2).sum()) / chains)
+        assert abs(float(result.integrand_means[k]) - mean) < 4 * se, (k, float(result.integrand_means[k]), mean, se)
+    # the points are far apart on this scale, so a mean taken at a neighbouring beta would be seen
+    exact_means = [float((torch.softmax(path.log_density(codes, b), 0) * g).sum()) for b in betas.tolist()]
+    assert min(abs(a - b) for a, b in zip(exact_means, exact_means[1:])) > 10 * se

@@ -147,3 +147,27 @@ def test_the_colour_scan_draws_from_a_reversible_scan_that_leaves_p_beta_invaria
     assert (acceptance is None) == (method == "gibbs")
     if acceptance is not None:
         assert acceptance.shape == (n,) and bool(((acceptance > 0) & (acceptance <= 1)).all())
+
+
+def test_sparse_tables_give_an_uncoupled_site_no_input():
+    """A lattice with a site coupled to nothing (a vacancy, or a site whose couplings were all pruned): its sparse
+    table is empty and its coupling input zero, site by site and in its colour (whose padding reads an all-zero
+    table)."""
+    g = torch.Generator().manual_seed(9)
+    size, q, isolated = 10, 3, 4
+    couplings = torch.zeros(size, q, size, q, dtype=torch.float64)
+    ring = [i for i in range(size) if i != isolated]
+    for i, j in zip(ring, ring[1:] + ring[:1]):
+        block = torch.randn(q, q, generator=g, dtype=torch.float64)
+        couplings[i, :, j, :] = block
+        couplings[j, :, i, :] = block.t()
+    fields = torch.randn(size, q, generator=g, dtype=torch.float64)
+    tables, full = CouplingTables(couplings), CouplingTables(couplings, sparse=False)
+    assert tables.sparse and tables.sites[isolated].numel() == 0
+    start = torch.randint(0, q, (200, size), generator=g)
+    rows = tables.row_index(start)
+    torch.testing.assert_close(tables.coupling_input(isolated, rows), torch.zeros(200, q, dtype=torch.float64))
+    colour = next(c for c in tables.colours if isolated in c.tolist())
+    direct = torch.stack([sum(couplings[i, :, j, start[:, j]].t() for j in range(size)) for i in range(size)], 1)
+    torch.testing.assert_close(tables.colour_input(colour, start), direct[:, colour])
+    assert not bool(direct[:, isolated].any())

@@ -173,3 +173,19 @@ def test_data_base_fields_refuse_bad_input():
         data_base_fields(model, torch.zeros(3, dtype=torch.int64))
     with pytest.raises(ValueError, match="training data must hold integer codes 0..2, found 5"):
         data_base_fields(model, torch.tensor([[0, 5, 1]]))
+
+
+@pytest.mark.parametrize("sites, size, q", KINDS)
+def test_the_base_sampler_draws_exactly_from_the_base(sites, size, q):
+    """AIS and thermodynamic integration start from `sample_initial`; a Gibbs scan at beta = 0 would hide a wrong
+    start (it redraws every site from the base), a Metropolis scan would not: the draws are checked on their own."""
+    from tests.statistics import assert_counts_match
+
+    model = random_model(sites, size, q, seed=6)
+    data = all_site_states(model)[torch.tensor([0, 1, 1, 5, 9, 9, 9])]
+    path = FullyVisiblePath(model, data_base_fields(model, data, 0.1))
+    draws = path.sample_initial(20_000, torch.Generator().manual_seed(7))
+    assert draws.shape == (20_000, size) and draws.dtype == torch.int64
+    every = exact_fv.site_configurations(size, q)
+    counts = torch.bincount(exact_fv.site_configuration_index(draws, q), minlength=every.shape[0])
+    assert_counts_match(counts, path.log_base_prob(every).exp())

@@ -144,6 +144,26 @@ def test_a_bad_adabmdca_line_is_refused_naming_the_file_and_line(tmp_path, line,
     assert str(error.value).startswith(f"{path}, {message}")
 
 
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("h 1 C -0.75", "line 3: 'h 1 C' is written again (first on line 1); each field and coupling once"),
+        ("J 0 1 A C 0.5", "line 3: 'J 0 1 A C' is written again (first on line 2); each field and coupling once"),
+    ],
+)
+def test_a_repeated_adabmdca_record_is_refused_naming_both_lines(tmp_path, line, message):
+    """A field or coupling written twice has no one reading (adabmDCA 1.0.0's loader keeps a field's last line but
+    assigns couplings by numpy fancy indexing, whose result for repeated indices numpy leaves unspecified; its writer
+    never repeats a record): refused, not the last line taken silently."""
+    from raise_eval.models import read_adabmdca_parameters
+
+    path = tmp_path / "repeated.dat"
+    path.write_text(f"h 1 C 0.25\nJ 0 1 A C 0.5\n{line}\n")
+    with pytest.raises(CheckpointError) as error:
+        read_adabmdca_parameters(path, alphabet="rna")
+    assert str(error.value) == f"{path}, {message}"
+
+
 def test_energies_agree_with_adabmdca_s_own_code(tmp_path):
     """adabmDCA writes the file (its save_params) and computes the energies (its compute_energy); ours are -E."""
     adabm_io = pytest.importorskip("adabmDCA.io", reason="adabmDCA is not installed (pip install adabmDCA)")
@@ -159,3 +179,28 @@ def test_energies_agree_with_adabmdca_s_own_code(tmp_path):
     assert torch.allclose(model.log_unnormalized(codes), theirs, atol=1e-10)
     loaded = adabm_io.load_params(str(tmp_path / "p.dat"), "protein", torch.device("cpu"), torch.float64)
     assert torch.allclose(model.couplings, loaded["coupling_matrix"], atol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "name, letters", [("protein", "-ACDEFGHIKLMNPQRSTVWY"), ("rna", "-ACGU"), ("dna", "-ACGT")]
+)
+def test_adabmdca_s_named_alphabets_put_the_gap_first_and_its_letters_in_order(tmp_path, name, letters):
+    """adabmDCA's own alphabets (its fasta.py tokens): the gap is state 0 and the letters follow in that order, so a
+    field written under a letter lands in that letter's state. Each letter's field here is its position in a
+    shuffled listing, so any other order of the states is seen."""
+    from raise_eval.models import read_adabmdca_parameters
+
+    order = torch.randperm(len(letters), generator=torch.Generator().manual_seed(0)).tolist()
+    lines = [f"h {i} {letters[a]} {float(10 * i + a)!r}" for i in range(2) for a in order]
+    lines += [f"J 0 1 {letters[a]} {letters[b]} {float(a - 2 * b)!r}" for a in order for b in order]
+    path = tmp_path / f"{name}.dat"
+    path.write_text("\n".join(lines) + "\n")
+    model = read_adabmdca_parameters(path, alphabet=name)
+    q = len(letters)
+    assert model.alphabet == letters and model.num_states == q
+    states = torch.arange(q, dtype=torch.float64)
+    torch.testing.assert_close(model.fields, torch.stack([10 * i + states for i in range(2)]), rtol=0, atol=0)
+    torch.testing.assert_close(model.couplings[0, :, 1, :], states[:, None] - 2 * states[None, :], rtol=0, atol=0)
+    # a sequence of letters, coded by the model's alphabet, has the energy its lines say
+    codes = torch.tensor([[letters.index("-"), letters.index("A")]])
+    assert float(model.log_unnormalized(codes)) == 0.0 + 10 + letters.index("A") + 0 - 2 * letters.index("A")
