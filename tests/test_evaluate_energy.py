@@ -87,3 +87,37 @@ def test_numbers_not_to_be_trusted_say_why():
     table = report.format_table({"steps": "--steps"})
     assert "warning (low-ess): AIS's effective sample size is" in table and "Raise K (--steps)" in table
     assert [w["code"] for w in json.loads(json.dumps(report.to_dict()))["warnings"]] == codes
+
+
+class _TiltedEnergy(torch.nn.Module):
+    """E(x) = x1^2 / 2 + 2 x0 on the real plane: exp(-E) does not integrate over x0 (Z is infinite)."""
+
+    def forward(self, x):
+        return 0.5 * x[:, 1] ** 2 + 2.0 * x[:, 0]
+
+
+def test_an_improper_energy_is_named_as_such_with_advice_a_larger_k_cannot_replace():
+    """The improper energy above got only the generic low-ESS / large-gap warnings, whose advice (a larger K)
+    cannot help; the AIS chains drift away without bound as beta -> 1, and the report now says so first, by name.
+    A proper Gaussian (the first test: no warnings) and a base far from the model's mass (below) get no such
+    warning."""
+    from raise_eval.models import EnergyModel
+    from raise_eval.models.energy import GaussianBase
+
+    model = EnergyModel(_TiltedEnergy(), support="real", event_shape=(2,))
+    g = torch.Generator().manual_seed(0)
+    train, test = torch.randn(200, 2, generator=g, dtype=torch.float64), torch.randn(5, 2, generator=g,
+                                                                                      dtype=torch.float64)  # fmt: skip
+    report = evaluate_energy(model, test, EnergySettings(steps=100, ais_chains=32, raise_chains=2, pilot_steps=20),
+                             train_data=train)  # fmt: skip
+    codes = [w.code for w in report.warnings]
+    assert codes[0] == "improper-energy", codes
+    table = report.format_table({"steps": "--steps"})
+    assert "warning (improper-energy): the AIS chains moved away from the data without settling" in table
+    assert "a larger K (--steps) cannot help" in table and "Bound the support with a box" in table
+
+    gaussian, _ = gaussian_energy(3)
+    far = GaussianBase(gaussian.energy.mean + 6.0, torch.full((3,), 0.2, dtype=torch.float64))
+    proper = evaluate_energy(gaussian, _gaussian_test(gaussian), EnergySettings(steps=100, ais_chains=32,
+                             raise_chains=2, pilot_steps=20), base=far)  # fmt: skip
+    assert "improper-energy" not in [w.code for w in proper.warnings]

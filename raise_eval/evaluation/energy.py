@@ -22,6 +22,7 @@ from torch import Tensor
 from raise_eval.diagnostics import SandwichNumbers, diagnose
 from raise_eval.estimators.ais import ais
 from raise_eval.estimators.raise_ import raise_log_likelihood
+from raise_eval.evaluation.energy_checks import DriftWatch, data_distance, improper_warning, watches_drift
 from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
 from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, MetropolisScanKernel
 from raise_eval.models.contracts import declared_family
@@ -123,14 +124,16 @@ class _Recording:
     """A kernel whose calls record its mean acceptance (an `InfoKernel` run as a plain transition). The sum stays on
     the kernel's device: no host-device synchronisation per annealing step, one when `mean` is read."""
 
-    def __init__(self, kernel):
-        self.kernel, self.total, self.count = kernel, None, 0
+    def __init__(self, kernel, watch=None):
+        self.kernel, self.total, self.count, self.watch = kernel, None, 0, watch
 
     def __call__(self, state, beta: float, generator: torch.Generator):
         state, info = self.kernel.step(state, beta, generator)
         step_mean = info["acceptance"].double().mean()
         self.total = step_mean if self.total is None else self.total.add_(step_mean)
         self.count += 1
+        if self.watch is not None:
+            self.watch(self.count, state)
         return state
 
     @property
@@ -182,7 +185,8 @@ def evaluate_energy(
     start = time.perf_counter()
     kernel = _kernel(path, kind, betas, settings, progress)
     seconds["pilot"] = time.perf_counter() - start
-    recorders = {"AIS": _Recording(kernel), "RAISE": _Recording(kernel)}
+    drift = DriftWatch(path.base, settings.steps) if watches_drift(model, path.base) else None
+    recorders = {"AIS": _Recording(kernel, drift), "RAISE": _Recording(kernel)}
     start = time.perf_counter()
     forward = ais(path, betas, settings.ais_chains, generator=_generator(model, settings.seed, "ais"),
                   kernel=recorders["AIS"], progress=progress)  # fmt: skip
@@ -203,12 +207,16 @@ def evaluate_energy(
         raise_stderr=reverse.stderr, log_z=forward.estimate, num_test=int(upper.numel()),
         log_test_mass=_log_test_mass(model, test, reverse.log_unnormalized),
     )  # fmt: skip
+    warnings = diagnose(numbers, init="base-rates")
+    if drift is not None:
+        improper = improper_warning(drift.distances, data_distance(path.base, test))
+        warnings = warnings if improper is None else [improper, *warnings]  # first: it says why the others' K won't help
     return EnergyReport(
         model=model.describe(), settings=dataclasses.asdict(settings), kernel=kind, log_z=forward.estimate,
         log_z_stderr=ais_se, ais_ess=float(forward.ess), upper=upper, lower=lower, upper_mean=upper_mean,
         upper_stderr=_with(upper_se, ais_se), lower_mean=reverse.mean, lower_stderr=reverse.stderr, gap=gap_mean,
         gap_stderr=_with(gap_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
-        warnings=diagnose(numbers, init="base-rates"),
+        warnings=warnings,
     )  # fmt: skip
 
 
