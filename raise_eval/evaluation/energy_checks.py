@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from typing import Optional
 
-import torch
 from torch import Tensor
 
 from raise_eval.diagnostics import Warning
