@@ -139,8 +139,11 @@ class GaussianBase:
         per_coord = -0.5 * z * z - torch.log(self.std) - 0.5 * math.log(2 * math.pi)
         if self._log_mass is not None:
             per_coord = per_coord - self._log_mass
-            outside = (x < self.low) | (x > self.high)
-            per_coord = per_coord.masked_fill(outside, -math.inf)
+            if x.device.type != "cpu" or not self.low <= float(x.min()) <= float(x.max()) <= self.high:
+                # (on the CPU, a look at the extremes first: chains inside the box, as HMC's always are, skip the
+                # comparisons, which cost several times an arithmetic pass there)
+                outside = (x < self.low) | (x > self.high)
+                per_coord = per_coord.masked_fill(outside, -math.inf)
         return per_coord.flatten(start_dim=x.dim() - self.mean.dim()).sum(-1)
 
     def grad_log_prob(self, x: Tensor) -> Tensor:
