@@ -7,7 +7,8 @@ does not depend on them), `--chains` chains, K transitions of L leapfrog steps, 
 - bare: the K L forward and backward passes alone, in plain PyTorch (x.requires_grad_(), E(x), autograd.grad);
 - hmc: `EnergyHMCKernel` transitions on the unbounded real support;
 - box: the same on the box [0, 1] (positions reflected at the walls), with the reflection of this version;
-- box-before: the same with the reflection of 7400a90 (`reflect_before` below, kept to measure against);
+- box-before: the same with 7400a90's transition (`transition_before`, `reflect_before` and `BaseBefore` below:
+  its leapfrog updates, reflection and base log-density, kept to measure against);
 
 the four alternating in blocks of 10 transitions (so that a shared machine's changing load falls on all alike),
 and prints each / bare per repetition and the medians, with the share of coordinates reflected per leapfrog step.
@@ -20,16 +21,18 @@ pixels do; step sizes from a short pilot (`tune_step_sizes`).
 from __future__ import annotations
 
 import argparse
+import math
 import statistics
 import time
 
 import torch
+from raise_eval.models.energy import GaussianBase
 from torch import nn
 
 from raise_eval import EnergyModel
 from raise_eval.kernels import energy_hmc
 from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
-from raise_eval.models.energy import GaussianBase
+from raise_eval.kernels.energy_state import batch_sum, select_state
 from raise_eval.paths.energy import EnergyPath
 
 
@@ -46,6 +49,41 @@ def reflect_before(x, p, low: float, high: float):
     odd = torch.remainder(n, 2) == 1
     folded, flipped = low + width * torch.where(odd, 1 - r, r), torch.where(odd, -ps, ps)
     return x.index_put_(where, folded), p.index_put_(where, flipped)
+
+
+class BaseBefore(GaussianBase):
+    """The truncated Gaussian base with 7400a90's log_prob (per-coordinate terms, the outside mask always)."""
+
+    def log_prob(self, x):
+        z = (x.double() - self.mean) / self.std
+        per_coord = -0.5 * z * z - torch.log(self.std) - 0.5 * math.log(2 * math.pi)
+        if self._log_mass is not None:
+            per_coord = per_coord - self._log_mass
+            outside = (x < self.low) | (x > self.high)
+            per_coord = per_coord.masked_fill(outside, -math.inf)
+        return per_coord.flatten(start_dim=x.dim() - self.mean.dim()).sum(-1)
+
+
+def transition_before(path, state, beta, step_size, num_leapfrog, generator):
+    """7400a90's HMC transition (its leapfrog updates, `reflect_before`), for the paired comparison."""
+    support, event_dims = path.model.support, len(path.model.event_shape)
+    state = path.with_grad(state)
+    move = step_size * path.step_scale().to(dtype=state.x.dtype)
+    p0 = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype, device=state.x.device)
+    p = p0 + 0.5 * move * path.grad_log_density(state, beta)
+    x, new = state.x, state
+    for i in range(num_leapfrog):
+        x = x + move * p
+        if support.bounded:
+            x, p = reflect_before(x, p, support.low, support.high)
+        new = path.state_with_grad(x)
+        p = p + (1.0 if i < num_leapfrog - 1 else 0.5) * move * path.grad_log_density(new, beta)
+    kinetic0 = 0.5 * batch_sum(p0.double() ** 2, event_dims)
+    kinetic1 = 0.5 * batch_sum(p.double() ** 2, event_dims)
+    log_accept = (path.log_density(new, beta) - kinetic1) - (path.log_density(state, beta) - kinetic0)
+    log_accept = torch.nan_to_num(log_accept, nan=-math.inf, posinf=-math.inf)
+    u = torch.rand(log_accept.shape, generator=generator, dtype=torch.float64, device=log_accept.device)
+    return select_state(torch.log(u) < log_accept, new, state)
 
 
 def main(argv=None) -> None:
@@ -73,7 +111,9 @@ def main(argv=None) -> None:
         path = EnergyPath(model, base)
         schedule = tune_step_sizes(path, betas, generator=g, num_leapfrog=args.leapfrog, max_pilot_steps=10)
         runs[name] = [EnergyHMCKernel(path, schedule, args.leapfrog), path.sample_initial(args.chains, g)]
-    runs["box-before"] = [runs["box"][0], runs["box"][1]]
+    kernel, start = runs["box"]
+    before = EnergyPath(kernel.path.model, BaseBefore(kernel.path.base.mean, kernel.path.base.std, 0.0, 1.0))
+    runs["box-before"] = [EnergyHMCKernel(before, kernel.step_sizes, args.leapfrog), start]
     x_bare = runs["hmc"][1].x.clone()
     block = 10
 
@@ -81,7 +121,10 @@ def main(argv=None) -> None:
         kernel, state = runs[name]
         for i in range(block):
             beta = float(betas[(j * block + i) % betas.numel()])
-            state = kernel(state, beta, g)
+            if name == "box-before":
+                state = transition_before(kernel.path, state, beta, kernel.step_size(beta, state.x), args.leapfrog, g)
+            else:
+                state = kernel(state, beta, g)
         runs[name][1] = state
 
     def run_bare(j: int) -> None:
@@ -107,13 +150,9 @@ def main(argv=None) -> None:
     }
 
     def timed(name: str, j: int) -> float:
-        energy_hmc.reflect = reflect_before if name == "box-before" else new_reflect
-        try:
-            begin = time.perf_counter()
-            work[name](j)
-            return time.perf_counter() - begin
-        finally:
-            energy_hmc.reflect = new_reflect
+        begin = time.perf_counter()
+        work[name](j)
+        return time.perf_counter() - begin
 
     for name in work:  # warm-up
         timed(name, 0)
