@@ -118,6 +118,7 @@ class GaussianBase:
         self.mean, self.std, self.low, self.high = mean.double(), std.double(), low, high
         self._log_mass = _log_normal_mass(*self._standard_box()) if low is not None else None
         self._grad_terms = None  # (dtype and device, mean, 1 / std^2 in them), made on first use
+        self._log_normalizer = None  # the coordinates' log normalizers summed, made on first use
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -134,22 +135,30 @@ class GaussianBase:
         return (self.low - self.mean) / self.std, (self.high - self.mean) / self.std
 
     def log_prob(self, x: Tensor) -> Tensor:
-        """log p_0(x) for x (*B, *shape), float64 shaped (*B,) (-inf outside the box)."""
-        z = (x.double() - self.mean) / self.std
-        per_coord = -0.5 * z * z - torch.log(self.std) - 0.5 * math.log(2 * math.pi)
+        """log p_0(x) for x (*B, *shape), float64 shaped (*B,) (-inf outside the box). -|z|^2 / 2 plus one constant
+        (the coordinates' normalizers summed once): HMC takes it at every transition's ends, so few passes."""
+        if self._log_normalizer is None or self._log_normalizer.device != self.mean.device:
+            terms = torch.log(self.std) + 0.5 * math.log(2 * math.pi)
+            self._log_normalizer = (terms if self._log_mass is None else terms + self._log_mass).sum()
+        event_start = x.dim() - self.mean.dim()
+        z = x.to(torch.float64, copy=True).sub_(self.mean).div_(self.std)  # a copy: x itself stays
+        out = z.square_().flatten(start_dim=event_start).sum(-1).mul_(-0.5).sub_(self._log_normalizer)
         if self._log_mass is not None:
-            per_coord = per_coord - self._log_mass
-            outside = (x < self.low) | (x > self.high)
-            per_coord = per_coord.masked_fill(outside, -math.inf)
-        return per_coord.flatten(start_dim=x.dim() - self.mean.dim()).sum(-1)
+            if x.device.type != "cpu" or not self.low <= float(x.min()) <= float(x.max()) <= self.high:
+                # (on the CPU, a look at the extremes first: chains inside the box, as HMC's always are, skip the
+                # comparisons, which cost several times an arithmetic pass there)
+                outside = ((x < self.low) | (x > self.high)).flatten(start_dim=event_start).any(-1)
+                out = out.masked_fill(outside, -math.inf)
+        return out
 
-    def grad_log_prob(self, x: Tensor) -> Tensor:
-        """The gradient of log p_0 at x (*B, *shape), in x's dtype (HMC's every leapfrog step: two operations)."""
+    def grad_log_prob(self, x: Tensor, weight: float = 1.0) -> Tensor:
+        """`weight` times the gradient of log p_0 at x (*B, *shape), in x's dtype (HMC's every leapfrog step: two
+        operations; the weight folds into the precision, shaped like one example)."""
         key = (x.dtype, x.device)
         if self._grad_terms is None or self._grad_terms[0] != key:
             self._grad_terms = (key, self.mean.to(*key[::-1]), (1 / self.std**2).to(*key[::-1]))
         _, mean, precision = self._grad_terms
-        return (mean - x).mul_(precision)
+        return (mean - x).mul_(precision if weight == 1.0 else precision * weight)
 
     def sample(self, batch_shape: tuple, generator: torch.Generator, dtype=None) -> Tensor:
         """Exact draws shaped (*batch_shape, *shape) (inverse CDF on the box), in `dtype`."""

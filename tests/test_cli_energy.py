@@ -46,7 +46,12 @@ def test_an_energy_model_from_the_user_s_file(tmp_path, capsys):
     assert main(["evaluate", "--model", model, *data, *FAST, "--json", str(out)]) == 0
     table = capsys.readouterr().out
     assert "energy real(2) Quadratic" in table and "log Z (AIS)" in table and f"wrote {out}" in table
+    test_file, train_file = data[1], data[3]
+    assert f"5 test vectors ({test_file}); base fitted to 100 training vectors ({train_file})" in table
+    assert "K = 50 (linear), 32 AIS chains, 4 RAISE chains per test vector, seed 0" in table
+    assert "verdict (tolerance 1 nats): " in table and "\ntime: " in table
     document = json.loads(out.read_text())
+    assert document["data"]["test_file"] == test_file and document["verdict"] in ("open", "closed")
     assert document["settings"]["steps"] == 50 and len(document["upper"]) == 5
     # log Z = log(2 pi / 4) for E = 2 |x|^2 in two dimensions; AIS within 4 of its standard errors (+ slack)
     assert abs(document["log_z"] - np.log(2 * np.pi / 4)) < 4 * document["log_z_stderr"] + 0.05

@@ -35,6 +35,18 @@ def test_evaluate_runs_an_energy_model_and_its_report_holds_the_sandwich():
     assert document["settings"]["steps"] == 200 and len(document["lower"]) == 6 and document["warnings"] == []
     table = report.format_table()
     assert "log Z (AIS)" in table and "gap" in table and "energy real(3) QuadraticEnergy" in table
+    # the verdict (a Gaussian at K = 200: closed) and the header a new user asked for: data, K, chains, seed, kernel
+    assert report.verdict == "closed" and report.reasons == [] and document["verdict"] == "closed"
+    lo, hi = report.interval
+    assert lo < min(report.lower_mean, report.upper_mean) <= max(report.lower_mean, report.upper_mean) < hi
+    assert document["interval"] == [lo, hi]
+    assert document["data"] == {"test": 6, "train": None, "base": "default"}
+    assert 0 < report.total_seconds >= sum(report.seconds.values()) and document["total_seconds"] > 0
+    assert "data                     6 test vectors; the default base" in table
+    assert "annealing                K = 200 (linear), 64 AIS chains, 8 RAISE chains per test vector, seed 3" in table
+    assert "kernel                   hmc, L = 10, step sizes from a pilot of up to 50 temperatures" in table
+    assert f"verdict (tolerance 1 nats): CLOSED: the average test log-likelihood lies in [{lo:.4f}, {hi:.4f}]" in table
+    assert f"time: {report.total_seconds:.1f} s (pilot" in table
     settings = EnergySettings(steps=200, ais_chains=64, raise_chains=8, pilot_steps=50, seed=3)
     again = evaluate_energy(model, test, settings)
     assert again.log_z == report.log_z and torch.equal(again.lower, report.lower)
@@ -87,3 +99,64 @@ def test_numbers_not_to_be_trusted_say_why():
     table = report.format_table({"steps": "--steps"})
     assert "warning (low-ess): AIS's effective sample size is" in table and "Raise K (--steps)" in table
     assert [w["code"] for w in json.loads(json.dumps(report.to_dict()))["warnings"]] == codes
+
+
+def test_the_verdict_is_the_certified_evaluation_s_own():
+    """The energy report's verdict comes from `certification.verdict` (the RBM's functions, called, not copied): its
+    reasons are `verdict_reasons` of the report's numbers, a warning that undermines a side keeps it open, and the
+    table lists the reasons with the command's flags (RAISE's test vectors, not --raise-examples, which an energy
+    run refuses)."""
+    import math
+
+    from raise_eval.certification.verdict import verdict_reasons
+
+    model, _ = gaussian_energy(3)
+    test = _gaussian_test(model)
+    report = evaluate_energy(model, test, EnergySettings(steps=20, ais_chains=16, raise_chains=2, pilot_steps=10,
+                                                         tolerance=0.01))  # fmt: skip
+    expected = verdict_reasons(gap=report.gap, noise=math.hypot(report.log_z_stderr, report.lower_stderr),
+                               codes={w.code for w in report.warnings}, exact=None, interval=None, allowance=0.0,
+                               method="", tolerance=0.01)  # fmt: skip
+    assert report.verdict == "open" and report.interval is None and report.reasons == expected != []
+    table = report.format_table({"ais_chains": "--ais-chains", "raise_chains": "--raise-chains"})
+    assert "verdict (tolerance 0.01 nats): OPEN" in table
+    assert "run more chains (--ais-chains, more test vectors, --raise-chains)" in table
+    document = report.to_dict({"ais_chains": "--ais-chains"})
+    assert any("(--ais-chains, more test vectors, raise_chains)" in r for r in document["reasons"])
+    with pytest.raises(ValueError, match="tolerance must be a positive number of nats, got 0"):
+        EnergySettings(tolerance=0)
+
+
+class _TiltedEnergy(torch.nn.Module):
+    """E(x) = x1^2 / 2 + 2 x0 on the real plane: exp(-E) does not integrate over x0 (Z is infinite)."""
+
+    def forward(self, x):
+        return 0.5 * x[:, 1] ** 2 + 2.0 * x[:, 0]
+
+
+def test_an_improper_energy_is_named_as_such_with_advice_a_larger_k_cannot_replace():
+    """The improper energy above got only the generic low-ESS / large-gap warnings, whose advice (a larger K)
+    cannot help; the AIS chains drift away without bound as beta -> 1, and the report now says so first, by name.
+    A proper Gaussian (the first test: no warnings) and a base far from the model's mass (below) get no such
+    warning."""
+    from raise_eval.models import EnergyModel
+    from raise_eval.models.energy import GaussianBase
+
+    model = EnergyModel(_TiltedEnergy(), support="real", event_shape=(2,))
+    g = torch.Generator().manual_seed(0)
+    train, test = torch.randn(200, 2, generator=g, dtype=torch.float64), torch.randn(5, 2, generator=g,
+                                                                                      dtype=torch.float64)  # fmt: skip
+    report = evaluate_energy(model, test, EnergySettings(steps=100, ais_chains=32, raise_chains=2, pilot_steps=20),
+                             train_data=train)  # fmt: skip
+    codes = [w.code for w in report.warnings]
+    assert codes[0] == "improper-energy", codes
+    table = report.format_table({"steps": "--steps"})
+    assert "warning (improper-energy): the AIS chains moved away from the data without settling" in table
+    assert "a larger K (--steps) cannot help" in table and "Bound the support with a box" in table
+    assert report.verdict == "open" and any("the energy looks improper" in r for r in report.reasons)
+
+    gaussian, _ = gaussian_energy(3)
+    far = GaussianBase(gaussian.energy.mean + 6.0, torch.full((3,), 0.2, dtype=torch.float64))
+    proper = evaluate_energy(gaussian, _gaussian_test(gaussian), EnergySettings(steps=100, ais_chains=32,
+                             raise_chains=2, pilot_steps=20), base=far)  # fmt: skip
+    assert "improper-energy" not in [w.code for w in proper.warnings]

@@ -205,6 +205,7 @@ def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_sett
     except NonFiniteLogWeightError as e:
         print(f"raise-eval: error: {e}", file=sys.stderr)
         return EXIT_FAILED
+    report.data.update(test_file=inputs.data, train_file=inputs.train_data)  # the table and JSON name the files
     print(report.format_table(FLAGS))
     write_report(report, outputs.json, None, FLAGS)
     return 0

@@ -19,9 +19,10 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
-from raise_eval.diagnostics import SandwichNumbers, diagnose
+from raise_eval.diagnostics import GAP_NATS, SandwichNumbers, diagnose
 from raise_eval.estimators.ais import ais
 from raise_eval.estimators.raise_ import raise_log_likelihood
+from raise_eval.evaluation.energy_checks import DriftWatch, data_distance, improper_warning, watches_drift
 from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
 from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, MetropolisScanKernel
 from raise_eval.models.contracts import declared_family
@@ -29,6 +30,7 @@ from raise_eval.models.energy import fit_base
 from raise_eval.paths.energy import EnergyPath
 from raise_eval.schedules import linear_schedule
 from raise_eval.seeds import ENERGY_OFFSETS, stage_seed
+from raise_eval.settings import render_names
 from raise_eval.stats import mean_and_stderr
 
 KERNELS = {"real": ("hmc", "mala"), "discrete": ("metropolis", "gibbs-with-gradients")}
@@ -41,7 +43,9 @@ class EnergySettings:
     steps: annealing steps K of AIS and RAISE (a linear schedule); ais_chains: AIS chains; raise_chains: RAISE
     chains per test vector; kernel: 'auto' (HMC on real support, the Metropolis scan on discrete), 'hmc', 'mala',
     'metropolis' or 'gibbs-with-gradients'; num_leapfrog: HMC's leapfrog steps; pilot_steps: the step-size pilot's
-    temperatures at most; seed: the random streams' seed.
+    temperatures at most; seed: the random streams' seed; tolerance: the verdict's tolerance in nats (closed when
+    AIS - RAISE is within it, with small standard errors and no warning that undermines either side: the conditions
+    of a certified evaluation, `raise_eval.certification.verdict`).
     """
 
     steps: int = 1000
@@ -51,6 +55,7 @@ class EnergySettings:
     num_leapfrog: int = 10
     pilot_steps: int = 200
     seed: int = 0
+    tolerance: float = GAP_NATS
 
     def __post_init__(self):
         for name in ("steps", "ais_chains", "raise_chains", "num_leapfrog", "pilot_steps"):
@@ -59,6 +64,12 @@ class EnergySettings:
                 raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
+        if (
+            isinstance(self.tolerance, bool)
+            or not isinstance(self.tolerance, (int, float))
+            or not (math.isfinite(self.tolerance) and self.tolerance > 0)
+        ):
+            raise ValueError(f"tolerance must be a positive number of nats, got {self.tolerance!r}")
         known = ("auto", *KERNELS["real"], *KERNELS["discrete"])
         if self.kernel not in known:
             raise ValueError(f"kernel must be one of {', '.join(known)}, got {self.kernel!r}")
@@ -66,7 +77,8 @@ class EnergySettings:
 
 @dataclasses.dataclass
 class EnergyReport:
-    """What `evaluate_energy` found (data; `to_dict()` is its JSON document, `format_table()` its table).
+    """What `evaluate_energy` found (data; `to_dict()` is its JSON document, `format_table()` its table, drawn by
+    `raise_eval.render.energy`).
 
     log_z, log_z_stderr, ais_ess: AIS's estimate of log Z, its delta-method standard error, its weights' ESS.
     upper: log f(v) - log Z-hat per test vector (N,); lower: RAISE's estimate per test vector (N,).
@@ -74,7 +86,14 @@ class EnergyReport:
     standard error (the test vectors' paired differences and AIS's own, added in quadrature).
     acceptance: mean acceptance rate of the AIS and RAISE passes; seconds: per stage.
     warnings: what a careful reader would say of these numbers (`raise_eval.diagnostics.diagnose`, as for a
-    Boltzmann machine: AIS's ESS, a gap beyond the noise, RAISE above AIS, log Z below the test set's own mass).
+    Boltzmann machine: AIS's ESS, a gap beyond the noise, RAISE above AIS, log Z below the test set's own mass; and
+    an improper energy, `evaluation.energy_checks`).
+    verdict: 'closed' or 'open' at settings['tolerance'], by the functions of a certified evaluation
+    (`certification.verdict.closure_reasons`); interval: [low, high] where closed (`sandwich_interval`: ±2 standard
+    errors), else None; reasons: why it is open (settings named as `{field}`).
+    data: what was evaluated: test (the number of test vectors), train (training vectors the base was fitted to, or
+    None), base ('fitted', 'given', "the model's" or 'default'), test_file / train_file (set by the command line).
+    total_seconds: the whole evaluation's wall time.
     """
 
     model: str
@@ -94,43 +113,59 @@ class EnergyReport:
     acceptance: dict
     seconds: dict
     warnings: list = dataclasses.field(default_factory=list)
+    verdict: str = "open"
+    interval: Optional[list] = None
+    reasons: list = dataclasses.field(default_factory=list)
+    data: dict = dataclasses.field(default_factory=dict)
+    total_seconds: float = math.nan
 
     def to_dict(self, names: Optional[dict] = None) -> dict:
-        """The JSON document (`names`: the command's flags, for the warnings' settings)."""
+        """The JSON document (`names`: the command's flags, for the warnings' and reasons' settings)."""
         out = dataclasses.asdict(self)
         out["upper"], out["lower"] = self.upper.tolist(), self.lower.tolist()
-        out["warnings"] = [w.to_dict(names) for w in self.warnings]
+        out["warnings"] = [w.to_dict(energy_names(names)) for w in self.warnings]
+        out["reasons"] = [render_names(r, energy_names(names)) for r in self.reasons]
         return out
 
     def format_table(self, names: Optional[dict] = None) -> str:
-        rows = [
-            ("model", self.model),
-            ("kernel", f"{self.kernel} (acceptance: AIS {self.acceptance['AIS']:.2f}, RAISE "
-                       f"{self.acceptance['RAISE']:.2f})"),
-            ("log Z (AIS)", f"{self.log_z:.3f} +- {self.log_z_stderr:.3f} (ESS {self.ais_ess:.1f})"),
-            ("log p(v), AIS (upper)", f"{self.upper_mean:.3f} +- {self.upper_stderr:.3f}"),
-            ("log p(v), RAISE (lower)", f"{self.lower_mean:.3f} +- {self.lower_stderr:.3f}"),
-            ("gap", f"{self.gap:.3f} +- {self.gap_stderr:.3f}"),
-            ("seconds", ", ".join(f"{k} {v:.1f}" for k, v in self.seconds.items())),
-        ]  # fmt: skip
-        width = max(len(name) for name, _ in rows)
-        lines = [f"{name:<{width}}  {value}" for name, value in rows]
-        lines += [f"warning ({w.code}): {w.render(names).message}" for w in self.warnings]
-        return "\n".join(lines)
+        from raise_eval.render.energy import energy_table
+
+        return energy_table(self, energy_names(names))
+
+
+def energy_names(names: Optional[dict]) -> dict:
+    """`names` (the command's flags, or None: the fields' names) with what a certified verdict's reasons call
+    `{raise_examples}` said as it is for an energy model: RAISE runs from every test vector."""
+    return {**(names or {}), "raise_examples": "more test vectors"}
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sandwich:
+    """What `certification.verdict` reads of a report, from an energy evaluation's numbers: `ais.stderr` is AIS's
+    standard error of log Z (as an `EvaluationReport`'s), `raise_stderr` RAISE's over the test vectors."""
+
+    ais: Any
+    ais_mean: float
+    raise_mean: float
+    raise_stderr: float
+    gap: float
+    warnings: list
 
 
 class _Recording:
     """A kernel whose calls record its mean acceptance (an `InfoKernel` run as a plain transition). The sum stays on
     the kernel's device: no host-device synchronisation per annealing step, one when `mean` is read."""
 
-    def __init__(self, kernel):
-        self.kernel, self.total, self.count = kernel, None, 0
+    def __init__(self, kernel, watch=None):
+        self.kernel, self.total, self.count, self.watch = kernel, None, 0, watch
 
     def __call__(self, state, beta: float, generator: torch.Generator):
         state, info = self.kernel.step(state, beta, generator)
         step_mean = info["acceptance"].double().mean()
         self.total = step_mean if self.total is None else self.total.add_(step_mean)
         self.count += 1
+        if self.watch is not None:
+            self.watch(self.count, state)
         return state
 
     @property
@@ -157,6 +192,7 @@ def evaluate_energy(
         train_data: training vectors to fit the base to (`fit_base`); else `base`, the model's own or the default.
         base: a `GaussianBase` / `SiteBase` (not with train_data).
     """
+    began = time.perf_counter()
     if declared_family(model) != "energy":
         raise TypeError(f"evaluate_energy takes an EnergyModel, got a {type(model).__name__}")
     names = [f.name for f in dataclasses.fields(EnergySettings)]
@@ -174,6 +210,9 @@ def evaluate_energy(
         raise ValueError(f"test_data must be shaped (N, {', '.join(map(str, model.event_shape))}) with N >= 1, got "
                          f"{tuple(test_data.shape)}")  # fmt: skip
     kind = _kernel_kind(model, settings.kernel)
+    data = {"test": int(test.shape[0]), "train": None if train_data is None else int(train_data.shape[0]),
+            "base": "fitted" if train_data is not None else "given" if base is not None else
+            "the model's" if model.base is not None else "default"}  # fmt: skip
     if train_data is not None:
         base = fit_base(model, train_data)
     path = EnergyPath(model, base)
@@ -182,7 +221,8 @@ def evaluate_energy(
     start = time.perf_counter()
     kernel = _kernel(path, kind, betas, settings, progress)
     seconds["pilot"] = time.perf_counter() - start
-    recorders = {"AIS": _Recording(kernel), "RAISE": _Recording(kernel)}
+    drift = DriftWatch(path.base, settings.steps) if watches_drift(model, path.base) else None
+    recorders = {"AIS": _Recording(kernel, drift), "RAISE": _Recording(kernel)}
     start = time.perf_counter()
     forward = ais(path, betas, settings.ais_chains, generator=_generator(model, settings.seed, "ais"),
                   kernel=recorders["AIS"], progress=progress)  # fmt: skip
@@ -203,12 +243,26 @@ def evaluate_energy(
         raise_stderr=reverse.stderr, log_z=forward.estimate, num_test=int(upper.numel()),
         log_test_mass=_log_test_mass(model, test, reverse.log_unnormalized),
     )  # fmt: skip
+    warnings = diagnose(numbers, init="base-rates")
+    if drift is not None:
+        improper = improper_warning(drift.distances, data_distance(path.base, test))
+        # First: it says why the other warnings' advice (a larger K) cannot help.
+        warnings = warnings if improper is None else [improper, *warnings]
+    sandwich = _Sandwich(ais=forward, ais_mean=upper_mean, raise_mean=reverse.mean, raise_stderr=reverse.stderr,
+                         gap=gap_mean, warnings=warnings)  # fmt: skip
+    # Imported here: raise_eval.certification's package imports this one (through evaluation.run), so a module-level
+    # import would run certification/__init__ while this module is half made.
+    from raise_eval.certification.verdict import closure_reasons, sandwich_interval
+
+    reasons = closure_reasons(sandwich, settings.tolerance)
     return EnergyReport(
         model=model.describe(), settings=dataclasses.asdict(settings), kernel=kind, log_z=forward.estimate,
         log_z_stderr=ais_se, ais_ess=float(forward.ess), upper=upper, lower=lower, upper_mean=upper_mean,
         upper_stderr=_with(upper_se, ais_se), lower_mean=reverse.mean, lower_stderr=reverse.stderr, gap=gap_mean,
         gap_stderr=_with(gap_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
-        warnings=diagnose(numbers, init="base-rates"),
+        warnings=warnings, verdict="open" if reasons else "closed",
+        interval=None if reasons else list(sandwich_interval(sandwich)), reasons=reasons, data=data,
+        total_seconds=time.perf_counter() - began,
     )  # fmt: skip
 
 

@@ -36,24 +36,38 @@ StepSizes = Union[float, Tensor, StepSizeSchedule]
 
 def reflect(x: Tensor, p: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
     """Fold positions x back into [low, high] by reflections at the walls; each coordinate reflected an odd number
-    of times has its momentum p negated. Shapes unchanged; x and p may be written in place. On the CPU only the
-    coordinates outside the box are folded (few, at HMC's step sizes); elsewhere every one is, with no device sync."""
+    of times has its momentum p negated. Shapes unchanged; x and p may be written in place. On the CPU, where a
+    look at the largest overshoot costs no device sync: when no coordinate overshoots a wall by the box's width or
+    more (HMC's steps are small against the box) one reflection each is the whole fold, in six elementwise passes
+    (clamp, overshoot, its extremes, mirror, flip); otherwise, and on other devices, `_fold` folds every coordinate
+    (the same numbers)."""
     if x.device.type != "cpu":
         return _fold(x, p, low, high)
-    where = ((x < low) | (x > high)).nonzero(as_tuple=True)
-    if where[0].numel() == 0:
-        return x, p
-    folded, flipped = _fold(x[where], p[where], low, high)
-    return x.index_put_(where, folded), p.index_put_(where, flipped)
+    width = high - low
+    inside = x.clamp(low, high)
+    overshoot = torch.sub(x, inside)  # 0 inside the box, the signed distance beyond the wall outside
+    least, most = torch.aminmax(overshoot)
+    if not (-width < float(least) and float(most) < width):  # a coordinate crosses the whole box: fold them all
+        return _fold(x, p, low, high)
+    # p - 2 p |sign(overshoot)|: the momentum negated where reflected, in float operations only (on the CPU,
+    # comparisons and torch.where on bool masks cost several times a multiply-add).
+    return inside.sub_(overshoot), p.addcmul_(p, overshoot.sign().abs_(), value=-2)
 
 
 def _fold(x: Tensor, p: Tensor, low: float, high: float) -> tuple[Tensor, Tensor]:
+    """`reflect` of every coordinate: one mirror image at the wall where the overshoot is under the box's width (the
+    same arithmetic as `reflect`'s, so both give the same numbers), the general fold by the overshoot's parity
+    elsewhere."""
     width = high - low
+    inside = x.clamp(low, high)
+    overshoot = x - inside
+    once = overshoot.abs() < width
     t = (x - low) / width
     n = torch.floor(t)
     r = t - n
     odd = torch.remainder(n, 2) == 1
-    return low + width * torch.where(odd, 1 - r, r), torch.where(odd, -p, p)
+    folded = torch.where(once, inside - overshoot, low + width * torch.where(odd, 1 - r, r))
+    return folded, torch.where(torch.where(once, overshoot != 0, odd), -p, p)
 
 
 class EnergyHMCKernel:
@@ -105,14 +119,17 @@ def hmc_transition(
     scale = path.step_scale().to(dtype=state.x.dtype)
     move = step_size * scale
     p0 = torch.randn(state.x.shape, generator=generator, dtype=state.x.dtype, device=state.x.device)
-    p = p0 + 0.5 * move * path.grad_log_density(state, beta)
+    p = torch.addcmul(p0, move, path.grad_log_density(state, beta), value=0.5)
     x, new = state.x, state
+    # Fused multiply-adds, in place after the first step (state.x and p0 are kept for the acceptance test; each
+    # step's x is done with once its energy and gradient are taken): the elementwise work around the energy's passes
+    # is what HMC costs beyond them.
     for i in range(num_leapfrog):
-        x = x + move * p
+        x = torch.addcmul(x, move, p) if i == 0 else x.addcmul_(move, p)
         if support.bounded:
             x, p = reflect(x, p, support.low, support.high)
         new = path.state_with_grad(x)
-        p = p + (1.0 if i < num_leapfrog - 1 else 0.5) * move * path.grad_log_density(new, beta)
+        p.addcmul_(move, path.grad_log_density(new, beta), value=1.0 if i < num_leapfrog - 1 else 0.5)
     kinetic0 = 0.5 * batch_sum(p0.double() ** 2, event_dims)
     kinetic1 = 0.5 * batch_sum(p.double() ** 2, event_dims)
     log_accept = (path.log_density(new, beta) - kinetic1) - (path.log_density(state, beta) - kinetic0)

@@ -110,7 +110,7 @@ class EnergyPath:
 
     def grad_log_density(self, state: EnergyState, beta: float) -> Tensor:
         """The gradient of log f_beta at a real state with its gradient, shaped like x, in x's dtype."""
-        return torch.add(self.base.grad_log_prob(state.x).mul_(1 - beta), state.grad.to(state.x.dtype), alpha=beta)
+        return self.base.grad_log_prob(state.x, 1 - beta).add_(state.grad.to(state.x.dtype), alpha=beta)
 
     @property
     def kernel(self):

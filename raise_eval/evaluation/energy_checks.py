@@ -1,0 +1,85 @@
+"""Signs that an energy model's numbers cannot be trusted for a reason a larger K cannot remove: an improper energy.
+
+An energy whose exp(-E) does not integrate on an unbounded real support (E = x1^2 / 2 + 2 x0: Z is infinite) has
+annealing distributions p_beta that are proper for beta < 1 (the base confines them) but move outward without bound
+as beta approaches 1; AIS's chains follow them, so log Z-hat grows with K without settling and the generic warnings
+(low ESS, a large gap), whose advice is a larger K, cannot help. `DriftWatch` records how far the AIS chains lie
+from the base's mean (in the base's standard deviations) at a few points of the annealing, and `improper_warning`
+names the drift when the chains end far beyond the test data and are still moving outward at the end.
+
+Only unbounded real support is watched: a box bounds the chains, and a discrete support has a finite Z.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from torch import Tensor
+
+from raise_eval.diagnostics import Warning
+
+# The chains end this many times farther from the base's mean than the test data lie (at least 1 standard deviation)
+DRIFT_FACTOR = 10.0
+# ... and their distance still grew by this factor over the last tenth of the annealing: they had not settled.
+DRIFT_GROWTH = 2.0
+# The fractions of the annealing's transitions at which the chains' distance is recorded (the last one: the end).
+CHECKPOINTS = (0.5, 0.9, 1.0)
+
+
+def standardized_distance(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
+    """Each chain's root-mean-square distance from `mean` in units of `std`: x (*B, *event_shape) -> (*B,)."""
+    z = (x.double() - mean.to(x.device)) / std.to(x.device)
+    return z.square().flatten(start_dim=x.dim() - mean.dim()).mean(-1).sqrt()
+
+
+class DriftWatch:
+    """Called with (transition number 1..num_steps, state) after each AIS transition; at `CHECKPOINTS` it keeps the
+    median over chains of `standardized_distance` from the base (a device tensor: no host synchronisation until
+    `distances` is read)."""
+
+    def __init__(self, base, num_steps: int):
+        self.mean, self.std = base.mean, base.std
+        self.at = {max(1, round(f * num_steps)): f for f in CHECKPOINTS}
+        self.recorded: dict[float, Tensor] = {}
+
+    def __call__(self, step: int, state) -> None:
+        if step in self.at:
+            self.recorded[self.at[step]] = standardized_distance(state.x, self.mean, self.std).median()
+
+    @property
+    def distances(self) -> dict[float, float]:
+        """{fraction of the annealing: the chains' median distance from the base's mean}."""
+        return {f: float(d) for f, d in sorted(self.recorded.items())}
+
+
+def watches_drift(model, base) -> bool:
+    """Whether the chains can drift without bound: unbounded real support and a Gaussian base."""
+    return not model.support.discrete and not model.support.bounded and getattr(base, "kind", None) == "gaussian"
+
+
+def improper_warning(distances: dict[float, float], test_distance: float) -> Optional[Warning]:
+    """The 'improper-energy' warning when the AIS chains ended more than DRIFT_FACTOR times farther from the base
+    than the test data (`test_distance`: the test vectors' median `standardized_distance`) and their distance grew
+    by more than DRIFT_GROWTH over the last tenth of the annealing; else None. `distances`: `DriftWatch.distances`."""
+    end, late = distances.get(1.0), distances.get(0.9)
+    if end is None or late is None or not end > DRIFT_FACTOR * max(test_distance, 1.0):
+        return None
+    if not end > DRIFT_GROWTH * late:
+        return None
+    half = distances.get(0.5, float("nan"))
+    return Warning(
+        "improper-energy",
+        f"the AIS chains moved away from the data without settling: their median distance from the base's mean, in "
+        f"the base's standard deviations, grew from {half:.3g} half-way and {late:.3g} at nine tenths of the "
+        f"annealing to {end:.3g} at its end, against {test_distance:.3g} for the test data. The energy looks "
+        "improper (exp(-E) does not integrate: Z is infinite, e.g. a term linear in x or an energy that falls "
+        "without bound) or nearly so: log Z-hat then grows with K without settling, so a larger K ({steps}) cannot "
+        "help and the other warnings' advice to raise it does not apply. Bound the support with a box (support="
+        "('real', low, high)) or add a confining term to the energy (e.g. |x - m|^2 / (2 s^2), s a few times the "
+        "data's spread).",
+    )
+
+
+def data_distance(base, data: Tensor) -> float:
+    """Vectors' (N, *event_shape) median `standardized_distance` from the base's mean."""
+    return float(standardized_distance(data, base.mean, base.std).median())

@@ -1,0 +1,62 @@
+"""The table of an energy model's evaluation (`evaluation.energy.EnergyReport`, data): a header saying what was
+evaluated and how (data, K, chains, seed, kernel), the sandwich, the verdict, the warnings and the time."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from raise_eval.settings import render_names
+
+
+def energy_table(report, names: Optional[dict[str, str]] = None) -> str:
+    """`report`'s table; settings in messages written as `names` gives them (the command's flags)."""
+    s, acc = report.settings, report.acceptance
+    rows = [
+        ("model", report.model),
+        ("data", _data_words(report.data)),
+        ("annealing", f"K = {s['steps']:,} (linear), {s['ais_chains']:,} AIS chains, {s['raise_chains']:,} RAISE "
+                      f"chains per test vector, seed {s['seed']}"),
+        ("kernel", f"{_kernel_words(report.kernel, s)} (acceptance: AIS {acc['AIS']:.2f}, RAISE {acc['RAISE']:.2f})"),
+        ("log Z (AIS)", f"{report.log_z:.3f} +- {report.log_z_stderr:.3f} (ESS {report.ais_ess:.1f})"),
+        ("log p(v), AIS (upper)", f"{report.upper_mean:.3f} +- {report.upper_stderr:.3f}"),
+        ("log p(v), RAISE (lower)", f"{report.lower_mean:.3f} +- {report.lower_stderr:.3f}"),
+        ("gap", f"{report.gap:.3f} +- {report.gap_stderr:.3f}"),
+    ]  # fmt: skip
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    tolerance = f"tolerance {s['tolerance']:g} nats"
+    if report.verdict == "closed":
+        lo, hi = report.interval
+        lines.append(f"verdict ({tolerance}): CLOSED: the average test log-likelihood lies in [{lo:.4f}, {hi:.4f}] "
+                     "(RAISE to AIS, ±2 standard errors)")  # fmt: skip
+    else:
+        lines.append(f"verdict ({tolerance}): OPEN")
+        lines += [f"  - {render_names(r, names)}" for r in report.reasons]
+    lines += [f"warning ({w.code}): {w.render(names).message}" for w in report.warnings]
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in report.seconds.items())
+    lines.append(f"time: {report.total_seconds:.1f} s ({parts})")
+    return "\n".join(lines)
+
+
+def _data_words(data: dict) -> str:
+    test = data.get("test")
+    words = f"{test:,} test vector{'' if test == 1 else 's'}" if test is not None else "test vectors"
+    if data.get("test_file"):
+        words += f" ({data['test_file']})"
+    base = data.get("base")
+    if base == "fitted":
+        words += f"; base fitted to {data['train']:,} training vectors"
+        words += f" ({data['train_file']})" if data.get("train_file") else ""
+    elif base == "default":
+        words += "; the default base (N(0, 1) per coordinate, a broad Gaussian on a box, or uniform sites)"
+    elif base:
+        words += f"; base {base}"
+    return words
+
+
+def _kernel_words(kernel: str, s: dict) -> str:
+    if kernel == "hmc":
+        return f"hmc, L = {s['num_leapfrog']}, step sizes from a pilot of up to {s['pilot_steps']} temperatures"
+    if kernel == "mala":
+        return f"mala, step sizes from a pilot of up to {s['pilot_steps']} temperatures"
+    return kernel
