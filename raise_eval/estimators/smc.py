@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -52,6 +52,7 @@ class SMCLadderPass(LadderPass):
         over the groups, shaped (R,) (at most M).
     resamplings: per rung, the resamplings (one group at one step) done before it, cumulative, shaped (R,).
     replicates: G; resample_ess: the threshold as a fraction of a group's chains; sweeps: the moves after one.
+    rung_states: the chains just after their transition at the rungs asked for (`states_at`), by rung position.
     """
 
     replicate_log_z: Tensor = field(default=None)
@@ -60,6 +61,7 @@ class SMCLadderPass(LadderPass):
     replicates: int = 1
     resample_ess: float = 0.0
     sweeps: int = 0
+    rung_states: dict = field(default_factory=dict)
 
     def summary(self, rung: int) -> WeightSummary:
         """log Z-hat at rung `rung` (an index into `rungs`) as the average of the replicates' Z-hats, with their
@@ -89,6 +91,7 @@ def smc_ladder_pass(
     sweeps: int = 1,
     progress: bool = False,
     desc: str = "SMC ladder",
+    states_at: Collection[int] = (),
 ) -> SMCLadderPass:
     """`ladder_pass` with resampling: `num_chains` chains from exact samples of the path's start through `betas`, in
     `replicates` groups, each resampled within itself when its ESS falls below `resample_ess` of its chains (see
@@ -104,6 +107,8 @@ def smc_ladder_pass(
         resample_ess: in [0, 1]; 0 never resamples (plain AIS, `ladder_pass`'s numbers bit for bit).
         replicates: G >= 1 groups; `num_chains` must be a multiple of G with at least two chains per group.
         sweeps: transitions at the current beta after a step that resampled (besides the one the next step makes).
+        states_at: rung positions (indices into the sorted rungs) whose chains, just after their transition at the
+            rung's beta, are kept in `rung_states` (e.g. to compare them with another run's at a neighbouring rung).
     """
     betas = validate_schedule(betas)
     check_count("num_chains", num_chains)
@@ -133,6 +138,7 @@ def smc_ladder_pass(
     weights_at = {index: r for r, index in enumerate(rungs)}
     samples_at = {index + 1: r for r, index in enumerate(rungs)}
     log_w = torch.zeros(num_chains, dtype=torch.float64, device=device)
+    rung_states: dict = {}
     # One more transition at beta = 1, as in `ladder_pass`: the last rung's samples.
     beta_list = torch.cat([betas, betas[-1:]]).tolist()
     bar = tqdm(total=num_steps + 1, desc=desc, disable=not progress, leave=False, mininterval=0.5)
@@ -149,6 +155,8 @@ def smc_ladder_pass(
                 resamplings[r] = groups.resamplings
             r = samples_at.get(done)
             if r is not None:
+                if r in states_at:
+                    rung_states[r] = state
                 beta = rung_betas[r]
                 if r + 1 < count:
                     forward[r] = path.log_density_ratio(state, beta, rung_betas[r + 1]).to("cpu", torch.float64)
@@ -173,7 +181,7 @@ def smc_ladder_pass(
         betas=betas, rungs=rungs, log_weights=log_weights, forward=forward, reverse=reverse, num_steps=num_steps,
         num_chains=num_chains, seconds=time.perf_counter() - start, final_state=state,
         replicate_log_z=replicate_log_z, ess=ess, resamplings=resamplings, replicates=replicates,
-        resample_ess=float(resample_ess), sweeps=sweeps,
+        resample_ess=float(resample_ess), sweeps=sweeps, rung_states=rung_states,
     )  # fmt: skip
 
 

@@ -12,6 +12,7 @@ from raise_eval.exact import DEFAULT_MAX_UNITS
 from raise_eval.settings import SettingsError, progress_setting, setting, settings_class, threads_setting
 
 TRAJECTORY_EXACT = ("auto", "always", "never")
+TRAJECTORY_LINKS = ("fixed", "adaptive")
 
 
 @settings_class
@@ -22,7 +23,7 @@ class TrajectorySettings:
     gives log Z at every checkpoint; BAR between neighbouring checkpoints, from the same chains, is a second
     estimate (not independent of AIS's) with a health check per link; RAISE along the path truncated at a checkpoint gives that checkpoint's
     conservative log-likelihood. The seeds: AIS `seed`, RAISE `seed + 1`, BAR's bootstrap `seed + 2`, the RAISE
-    subset `seed + 3`, log f(v) estimates `seed + 4`, `test_subset` `seed + 6`.
+    subset `seed + 3`, log f(v) estimates `seed + 4`, the adaptive links' pilot `seed + 5`, `test_subset` `seed + 6`.
     """
 
     init: str = setting(
@@ -68,6 +69,37 @@ class TrajectorySettings:
         "with --resample-ess above 0: Gibbs sweeps at the current parameters after a sub-step that resampled, "
         "besides the one the next sub-step makes",
         kind="count", numbers="result", least=0, flag="--rejuvenation-sweeps", metavar="S", group="annealing",
+    )  # fmt: skip
+    links: str = setting(
+        "fixed",
+        "how each link's sub-steps are chosen: fixed (--steps, --start-steps, evenly spaced) or adaptive (a pilot "
+        "of --pilot-chains chains, its own random stream, chooses by bisection the sub-steps that keep the "
+        "conditional ESS of every sub-step's weights at or above --target-cess, and re-anchors in temperature each "
+        "checkpoint its temperature probe reaches more than --anchor-margin nats higher; then a fresh SMC run "
+        "follows that plan, so that log Z stays unbiased)",
+        kind="choice", numbers="result", choices=TRAJECTORY_LINKS, flag="--links", group="annealing",
+    )  # fmt: skip
+    target_cess: float = setting(
+        0.9,
+        "with --links adaptive: the conditional effective sample size, as a fraction of the chains, every sub-step "
+        "keeps (higher: more, smaller sub-steps)",
+        kind="number", numbers="result", least=0, most=1, strictly=True, flag="--target-cess", metavar="FRACTION",
+        group="annealing",
+    )  # fmt: skip
+    pilot_chains: int = setting(
+        200, "with --links adaptive: the pilot's chains", kind="count", numbers="result", least=2,
+        why="an effective sample size needs two", flag="--pilot-chains", metavar="M", group="annealing",
+    )  # fmt: skip
+    max_link_steps: int = setting(
+        1000, "with --links adaptive: at most this many sub-steps per link (and per temperature link)", kind="count",
+        numbers="result", least=1, flag="--max-link-steps", metavar="K", group="annealing",
+    )  # fmt: skip
+    anchor_margin: Optional[float] = setting(
+        0.5,
+        "with --links adaptive: re-anchor a checkpoint (the run restarts there from the start, in temperature) when "
+        "the pilot's temperature probe of its log Z exceeds the trajectory's by more than this many nats",
+        kind="number", numbers="result", least=0, none="never re-anchor", flag="--anchor-margin", metavar="NATS",
+        group="annealing",
     )  # fmt: skip
     raise_examples: int = setting(
         100, "test vectors RAISE runs on, a random subset (all if fewer)", kind="count", numbers="result", least=2,
