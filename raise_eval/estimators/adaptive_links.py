@@ -122,7 +122,7 @@ def conditional_ess(log_w: Tensor, increment: Tensor) -> float:
     return float(torch.exp(value)) if bool(torch.isfinite(value)) else 0.0
 
 
-class _PilotChains:
+class PilotChains:
     """One population of pilot chains on a path: state, log-weights since the last resampling (float64, (M,)) and
     the log Z folded in at resamplings (log Z_0 included)."""
 
@@ -132,6 +132,12 @@ class _PilotChains:
         self.log_w = torch.zeros(chains, dtype=torch.float64, device=self.state.layers[0].device)
         self.folded = float(path.log_partition_initial)
         self.steps = 0
+
+    def moved_to(self, path: TrajectoryPath) -> PilotChains:
+        """The same chains on `path` (e.g. the next link of a run that goes on), their weights kept."""
+        self.path = path
+        self.state = path.state_from_layers(list(self.state.layers))
+        return self
 
     def log_z(self) -> float:
         return self.folded + float(torch.logsumexp(self.log_w, 0)) - math.log(self.log_w.numel())
@@ -203,7 +209,7 @@ def plan_links(
         raise ValueError(f"target_cess must be a fraction in (0, 1), got {target_cess}")
     options = dict(target_cess=target_cess, resample_ess=resample_ess, sweeps=sweeps, max_link_steps=max_link_steps)
     start = time.perf_counter()
-    chains = _PilotChains(path, pilot_chains, generator)
+    chains = PilotChains(path, pilot_chains, generator)
     plan = LinkPlan(fractions=[], sweeps=sweeps, pilot_chains=pilot_chains)
     plan.pilot_log_z.append(chains.log_z())
     checkpoints = set(path.checkpoint_points)
@@ -213,7 +219,7 @@ def plan_links(
             plan.fractions.append(chains.advance_link(link, options, generator))
             point = link + 1
             if anchor_margin is not None and point >= 2 and point in checkpoints:
-                probe = _PilotChains(TrajectoryPath([path.points[0], path.points[point]]), pilot_chains, generator)
+                probe = PilotChains(TrajectoryPath([path.points[0], path.points[point]]), pilot_chains, generator)
                 positions = probe.advance_link(0, options, generator)
                 plan.pilot_steps += probe.steps
                 gain = probe.log_z() - chains.log_z()

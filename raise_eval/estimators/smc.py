@@ -126,7 +126,7 @@ def smc_ladder_pass(
     start = time.perf_counter()
     state = path.sample_initial(num_chains, generator)
     device = state.layers[0].device
-    groups = _Groups(replicates, num_chains // replicates, float(resample_ess), device)
+    groups = ReplicateGroups(replicates, num_chains // replicates, float(resample_ess), device)
     count = len(rungs)
     log_weights = torch.zeros(count, num_chains, dtype=torch.float64)
     replicate_log_z = torch.zeros(count, replicates, dtype=torch.float64)
@@ -185,7 +185,7 @@ def smc_ladder_pass(
     )  # fmt: skip
 
 
-class _Groups:
+class ReplicateGroups:
     """The replicate groups' bookkeeping: G groups of m chains (chain i in group i // m), each group's folded log
     mean weights (G,), and the resamplings so far."""
 

@@ -188,6 +188,35 @@ class TrackSettings:
         100, "sub-steps of the first call, from the start distribution to the first model", kind="count",
         numbers="result", least=1,
     )  # fmt: skip
+    resample_ess: float = setting(
+        0.0,
+        "sequential Monte Carlo: after every sub-step, resample the chains of a replicate group whose effective sample "
+        "size falls below this fraction of its chains, then move them by rejuvenation_sweeps Gibbs sweeps; 0 never "
+        "resamples (plain AIS)",
+        kind="number", numbers="result", least=0, most=1,
+    )  # fmt: skip
+    replicates: int = setting(
+        10,
+        "with resample_ess above 0: independent groups the chains are split into (log Z their Z estimates' average, "
+        "its standard error their spread's)",
+        kind="count", numbers="result", least=2, why="a standard error needs two",
+    )  # fmt: skip
+    rejuvenation_sweeps: int = setting(
+        1, "with resample_ess above 0: Gibbs sweeps at the current parameters after a sub-step that resampled",
+        kind="count", numbers="result", least=0,
+    )  # fmt: skip
+    anchor_margin: Optional[float] = setting(
+        None,
+        "re-anchor: at every call a pilot (pilot_chains chains following the trajectory, and a temperature probe "
+        "from the start to the call's model, on their own stream) compares the two estimates of log Z; where the "
+        "probe's is higher by more than this many nats, the chains restart from the start and anneal to the model "
+        "in temperature (start_steps sub-steps)",
+        kind="number", numbers="result", least=0, none="never re-anchor",
+    )  # fmt: skip
+    pilot_chains: int = setting(
+        50, "with anchor_margin: the pilot's chains (and its probe's)", kind="count", numbers="result", least=2,
+        why="a log Z estimate needs two",
+    )  # fmt: skip
     verdict_every: Optional[int] = setting(
         None, "also run RAISE along the trajectory so far and give a verdict every N records", kind="count", least=1,
         none="at final() only",
@@ -196,3 +225,11 @@ class TrackSettings:
         GAP_NATS, "the verdict's tolerance in nats (the conditions of a certified evaluation)", kind="number", least=0,
         strictly=True,
     )  # fmt: skip
+
+    def _validate(self) -> None:
+        if self.resample_ess > 0 and (self.chains % self.replicates or self.chains < 2 * self.replicates):
+            raise SettingsError(
+                f"{{chains}} ({self.chains}) must be a multiple of {{replicates}} ({self.replicates}) with at least two "
+                "chains per replicate when {resample_ess} is above 0: change either",
+                ("chains", "replicates", "resample_ess"),
+            )
