@@ -159,11 +159,12 @@ class TrajectorySettings:
     threads: Union[str, int, None] = threads_setting()
 
     def _validate(self) -> None:
-        if self.resample_ess > 0 and (self.ais_chains % self.replicates or self.ais_chains < 2 * self.replicates):
+        grouped = self.resample_ess > 0 or self.links == "adaptive"  # the run is then SMC in replicate groups
+        if grouped and (self.ais_chains % self.replicates or self.ais_chains < 2 * self.replicates):
             raise SettingsError(
                 f"{{ais_chains}} ({self.ais_chains}) must be a multiple of {{replicates}} ({self.replicates}) with at "
-                "least two chains per replicate when {resample_ess} is above 0: change either",
-                ("ais_chains", "replicates", "resample_ess"),
+                "least two chains per replicate when {resample_ess} is above 0 or {links} is adaptive: change either",
+                ("ais_chains", "replicates", "resample_ess", "links"),
             )
 
 

@@ -135,3 +135,13 @@ def test_the_command_with_adaptive_links_runs_against_exact():
     for c in report.checkpoints:
         assert abs(c.log_z - c.log_z_exact) < 5 * c.log_z_stderr + 0.05, (c.log_z, c.log_z_exact, c.log_z_stderr)
     assert report.checkpoints[-1].raise_mean is not None
+
+
+def test_adaptive_links_refuse_chains_that_do_not_split_into_the_replicates_before_any_work():
+    """The fresh run is SMC in replicate groups even at resample_ess 0: a count that does not split is refused by the
+    settings, not after the pilot has run (a found bug: it was accepted)."""
+    from raise_eval.settings import SettingsError
+    from raise_eval.trajectory.settings import TrajectorySettings
+
+    with pytest.raises(SettingsError, match="ais_chains .*1001.* multiple of replicates .*10.*links"):
+        TrajectorySettings(links="adaptive", ais_chains=1001)
