@@ -139,6 +139,7 @@ def main(argv=None) -> None:
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--target-cess", type=float, default=0.99)
     parser.add_argument("--sweeps", type=int, default=1, help="adaptive: --rejuvenation-sweeps")
+    parser.add_argument("--max-sweeps", type=int, default=None, help="adaptive: --max-sweeps")
     parser.add_argument("--temperature-steps", type=int, nargs="+", default=[300, 1000])
     parser.add_argument("--epochs", type=int, default=30)
     parser.add_argument("--track", default='{"chains": 1000, "steps": 20, "start_steps": 100}',
@@ -168,7 +169,11 @@ def main(argv=None) -> None:
         result = trajectory_part(models, steps, test, means, truth, {})
     elif args.part == "adaptive":
         overrides = dict(
-            links="adaptive", resample_ess=0.5, target_cess=args.target_cess, rejuvenation_sweeps=args.sweeps
+            links="adaptive",
+            resample_ess=0.5,
+            target_cess=args.target_cess,
+            rejuvenation_sweeps=args.sweeps,
+            max_sweeps=args.max_sweeps,
         )
         result = trajectory_part(models, steps, test, means, truth, overrides)
     elif args.part == "temperature":

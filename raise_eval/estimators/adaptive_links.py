@@ -41,6 +41,16 @@ from raise_eval.estimators.smc import SMCLadderPass, smc_ladder_pass
 from raise_eval.paths.trajectory import TrajectoryPath
 
 BISECTION_ITERATIONS = 40  # halvings of a link's remaining width: far finer than any useful sub-step
+# With more sweeps allowed than the least: sweep after a resampling until the chains' log f at the current point
+# correlates with the resampled chains' (duplicates) below this, so that the copies have moved apart.
+SWEEP_CORRELATION = 0.5
+
+
+def _correlation(a: Tensor, b: Tensor) -> float:
+    """Pearson correlation of two (M,) float64 vectors; 0 where either does not vary."""
+    a, b = a - a.mean(), b - b.mean()
+    scale = float(a.norm() * b.norm())
+    return float((a * b).sum()) / scale if scale > 0 else 0.0
 
 
 @dataclass
@@ -51,7 +61,8 @@ class LinkPlan:
         last 1.0: its betas are knot_i + (knot_{i+1} - knot_i) u, on whichever path the link is part of.
     anchors: the points (>= 2, increasing) where the fresh run restarts from the start in temperature.
     anchor_fractions: per anchor a, the temperature link's positions (from P_0 straight to P_a).
-    sweeps: Gibbs sweeps after a resampling.
+    sweeps: Gibbs sweeps after a resampling (the least); link_sweeps: per link, those the pilot chose (sweeps when
+        empty); anchor_sweeps: per anchor, its temperature link's.
     pilot_log_z: per point, the pilot's log Z-hat (after any anchoring there), shaped (T + 1,).
     probe_gain: per checkpoint point probed, the temperature probe's log Z-hat minus the trajectory's.
     pilot_chains, seconds: the pilot's chains and wall time; pilot_steps: its sub-steps, probes included.
@@ -61,6 +72,8 @@ class LinkPlan:
     anchors: list[int] = field(default_factory=list)
     anchor_fractions: dict[int, list[float]] = field(default_factory=dict)
     sweeps: int = 1
+    link_sweeps: list[int] = field(default_factory=list)
+    anchor_sweeps: dict[int, int] = field(default_factory=dict)
     pilot_log_z: list[float] = field(default_factory=list)
     probe_gain: dict[int, float] = field(default_factory=dict)
     pilot_chains: int = 0
@@ -83,6 +96,17 @@ class LinkPlan:
         if a == 0:
             return [list(f) for f in self.fractions[: b - 1]]
         return [list(self.anchor_fractions[a])] + [list(f) for f in self.fractions[a : b - 1]]
+
+    def segment_sweeps(self, a: int, b: int) -> list[int]:
+        """The sweeps after each sub-step along segment [a, b)'s own path (the links' counts, per sub-step)."""
+        links = range(a, b - 1) if a == 0 else range(a - 1, b - 1)  # link a - 1 stands for the anchor's own
+        counts = []
+        for i, positions in zip(links, self.segment_fractions(a, b)):
+            here = self.anchor_sweeps.get(a) if a > 0 and i == a - 1 else None
+            if here is None:
+                here = self.link_sweeps[i] if self.link_sweeps else self.sweeps
+            counts += [here] * len(positions)
+        return counts
 
     def num_steps(self) -> int:
         """The fresh run's sub-steps over all segments."""
@@ -132,6 +156,7 @@ class PilotChains:
         self.log_w = torch.zeros(chains, dtype=torch.float64, device=self.state.layers[0].device)
         self.folded = float(path.log_partition_initial)
         self.steps = 0
+        self.link_sweeps = 0  # the most sweeps after a resampling in the current link
 
     def moved_to(self, path: TrajectoryPath) -> PilotChains:
         """The same chains on `path` (e.g. the next link of a run that goes on), their weights kept."""
@@ -149,6 +174,7 @@ class PilotChains:
         least = (hi - lo) / options["max_link_steps"]
         target = options["target_cess"]
         beta, positions = lo, []
+        self.link_sweeps = options["sweeps"]
         while beta < hi:
             increment, state = path.weight_update(self.state, beta, hi)
             if hi - beta <= least or conditional_ess(self.log_w, increment) >= target:
@@ -187,8 +213,15 @@ class PilotChains:
         index = torch.searchsorted(cdf, (u + torch.arange(m, device=p.device)) / m, right=True).clamp_(max=m - 1)
         self.state = self.path.select_chains(self.state, index)
         self.log_w = torch.zeros_like(self.log_w)
-        for _ in range(options["sweeps"]):
+        least, most = options["sweeps"], options.get("max_sweeps", options["sweeps"])
+        before = self.path.log_density(self.state, beta) if most > least else None
+        done = 0
+        while done < most:
+            if done >= least and _correlation(before, self.path.log_density(self.state, beta)) < SWEEP_CORRELATION:
+                break
             self.state = self.path.transition(self.state, beta, generator)
+            done += 1
+        self.link_sweeps = max(self.link_sweeps, done)
 
 
 def plan_links(
@@ -201,13 +234,15 @@ def plan_links(
     sweeps: int,
     max_link_steps: int,
     anchor_margin: Optional[float],
+    max_sweeps: Optional[int] = None,
     progress: bool = False,
 ) -> LinkPlan:
     """The pilot (module docstring): the sub-steps of every link, and the anchors (none when `anchor_margin` is
     None). `path` must start at an independent P_0."""
     if not 0.0 < target_cess < 1.0:
         raise ValueError(f"target_cess must be a fraction in (0, 1), got {target_cess}")
-    options = dict(target_cess=target_cess, resample_ess=resample_ess, sweeps=sweeps, max_link_steps=max_link_steps)
+    options = dict(target_cess=target_cess, resample_ess=resample_ess, sweeps=sweeps, max_link_steps=max_link_steps,
+                   max_sweeps=max(sweeps, sweeps if max_sweeps is None else max_sweeps))  # fmt: skip
     start = time.perf_counter()
     chains = PilotChains(path, pilot_chains, generator)
     plan = LinkPlan(fractions=[], sweeps=sweeps, pilot_chains=pilot_chains)
@@ -217,6 +252,7 @@ def plan_links(
     try:
         for link in range(path.num_links):
             plan.fractions.append(chains.advance_link(link, options, generator))
+            plan.link_sweeps.append(chains.link_sweeps)
             point = link + 1
             if anchor_margin is not None and point >= 2 and point in checkpoints:
                 probe = PilotChains(TrajectoryPath([path.points[0], path.points[point]]), pilot_chains, generator)
@@ -227,6 +263,7 @@ def plan_links(
                 if gain > anchor_margin:
                     plan.anchors.append(point)
                     plan.anchor_fractions[point] = positions
+                    plan.anchor_sweeps[point] = probe.link_sweeps
                     chains.state = path.state_from_layers(list(probe.state.layers))
                     chains.log_w, chains.folded = probe.log_w, probe.folded
             plan.pilot_log_z.append(chains.log_z())
@@ -271,8 +308,8 @@ def adaptive_trajectory_pass(
         knots = piece.knot_indices(betas)
         run = smc_ladder_pass(
             piece, betas, num_chains, rungs=knots, generator=generator, resample_ess=resample_ess,
-            replicates=replicates, sweeps=plan.sweeps, progress=progress, desc=f"SMC along points {a}-{b - 1}",
-            states_at=(1,) if a > 0 else (),
+            replicates=replicates, sweeps=plan.segment_sweeps(a, b), progress=progress,
+            desc=f"SMC along points {a}-{b - 1}", states_at=(1,) if a > 0 else (),
         )  # fmt: skip
         first_betas = betas if first_betas is None else first_betas
         local = list(range(b)) if a == 0 else [None, *range(a, b)]  # segment rung -> path point

@@ -26,7 +26,7 @@ import math
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -51,7 +51,8 @@ class SMCLadderPass(LadderPass):
     ess: per rung, the effective sample size of the chains' weights since their group's last resampling, summed
         over the groups, shaped (R,) (at most M).
     resamplings: per rung, the resamplings (one group at one step) done before it, cumulative, shaped (R,).
-    replicates: G; resample_ess: the threshold as a fraction of a group's chains; sweeps: the moves after one.
+    replicates: G; resample_ess: the threshold as a fraction of a group's chains; sweeps: the moves after one (the
+        most of any sub-step).
     rung_states: the chains just after their transition at the rungs asked for (`states_at`), by rung position.
     """
 
@@ -88,7 +89,7 @@ def smc_ladder_pass(
     generator: torch.Generator,
     resample_ess: float,
     replicates: int,
-    sweeps: int = 1,
+    sweeps: Union[int, Sequence[int]] = 1,
     progress: bool = False,
     desc: str = "SMC ladder",
     states_at: Collection[int] = (),
@@ -106,7 +107,8 @@ def smc_ladder_pass(
         generator: the only source of randomness (the transitions' and the resampling's).
         resample_ess: in [0, 1]; 0 never resamples (plain AIS, `ladder_pass`'s numbers bit for bit).
         replicates: G >= 1 groups; `num_chains` must be a multiple of G with at least two chains per group.
-        sweeps: transitions at the current beta after a step that resampled (besides the one the next step makes).
+        sweeps: transitions at the current beta after a step that resampled (besides the one the next step makes):
+            one count, or one per sub-step (K counts, the j-th after sub-step j + 1).
         states_at: rung positions (indices into the sorted rungs) whose chains, just after their transition at the
             rung's beta, are kept in `rung_states` (e.g. to compare them with another run's at a neighbouring rung).
     """
@@ -115,8 +117,11 @@ def smc_ladder_pass(
     check_count("replicates", replicates)
     if not 0.0 <= float(resample_ess) <= 1.0:
         raise ValueError(f"resample_ess must be a fraction of the chains in [0, 1], got {resample_ess}")
-    if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 0:
-        raise ValueError(f"sweeps must be an integer of at least 0, got {sweeps!r}")
+    per_step = [sweeps] if isinstance(sweeps, int) else list(sweeps)
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in per_step):
+        raise ValueError(f"sweeps must be an integer of at least 0 (or one per sub-step), got {sweeps!r}")
+    if len(per_step) not in (1, betas.numel() - 1):
+        raise ValueError(f"sweeps needs one count or {betas.numel() - 1} (one per sub-step), got {len(per_step)}")
     if num_chains % replicates or num_chains // replicates < 2:
         raise ValueError(
             f"num_chains ({num_chains}) must be a multiple of replicates ({replicates}) with at least two chains per "
@@ -166,8 +171,9 @@ def smc_ladder_pass(
                 index, log_w = groups.resample(log_w, generator)
                 if index is not None:
                     state = path.select_chains(state, index)
-                    if sweeps:
-                        here = torch.full((sweeps + 1,), beta_list[done], dtype=torch.float64)
+                    moves = per_step[0] if len(per_step) == 1 else per_step[done - 1]
+                    if moves:
+                        here = torch.full((moves + 1,), beta_list[done], dtype=torch.float64)
                         state, log_w = anneal(path, state, here, generator=generator, log_weights=log_w, desc=desc)
             bar.update(1)
     finally:
@@ -181,7 +187,7 @@ def smc_ladder_pass(
         betas=betas, rungs=rungs, log_weights=log_weights, forward=forward, reverse=reverse, num_steps=num_steps,
         num_chains=num_chains, seconds=time.perf_counter() - start, final_state=state,
         replicate_log_z=replicate_log_z, ess=ess, resamplings=resamplings, replicates=replicates,
-        resample_ess=float(resample_ess), sweeps=sweeps, rung_states=rung_states,
+        resample_ess=float(resample_ess), sweeps=max(per_step), rung_states=rung_states,
     )  # fmt: skip
 
 

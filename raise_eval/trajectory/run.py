@@ -274,7 +274,7 @@ def _plan(path, settings: TrajectorySettings, generator: torch.Generator):
     return plan_links(
         path, pilot_chains=settings.pilot_chains, generator=generator, target_cess=settings.target_cess,
         resample_ess=PILOT_RESAMPLE_ESS, sweeps=settings.rejuvenation_sweeps, max_link_steps=settings.max_link_steps,
-        anchor_margin=settings.anchor_margin, progress=settings.progress,
+        anchor_margin=settings.anchor_margin, max_sweeps=settings.max_sweeps, progress=settings.progress,
     )  # fmt: skip
 
 

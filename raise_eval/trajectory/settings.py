@@ -94,6 +94,14 @@ class TrajectorySettings:
         1000, "with --links adaptive: at most this many sub-steps per link (and per temperature link)", kind="count",
         numbers="result", least=1, flag="--max-link-steps", metavar="K", group="annealing",
     )  # fmt: skip
+    max_sweeps: Optional[int] = setting(
+        None,
+        "with --links adaptive: the pilot sweeps after a resampling until the chains' log f correlates with the "
+        "resampled copies' below 0.5, from --rejuvenation-sweeps up to this many, and the run uses the most each link "
+        "needed",
+        kind="count", numbers="result", least=0, none="--rejuvenation-sweeps", flag="--max-sweeps", metavar="S",
+        group="annealing",
+    )  # fmt: skip
     anchor_margin: Optional[float] = setting(
         0.5,
         "with --links adaptive: re-anchor a checkpoint (the run restarts there from the start, in temperature) when "

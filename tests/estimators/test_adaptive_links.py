@@ -145,3 +145,24 @@ def test_adaptive_links_refuse_chains_that_do_not_split_into_the_replicates_befo
 
     with pytest.raises(SettingsError, match="ais_chains .*1001.* multiple of replicates .*10.*links"):
         TrajectorySettings(links="adaptive", ais_chains=1001)
+
+
+def test_sweeps_per_link_are_run_as_the_plan_says_and_stay_unbiased():
+    """A plan whose links ask for different sweeps (0, 3, 1 and the anchor's 2): the run passes them per sub-step
+    (`segment_sweeps`) and every checkpoint's Z-hat stays unbiased; the pilot with max_sweeps chooses at least the
+    least and at most the most."""
+    walk = random_walk(SIZES["rbm-6-4"], checkpoints=4, weight_step=0.8, seed=1)
+    path = trajectory_path(walk, start_biases(walk[0]))
+    plan = _plan(path, 2)
+    plan.link_sweeps, plan.anchor_sweeps = [0, 3, 1, 1], {3: 2}
+    assert plan.segment_sweeps(0, 3) == [0, 0, 3, 3] and plan.segment_sweeps(3, 5) == [2, 2, 1, 1]
+    result = adaptive_trajectory_pass(
+        path, plan, GROUPS * PER_GROUP, generator=torch.Generator().manual_seed(95), resample_ess=0.5,
+        replicates=GROUPS,
+    )  # fmt: skip
+    for point, model in zip(path.checkpoint_points, walk):
+        assert_unbiased(result.replicate_log_z[point], exact.log_partition(model))
+    chosen = plan_links(path, pilot_chains=400, generator=torch.Generator().manual_seed(1), target_cess=0.9,
+                        resample_ess=0.5, sweeps=1, max_link_steps=200, anchor_margin=0.0, max_sweeps=6)  # fmt: skip
+    assert len(chosen.link_sweeps) == path.num_links and all(1 <= n <= 6 for n in chosen.link_sweeps)
+    assert all(1 <= chosen.anchor_sweeps[a] <= 6 for a in chosen.anchors)
