@@ -14,8 +14,10 @@ EVALUATION_OFFSETS = {
     "ais": 0, "raise": 1, "log_f": 2, "raise_subset": 3, "pilot": 4, "log_f_check": 5, "test_subset": 6, "ti": 7,
 }  # fmt: skip
 # the training trajectory's protocol: AIS, RAISE, BAR's bootstrap, RAISE's test subset, the log f(v) estimates of
-# checkpoint i (seed + 4 + LOG_F_STRIDE i), `test_subset`.
-TRAJECTORY_OFFSETS = {"ais": 0, "raise": 1, "bootstrap": 2, "raise_subset": 3, "log_f": 4, "test_subset": 6}
+# checkpoint i (seed + 4 + LOG_F_STRIDE i), the adaptive links' pilot, `test_subset`.
+TRAJECTORY_OFFSETS = {
+    "ais": 0, "raise": 1, "bootstrap": 2, "raise_subset": 3, "log_f": 4, "pilot": 5, "test_subset": 6,
+}  # fmt: skip
 TRAJECTORY_LOG_F_STRIDE = 7919  # a prime: checkpoint i's log f(v) stream, apart from the other stages' offsets
 # a user's energy model's evaluation (`evaluation.energy`): HMC's step-size pilot, AIS, RAISE.
 ENERGY_OFFSETS = {"pilot": 0, "ais": 1, "raise": 2}

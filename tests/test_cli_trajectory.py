@@ -192,6 +192,22 @@ def test_resampling_from_the_command_line(run_folder, tmp_path, capsys):
     assert "--ais-chains (200) must be a multiple of --replicates (7)" in err and "--resample-ess" in err
 
 
+def test_adaptive_links_from_the_command_line(run_folder, tmp_path, capsys):
+    """--links adaptive: the pilot's plan is said in a note (table and JSON), the anchors are listed by file name."""
+    folder, data = run_folder
+    out = tmp_path / "adaptive.json"
+    flags = ["--links", "adaptive", "--resample-ess", "0.5", "--pilot-chains", "50", "--target-cess", "0.8",
+             "--anchor-margin", "0"]  # fmt: skip
+    code = main(["trajectory", str(folder), "--data", str(data), *FAST, *flags, "--json", str(out)])
+    table = capsys.readouterr().out
+    assert code in (0, 3)
+    assert "note: adaptive links: the pilot (50 chains" in table and "--target-cess 0.8" in table
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["links"] == "adaptive" and doc["settings"]["target_cess"] == 0.8
+    assert set(doc["settings"]["anchors"]) <= {"rbm_step300.pt", "rbm_step1000.pt"}
+    assert doc["settings"]["num_steps"] >= 3 and all(isinstance(c["resamplings"], int) for c in doc["checkpoints"])
+
+
 def test_a_folder_of_potts_rbm_checkpoints_follows_its_trajectory(tmp_path, capsys):
     """Typed layers along a trajectory (issue 44: a folder of Potts RBM checkpoints, as rbms saves them, was refused
     as 'a MixedBoltzmannMachine'): .npz checkpoints of a categorical-visible RBM, the data as category codes, the

@@ -17,7 +17,7 @@ def _said(doc: str) -> list[int]:
 def test_the_settings_docstrings_name_the_registrys_offsets():
     evaluation = ["raise", "log_f", "raise_subset", "pilot", "log_f_check", "test_subset"]
     assert _said(EvaluateSettings.__doc__) == [EVALUATION_OFFSETS[s] for s in evaluation]
-    trajectory = ["raise", "bootstrap", "raise_subset", "log_f", "test_subset"]
+    trajectory = ["raise", "bootstrap", "raise_subset", "log_f", "pilot", "test_subset"]
     assert _said(TrajectorySettings.__doc__) == [TRAJECTORY_OFFSETS[s] for s in trajectory]
 
 

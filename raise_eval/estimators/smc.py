@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 
 import torch
 from torch import Tensor
@@ -51,7 +51,9 @@ class SMCLadderPass(LadderPass):
     ess: per rung, the effective sample size of the chains' weights since their group's last resampling, summed
         over the groups, shaped (R,) (at most M).
     resamplings: per rung, the resamplings (one group at one step) done before it, cumulative, shaped (R,).
-    replicates: G; resample_ess: the threshold as a fraction of a group's chains; sweeps: the moves after one.
+    replicates: G; resample_ess: the threshold as a fraction of a group's chains; sweeps: the moves after one (the
+        most of any sub-step).
+    rung_states: the chains just after their transition at the rungs asked for (`states_at`), by rung position.
     """
 
     replicate_log_z: Tensor = field(default=None)
@@ -60,6 +62,7 @@ class SMCLadderPass(LadderPass):
     replicates: int = 1
     resample_ess: float = 0.0
     sweeps: int = 0
+    rung_states: dict = field(default_factory=dict)
 
     def summary(self, rung: int) -> WeightSummary:
         """log Z-hat at rung `rung` (an index into `rungs`) as the average of the replicates' Z-hats, with their
@@ -86,9 +89,10 @@ def smc_ladder_pass(
     generator: torch.Generator,
     resample_ess: float,
     replicates: int,
-    sweeps: int = 1,
+    sweeps: Union[int, Sequence[int]] = 1,
     progress: bool = False,
     desc: str = "SMC ladder",
+    states_at: Collection[int] = (),
 ) -> SMCLadderPass:
     """`ladder_pass` with resampling: `num_chains` chains from exact samples of the path's start through `betas`, in
     `replicates` groups, each resampled within itself when its ESS falls below `resample_ess` of its chains (see
@@ -103,15 +107,21 @@ def smc_ladder_pass(
         generator: the only source of randomness (the transitions' and the resampling's).
         resample_ess: in [0, 1]; 0 never resamples (plain AIS, `ladder_pass`'s numbers bit for bit).
         replicates: G >= 1 groups; `num_chains` must be a multiple of G with at least two chains per group.
-        sweeps: transitions at the current beta after a step that resampled (besides the one the next step makes).
+        sweeps: transitions at the current beta after a step that resampled (besides the one the next step makes):
+            one count, or one per sub-step (K counts, the j-th after sub-step j + 1).
+        states_at: rung positions (indices into the sorted rungs) whose chains, just after their transition at the
+            rung's beta, are kept in `rung_states` (e.g. to compare them with another run's at a neighbouring rung).
     """
     betas = validate_schedule(betas)
     check_count("num_chains", num_chains)
     check_count("replicates", replicates)
     if not 0.0 <= float(resample_ess) <= 1.0:
         raise ValueError(f"resample_ess must be a fraction of the chains in [0, 1], got {resample_ess}")
-    if isinstance(sweeps, bool) or not isinstance(sweeps, int) or sweeps < 0:
-        raise ValueError(f"sweeps must be an integer of at least 0, got {sweeps!r}")
+    per_step = [sweeps] if isinstance(sweeps, int) else list(sweeps)
+    if any(isinstance(n, bool) or not isinstance(n, int) or n < 0 for n in per_step):
+        raise ValueError(f"sweeps must be an integer of at least 0 (or one per sub-step), got {sweeps!r}")
+    if len(per_step) not in (1, betas.numel() - 1):
+        raise ValueError(f"sweeps needs one count or {betas.numel() - 1} (one per sub-step), got {len(per_step)}")
     if num_chains % replicates or num_chains // replicates < 2:
         raise ValueError(
             f"num_chains ({num_chains}) must be a multiple of replicates ({replicates}) with at least two chains per "
@@ -121,7 +131,7 @@ def smc_ladder_pass(
     start = time.perf_counter()
     state = path.sample_initial(num_chains, generator)
     device = state.layers[0].device
-    groups = _Groups(replicates, num_chains // replicates, float(resample_ess), device)
+    groups = ReplicateGroups(replicates, num_chains // replicates, float(resample_ess), device)
     count = len(rungs)
     log_weights = torch.zeros(count, num_chains, dtype=torch.float64)
     replicate_log_z = torch.zeros(count, replicates, dtype=torch.float64)
@@ -133,6 +143,7 @@ def smc_ladder_pass(
     weights_at = {index: r for r, index in enumerate(rungs)}
     samples_at = {index + 1: r for r, index in enumerate(rungs)}
     log_w = torch.zeros(num_chains, dtype=torch.float64, device=device)
+    rung_states: dict = {}
     # One more transition at beta = 1, as in `ladder_pass`: the last rung's samples.
     beta_list = torch.cat([betas, betas[-1:]]).tolist()
     bar = tqdm(total=num_steps + 1, desc=desc, disable=not progress, leave=False, mininterval=0.5)
@@ -149,6 +160,8 @@ def smc_ladder_pass(
                 resamplings[r] = groups.resamplings
             r = samples_at.get(done)
             if r is not None:
+                if r in states_at:
+                    rung_states[r] = state
                 beta = rung_betas[r]
                 if r + 1 < count:
                     forward[r] = path.log_density_ratio(state, beta, rung_betas[r + 1]).to("cpu", torch.float64)
@@ -158,8 +171,9 @@ def smc_ladder_pass(
                 index, log_w = groups.resample(log_w, generator)
                 if index is not None:
                     state = path.select_chains(state, index)
-                    if sweeps:
-                        here = torch.full((sweeps + 1,), beta_list[done], dtype=torch.float64)
+                    moves = per_step[0] if len(per_step) == 1 else per_step[done - 1]
+                    if moves:
+                        here = torch.full((moves + 1,), beta_list[done], dtype=torch.float64)
                         state, log_w = anneal(path, state, here, generator=generator, log_weights=log_w, desc=desc)
             bar.update(1)
     finally:
@@ -173,11 +187,11 @@ def smc_ladder_pass(
         betas=betas, rungs=rungs, log_weights=log_weights, forward=forward, reverse=reverse, num_steps=num_steps,
         num_chains=num_chains, seconds=time.perf_counter() - start, final_state=state,
         replicate_log_z=replicate_log_z, ess=ess, resamplings=resamplings, replicates=replicates,
-        resample_ess=float(resample_ess), sweeps=sweeps,
+        resample_ess=float(resample_ess), sweeps=max(per_step), rung_states=rung_states,
     )  # fmt: skip
 
 
-class _Groups:
+class ReplicateGroups:
     """The replicate groups' bookkeeping: G groups of m chains (chain i in group i // m), each group's folded log
     mean weights (G,), and the resamplings so far."""
 

@@ -23,6 +23,7 @@ from torch import Tensor
 
 from raise_eval import exact as exact_mod
 from raise_eval.diagnostics import SandwichNumbers, Warning
+from raise_eval.estimators.adaptive_links import adaptive_trajectory_pass, plan_links, plan_piece
 from raise_eval.estimators.bar import bar_ladder
 from raise_eval.estimators.ladder import ladder_pass
 from raise_eval.estimators.raise_ import raise_log_likelihood
@@ -38,6 +39,8 @@ from raise_eval.settings import SettingsError, with_overrides
 from raise_eval.trajectory.report import CheckpointEstimate, LinkReport, TrajectoryInterrupted, TrajectoryReport
 from raise_eval.trajectory.settings import TrajectorySettings
 from raise_eval.trajectory.verdict import sandwich_verdict
+
+PILOT_RESAMPLE_ESS = 0.5  # the adaptive links' pilot resamples its chains below half of them
 
 
 def evaluate_trajectory(
@@ -128,14 +131,27 @@ def _evaluate(
     try:
         # 2-3. One pass, read at every point; BAR from its chains.
         t0 = time.perf_counter()
-        run = _forward_pass(path, betas, knots, settings, _generator(device, _seed(settings, "ais")))
+        plan = None
+        if settings.links == "adaptive":
+            stage = "the pilot of the adaptive links"
+            plan = _plan(path, settings, _generator(device, _seed(settings, "pilot")))
+            timing["pilot_seconds"] = plan.seconds
+            notes.append(_plan_note(plan, settings))
+            stage = "the SMC run along the adaptive links"
+            run = adaptive_trajectory_pass(
+                path, plan, settings.ais_chains, generator=_generator(device, _seed(settings, "ais")),
+                resample_ess=settings.resample_ess, replicates=settings.replicates, progress=settings.progress,
+            )  # fmt: skip
+        else:
+            run = _forward_pass(path, betas, knots, settings, _generator(device, _seed(settings, "ais")))
         timing["ais_seconds"] = run.seconds
+        t0 = time.perf_counter()
         stage = "BAR between the checkpoints"
         bar = bar_ladder(
             run.forward, run.reverse, log_partition_initial=path.log_partition_initial, bootstrap=settings.bootstrap,
             generator=torch.Generator().manual_seed(_seed(settings, "bootstrap")),
         )  # fmt: skip
-        timing["bar_seconds"] = time.perf_counter() - t0 - run.seconds
+        timing["bar_seconds"] = time.perf_counter() - t0
 
         # 4. log f(v) and the exact values, checkpoint by checkpoint.
         stage = "log f(v) and the exact values"
@@ -160,8 +176,11 @@ def _evaluate(
             point = path.checkpoint_points[i]
             if point == 0:  # the first checkpoint is the independent start: nothing to anneal
                 continue
-            piece = path.truncated(point)
-            piece_betas = piece.schedule(settings.steps, first_link_steps=start_steps)
+            if plan is None:
+                piece = path.truncated(point)
+                piece_betas = piece.schedule(settings.steps, first_link_steps=start_steps)
+            else:  # the forward run's own schedule (and segment), which RAISE runs reversed
+                piece, piece_betas = plan_piece(path, plan, point)
             result = raise_log_likelihood(
                 piece, test[raise_subset.to(device)], piece_betas, settings.raise_chains,
                 generator=_generator(device, _seed(settings, "raise")), progress=settings.progress,
@@ -188,7 +207,8 @@ def _evaluate(
                 log_z_bar_stderr=float(bar.log_partition_stderr[point]), log_z_exact=log_z_exact[i],
                 log_f_mean=mean_log_f, log_f_method=log_f_method[i], ais_mean=mean_log_f - log_z,
                 bar_mean=mean_log_f - float(bar.log_partition[point]), raise_mean=raise_mean, raise_stderr=raise_se,
-                exact_mean=exact_mean, resamplings=run.resamplings[point] if settings.resample_ess > 0 else None,
+                exact_mean=exact_mean,
+                resamplings=run.resamplings[point] if settings.resample_ess > 0 or plan is not None else None,
             )
         )  # fmt: skip
     point_names = ["start"] * (path.num_links + 1)
@@ -218,7 +238,8 @@ def _evaluate(
         "layer_sizes": list(model.layer_sizes) if family != "fully-visible" else [model.n_visible],
         "family": family,
         "start": "prepended" if path.checkpoint_points[0] == 1 else "the first checkpoint",
-        "num_steps": int(betas.numel() - 1),
+        "num_steps": int(betas.numel() - 1) if plan is None else plan.num_steps(),
+        "anchors": None if plan is None else [names[path.checkpoint_points.index(a)] for a in plan.anchors],
         "test_subset_indices": None if subset_indices is None else subset_indices.tolist(),
         "device": str(device),
         "dtype": str(dtype).replace("torch.", ""),
@@ -253,6 +274,24 @@ def _forward_pass(path, betas: Tensor, knots: list[int], settings: TrajectorySet
         replicates=settings.replicates, sweeps=settings.rejuvenation_sweeps, progress=settings.progress,
         desc="SMC along the trajectory",
     )  # fmt: skip
+
+
+def _plan(path, settings: TrajectorySettings, generator: torch.Generator):
+    """The adaptive links' pilot (`plan_links`), resampling at PILOT_RESAMPLE_ESS whatever the main run does."""
+    return plan_links(
+        path, pilot_chains=settings.pilot_chains, generator=generator, target_cess=settings.target_cess,
+        resample_ess=PILOT_RESAMPLE_ESS, sweeps=settings.rejuvenation_sweeps, max_link_steps=settings.max_link_steps,
+        anchor_margin=settings.anchor_margin, max_sweeps=settings.max_sweeps, progress=settings.progress,
+    )  # fmt: skip
+
+
+def _plan_note(plan, settings: TrajectorySettings) -> str:
+    anchors = len(plan.anchors)
+    return (
+        f"adaptive links: the pilot ({plan.pilot_chains} chains, {plan.pilot_steps} sub-steps, {plan.seconds:.1f} s) "
+        f"chose {plan.num_steps()} sub-steps for the run of {settings.ais_chains} chains ({{target_cess}} "
+        f"{settings.target_cess:g}), re-anchoring {anchors} checkpoint{'s' if anchors != 1 else ''} in temperature"
+    )
 
 
 def _test_vectors(model, test_data, settings: TrajectorySettings) -> Tensor:

@@ -12,6 +12,7 @@ from raise_eval.exact import DEFAULT_MAX_UNITS
 from raise_eval.settings import SettingsError, progress_setting, setting, settings_class, threads_setting
 
 TRAJECTORY_EXACT = ("auto", "always", "never")
+TRAJECTORY_LINKS = ("fixed", "adaptive")
 
 
 @settings_class
@@ -22,7 +23,7 @@ class TrajectorySettings:
     gives log Z at every checkpoint; BAR between neighbouring checkpoints, from the same chains, is a second
     estimate (not independent of AIS's) with a health check per link; RAISE along the path truncated at a checkpoint gives that checkpoint's
     conservative log-likelihood. The seeds: AIS `seed`, RAISE `seed + 1`, BAR's bootstrap `seed + 2`, the RAISE
-    subset `seed + 3`, log f(v) estimates `seed + 4`, `test_subset` `seed + 6`.
+    subset `seed + 3`, log f(v) estimates `seed + 4`, the adaptive links' pilot `seed + 5`, `test_subset` `seed + 6`.
     """
 
     init: str = setting(
@@ -68,6 +69,45 @@ class TrajectorySettings:
         "with --resample-ess above 0: Gibbs sweeps at the current parameters after a sub-step that resampled, "
         "besides the one the next sub-step makes",
         kind="count", numbers="result", least=0, flag="--rejuvenation-sweeps", metavar="S", group="annealing",
+    )  # fmt: skip
+    links: str = setting(
+        "fixed",
+        "how each link's sub-steps are chosen: fixed (--steps, --start-steps, evenly spaced) or adaptive (a pilot "
+        "of --pilot-chains chains, its own random stream, chooses by bisection the sub-steps that keep the "
+        "conditional ESS of every sub-step's weights at or above --target-cess, and re-anchors in temperature each "
+        "checkpoint its temperature probe reaches more than --anchor-margin nats higher; then a fresh SMC run "
+        "follows that plan, so that log Z stays unbiased)",
+        kind="choice", numbers="result", choices=TRAJECTORY_LINKS, flag="--links", group="annealing",
+    )  # fmt: skip
+    target_cess: float = setting(
+        0.9,
+        "with --links adaptive: the conditional effective sample size, as a fraction of the chains, every sub-step "
+        "keeps (higher: more, smaller sub-steps)",
+        kind="number", numbers="result", least=0, most=1, strictly=True, flag="--target-cess", metavar="FRACTION",
+        group="annealing",
+    )  # fmt: skip
+    pilot_chains: int = setting(
+        200, "with --links adaptive: the pilot's chains", kind="count", numbers="result", least=2,
+        why="an effective sample size needs two", flag="--pilot-chains", metavar="M", group="annealing",
+    )  # fmt: skip
+    max_link_steps: int = setting(
+        1000, "with --links adaptive: at most this many sub-steps per link (and per temperature link)", kind="count",
+        numbers="result", least=1, flag="--max-link-steps", metavar="K", group="annealing",
+    )  # fmt: skip
+    max_sweeps: Optional[int] = setting(
+        None,
+        "with --links adaptive: the pilot sweeps after a resampling until the chains' log f correlates with the "
+        "resampled copies' below 0.5, from --rejuvenation-sweeps up to this many, and the run uses the most each link "
+        "needed",
+        kind="count", numbers="result", least=0, none="--rejuvenation-sweeps", flag="--max-sweeps", metavar="S",
+        group="annealing",
+    )  # fmt: skip
+    anchor_margin: Optional[float] = setting(
+        0.5,
+        "with --links adaptive: re-anchor a checkpoint (the run restarts there from the start, in temperature) when "
+        "the pilot's temperature probe of its log Z exceeds the trajectory's by more than this many nats",
+        kind="number", numbers="result", least=0, none="never re-anchor", flag="--anchor-margin", metavar="NATS",
+        group="annealing",
     )  # fmt: skip
     raise_examples: int = setting(
         100, "test vectors RAISE runs on, a random subset (all if fewer)", kind="count", numbers="result", least=2,
@@ -127,11 +167,12 @@ class TrajectorySettings:
     threads: Union[str, int, None] = threads_setting()
 
     def _validate(self) -> None:
-        if self.resample_ess > 0 and (self.ais_chains % self.replicates or self.ais_chains < 2 * self.replicates):
+        grouped = self.resample_ess > 0 or self.links == "adaptive"  # the run is then SMC in replicate groups
+        if grouped and (self.ais_chains % self.replicates or self.ais_chains < 2 * self.replicates):
             raise SettingsError(
                 f"{{ais_chains}} ({self.ais_chains}) must be a multiple of {{replicates}} ({self.replicates}) with at "
-                "least two chains per replicate when {resample_ess} is above 0: change either",
-                ("ais_chains", "replicates", "resample_ess"),
+                "least two chains per replicate when {resample_ess} is above 0 or {links} is adaptive: change either",
+                ("ais_chains", "replicates", "resample_ess", "links"),
             )
 
 
@@ -156,6 +197,35 @@ class TrackSettings:
         100, "sub-steps of the first call, from the start distribution to the first model", kind="count",
         numbers="result", least=1,
     )  # fmt: skip
+    resample_ess: float = setting(
+        0.0,
+        "sequential Monte Carlo: after every sub-step, resample the chains of a replicate group whose effective sample "
+        "size falls below this fraction of its chains, then move them by rejuvenation_sweeps Gibbs sweeps; 0 never "
+        "resamples (plain AIS)",
+        kind="number", numbers="result", least=0, most=1,
+    )  # fmt: skip
+    replicates: int = setting(
+        10,
+        "with resample_ess above 0: independent groups the chains are split into (log Z their Z estimates' average, "
+        "its standard error their spread's)",
+        kind="count", numbers="result", least=2, why="a standard error needs two",
+    )  # fmt: skip
+    rejuvenation_sweeps: int = setting(
+        1, "with resample_ess above 0: Gibbs sweeps at the current parameters after a sub-step that resampled",
+        kind="count", numbers="result", least=0,
+    )  # fmt: skip
+    anchor_margin: Optional[float] = setting(
+        None,
+        "re-anchor: at every call a pilot (pilot_chains chains following the trajectory, and a temperature probe "
+        "from the start to the call's model, on their own stream) compares the two estimates of log Z; where the "
+        "probe's is higher by more than this many nats, the chains restart from the start and anneal to the model "
+        "in temperature (start_steps sub-steps)",
+        kind="number", numbers="result", least=0, none="never re-anchor",
+    )  # fmt: skip
+    pilot_chains: int = setting(
+        50, "with anchor_margin: the pilot's chains (and its probe's)", kind="count", numbers="result", least=2,
+        why="a log Z estimate needs two",
+    )  # fmt: skip
     verdict_every: Optional[int] = setting(
         None, "also run RAISE along the trajectory so far and give a verdict every N records", kind="count", least=1,
         none="at final() only",
@@ -164,3 +234,11 @@ class TrackSettings:
         GAP_NATS, "the verdict's tolerance in nats (the conditions of a certified evaluation)", kind="number", least=0,
         strictly=True,
     )  # fmt: skip
+
+    def _validate(self) -> None:
+        if self.resample_ess > 0 and (self.chains % self.replicates or self.chains < 2 * self.replicates):
+            raise SettingsError(
+                f"{{chains}} ({self.chains}) must be a multiple of {{replicates}} ({self.replicates}) with at least two "
+                "chains per replicate when {resample_ess} is above 0: change either",
+                ("chains", "replicates", "resample_ess"),
+            )

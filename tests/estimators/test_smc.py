@@ -148,7 +148,7 @@ def test_folding_the_largest_weight_instead_of_the_mean_is_detected(monkeypatch)
     rejected by the same test (observed: z of 121 to 271)."""
     from raise_eval.estimators import smc
 
-    monkeypatch.setattr(smc._Groups, "_log_mean", lambda self, log_w: log_w.view(self.count, self.size).amax(1))
+    monkeypatch.setattr(smc.ReplicateGroups, "_log_mean", lambda self, log_w: log_w.view(self.count, self.size).amax(1))
     walk = random_walk(SIZES["rbm-6-4"], weight_step=0.8, seed=1)
     path = trajectory_path(walk, start_biases(walk[0]))
     betas = path.schedule(2)

@@ -141,3 +141,46 @@ def test_what_track_refuses():
     assert monitor.settings.track == TrackSettings()
     with pytest.raises(TypeError, match="RBMs and DBMs"):
         monitor(0, DBN.random([12, 4, 3], generator=torch.Generator().manual_seed(0)))
+
+
+GROUPS = 20_000
+
+
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_tracker_with_resampling_is_unbiased_at_every_call(k):
+    """Resampled replicate groups (20,000 groups of 10 chains, each an independent SMC run) along larger parameter
+    steps than above, so that the groups resample: every call's Z-hat unbiased over the groups."""
+    walk = random_walk((6, 4), checkpoints=3, weight_step=0.8, seed=1)
+    settings = TrackSettings(chains=GROUPS * 10, steps=k, start_steps=k, resample_ess=0.5, replicates=GROUPS)
+    tracker = TrajectoryTracker(settings, start_biases(walk[0]), seed=k)
+    for model in walk:
+        tracker.advance(model)
+        assert_unbiased(tracker.groups.log_z(tracker.log_weights), exact.log_partition(model))
+    assert tracker.groups.resamplings > GROUPS // 10
+    summary = tracker.log_z()
+    assert float(summary.ess) <= GROUPS * 10 and bool(torch.isfinite(summary.stderr))
+
+
+def test_a_re_anchored_tracker_stays_unbiased_and_raise_follows_its_segment():
+    """anchor_margin 0: the pilot re-anchors wherever its temperature probe beats its trajectory estimate (the
+    choice from the pilot's own stream); the main chains then restart from the start, and RAISE runs back along
+    the segment since the last anchor."""
+    walk = random_walk((6, 4), checkpoints=4, weight_step=0.8, seed=1)
+    settings = TrackSettings(chains=CHAINS, steps=2, start_steps=3, anchor_margin=0.0, pilot_chains=20)
+    tracker = TrajectoryTracker(settings, start_biases(walk[0]), seed=3)
+    for model in walk:
+        tracker.advance(model)
+        assert_unbiased(tracker.log_weights, exact.log_partition(model))
+    assert tracker.anchors and len(tracker.probe_gain) == 3, (tracker.anchors, tracker.probe_gain)
+    path = tracker.path()
+    assert path.num_links == len(walk) - tracker.anchors[-1]
+    betas = path.schedule(tracker.link_steps[tracker.segment_start :])
+    v = exact.binary_configurations(6)[[0, 5, 63]]
+    p_ann = exact.annealing_model_marginal_along([path.at(b) for b in betas.tolist()])
+    result = tracker.raise_(v, CHAINS, torch.Generator().manual_seed(6))
+    assert_unbiased(result.log_weights, torch.log(p_ann[exact.configuration_index(v)]))
+
+
+def test_track_settings_refuse_chains_that_do_not_split_into_the_replicates():
+    with pytest.raises(SettingsError, match="chains .*100.* multiple of replicates .*7"):
+        TrackSettings(chains=100, replicates=7, resample_ess=0.5)
