@@ -130,7 +130,7 @@ def smc_ladder_pass(
     num_steps, rungs, rung_betas = schedule_rungs(betas, rungs)
     start = time.perf_counter()
     state = path.sample_initial(num_chains, generator)
-    device = state.layers[0].device
+    device = path.model.device  # the target's: a layered state's or a fully visible one's (site codes)
     groups = ReplicateGroups(replicates, num_chains // replicates, float(resample_ess), device)
     count = len(rungs)
     log_weights = torch.zeros(count, num_chains, dtype=torch.float64)

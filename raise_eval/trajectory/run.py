@@ -111,6 +111,13 @@ def _evaluate(
         test = test[subset_indices.to(device)]
         notes.append(f"averages over a fixed random subset of {test.shape[0]} test vectors ({{test_subset}})")
     family = model.family
+    if family == "fully-visible" and settings.links == "adaptive":
+        # the pilot's segments and re-anchoring are built from layered machines' trajectory paths
+        raise SettingsError(
+            "{links} adaptive follows RBMs' and DBMs' trajectories; a fully visible run's takes {links} fixed "
+            "(with {resample_ess} for SMC)",
+            ("links",),
+        )
     if family == "fully-visible":  # the base's fields from the training data's site frequencies
         base = fully_visible_base(models[0], settings.init, train_pixel_means)
     else:
