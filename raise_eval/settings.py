@@ -92,11 +92,13 @@ class SettingsError(ValueError):
 
     def __init__(self, template: str, fields: tuple[str, ...] = ()):
         self.template = template
-        self.fields = tuple(fields) or tuple(re.findall(r"\{(\w+)\}", template))
+        self.fields = tuple(fields) or tuple(w for w in re.findall(r"\{(\w+)\}", template) if w in DECLARED_FIELDS)
         super().__init__(self.render({}))
 
     def render(self, names: Optional[dict[str, str]] = None) -> str:
-        return render_names(self.template, names)
+        # the fields it names are placeholders even when no settings class declares them (a core function's
+        # argument, e.g. num_steps, checked by `check_count`)
+        return render_names(self.template, {**{f: f for f in self.fields}, **(names or {})})
 
 
 @dataclass(frozen=True)
