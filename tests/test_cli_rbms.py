@@ -163,3 +163,31 @@ def test_a_pbm_run_follows_its_trajectory_with_smc_and_refuses_adaptive_links(pb
     with pytest.raises(SystemExit) as refused:
         main([*args, "--links", "adaptive"])
     assert refused.value.code == 2 and "--links adaptive follows RBMs' and DBMs' trajectories" in capsys.readouterr().err
+
+
+def test_trajectory_reads_alignments_with_the_alphabet_given(tmp_path, capsys):
+    """rbms files do not record their letters: `trajectory run.h5 --alphabet protein` reads FASTA test and training
+    sequences (a new user's PBM run with its alignments was refused: `--alphabet` was evaluate's only), and gives the
+    numbers the same sequences give as integer codes."""
+    rng = np.random.default_rng(2)
+    L, q = 3, 21
+    updates = {n: {k: 0.1 * v for k, v in pbm_arrays(rng, L, q).items()} for n in (1, 5)}
+    path = write_run(tmp_path / "pbm.h5", "PBM", updates)
+    letters = "-ACDEFGHIKLMNPQRSTVWY"  # rbms' protein order, as adabmDCA's
+    files = {}
+    for name, count in (("test", 30), ("train", 200)):
+        codes = rng.integers(0, q, size=(count, L))
+        np.save(tmp_path / f"{name}.npy", codes)
+        (tmp_path / f"{name}.fasta").write_text("".join(f">s{i}\n{''.join(letters[c] for c in row)}\n"
+                                                        for i, row in enumerate(codes)))  # fmt: skip
+        files[name] = codes
+    docs = {}
+    for form, extra in (("fasta", ["--alphabet", "protein"]), ("npy", [])):
+        out = tmp_path / f"{form}.json"
+        args = ["trajectory", str(path), "--data", str(tmp_path / f"test.{form}"), "--train-data",
+                str(tmp_path / f"train.{form}"), "--steps", "5", *FAST, "--bootstrap", "10", "--json", str(out)]
+        assert main([*args, *extra]) in (0, 3), capsys.readouterr().err
+        docs[form] = json.loads(out.read_text())
+    assert docs["fasta"]["settings"]["alphabet"] == letters
+    for a, b in zip(docs["fasta"]["checkpoints"], docs["npy"]["checkpoints"]):
+        assert a["log_z"] == b["log_z"] and a["log_z_exact"] == b["log_z_exact"]

@@ -218,6 +218,7 @@ class TrajectoryInputSettings:
     pixel_order: str = _declared_as_in_input_settings("pixel_order")
     data_root: Optional[str] = _declared_as_in_input_settings("data_root")
     train_data: Optional[str] = _declared_as_in_input_settings("train_data")
+    alphabet: Optional[str] = _declared_as_in_input_settings("alphabet")
     device: str = _declared_as_in_input_settings("device")
     dtype: str = _declared_as_in_input_settings("dtype")
 
