@@ -133,7 +133,8 @@ def test_evaluate_reads_an_rbms_pbm_run_as_a_fully_visible_model(pbm_run, tmp_pa
     that of rbms' own PBM energy, and AIS lies within its standard error of it."""
     path, test, train, updates = pbm_run
     out = tmp_path / "pbm_eval.json"
-    args = ["evaluate", str(path), "--data", str(test), "--train-data", str(train), "--steps", "30", "--dtype", "float64"]
+    args = ["evaluate", str(path), "--data", str(test), "--train-data", str(train), "--steps", "30",
+            "--dtype", "float64"]  # fmt: skip
     assert main([*args, *FAST, "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["settings"]["update"] == 9 and doc["settings"]["sites"] == "categorical"
@@ -162,7 +163,8 @@ def test_a_pbm_run_follows_its_trajectory_with_smc_and_refuses_adaptive_links(pb
     assert doc["checkpoints"][-1]["resamplings"] > 0  # the chains were resampled on the way
     with pytest.raises(SystemExit) as refused:
         main([*args, "--links", "adaptive"])
-    assert refused.value.code == 2 and "--links adaptive follows RBMs' and DBMs' trajectories" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert refused.value.code == 2 and "--links adaptive follows RBMs' and DBMs' trajectories" in err
 
 
 def test_trajectory_reads_alignments_with_the_alphabet_given(tmp_path, capsys):

@@ -145,9 +145,9 @@ def log_unnormalized_estimate(
     """Estimate log f(v) for every row of `data` (N, n_visible).
 
     RBMs (two-layer machines) and fully visible models get the exact value whatever the method. DBMs: 'importance'
-    (mean-field proposal, `num_samples` per example), 'ais' (annealing from the mean-field proposal to the posterior, `ais_chains` chains
-    of `ais_steps` steps per example) or 'mean-field' (the bound). DBNs: 'importance' (recognition proposal) or
-    'ais' (from the mean-field recognition proposal, any number of hidden layers).
+    (mean-field proposal, `num_samples` per example), 'ais' (annealing from the mean-field proposal to the posterior,
+    `ais_chains` chains of `ais_steps` steps per example) or 'mean-field' (the bound). DBNs: 'importance'
+    (recognition proposal) or 'ais' (from the mean-field recognition proposal, any number of hidden layers).
     Examples are processed in chunks fixed by N, the samples or chains per example and the layer sizes, so that
     memory stays bounded (about 32 MB of states per chunk). `checkpoint` (`raise_eval.runtime.resume.ShardCheckpoint`,
     phase 'log f(v)') saves the estimates and the generator's state after chunks and continues from a saved chunk,

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from raise_eval.kernels.site_gibbs import CouplingTables, site_scan
-from raise_eval.models.fully_visible import SITE_VALUES, FullyVisibleModel, log_sum_exp_fields
+from raise_eval.models.fully_visible import FullyVisibleModel, log_sum_exp_fields
 from raise_eval.paths.fully_visible import base_fields_from_frequencies, uniform_fields
 from raise_eval.paths.knots import Knots
 

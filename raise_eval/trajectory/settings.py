@@ -238,7 +238,7 @@ class TrackSettings:
     def _validate(self) -> None:
         if self.resample_ess > 0 and (self.chains % self.replicates or self.chains < 2 * self.replicates):
             raise SettingsError(
-                f"{{chains}} ({self.chains}) must be a multiple of {{replicates}} ({self.replicates}) with at least two "
-                "chains per replicate when {resample_ess} is above 0: change either",
+                f"{{chains}} ({self.chains}) must be a multiple of {{replicates}} ({self.replicates}) with at least "
+                "two chains per replicate when {resample_ess} is above 0: change either",
                 ("chains", "replicates", "resample_ess"),
             )
