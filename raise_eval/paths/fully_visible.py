@@ -85,6 +85,16 @@ def data_base_fields(model: FullyVisibleModel, train_data: Tensor, pseudocount: 
     return base_fields_from_frequencies(model, site_frequencies(model, train_data), pseudocount)
 
 
+def chains_at_test_vectors(path, codes: Tensor, data: Tensor, num_chains: int, what: str) -> tuple[Tensor, Tensor]:
+    """RAISE's start of a fully visible path (this one or a trajectory's) at the test vectors' site codes (N, L):
+    (num_chains copies of each, (N, num_chains, L), log f(v) under the target, float64 (N,)). ValueError naming
+    `what` when the data are not one batch of vectors."""
+    if codes.dim() != 2:
+        raise ValueError(f"{what} must be shaped (N, {path.model.n_visible}), got {tuple(data.shape)}")
+    state = codes.unsqueeze(1).expand(codes.shape[0], num_chains, codes.shape[1]).contiguous()
+    return state, path.log_density(codes, 1.0)
+
+
 class FullyVisiblePath:
     """Geometric path from an independent-site base (beta = 0) to a fully visible model (beta = 1).
 
@@ -151,11 +161,7 @@ class FullyVisiblePath:
     def test_vector_start(self, data: Tensor, num_chains: int, what: str = "test data") -> tuple[Tensor, Tensor]:
         """RAISE's start at the test vectors themselves (no hidden units): (codes with batch (N, num_chains), log f(v)
         float64 (N,)). data: site states (N, L) in the model's convention."""
-        codes = self.state_from_sites(data, what)
-        if codes.dim() != 2:
-            raise ValueError(f"{what} must be shaped (N, {self.model.n_visible}), got {tuple(data.shape)}")
-        state = codes.unsqueeze(1).expand(codes.shape[0], num_chains, codes.shape[1]).contiguous()
-        return state, self.log_density(codes, 1.0)
+        return chains_at_test_vectors(self, self.state_from_sites(data, what), data, num_chains, what)
 
     def clone_state(self, state: Tensor) -> Tensor:
         return state.clone()

@@ -24,7 +24,7 @@ from torch import Tensor
 
 from raise_eval.kernels.site_gibbs import CouplingTables, site_scan
 from raise_eval.models.fully_visible import FullyVisibleModel, log_sum_exp_fields
-from raise_eval.paths.fully_visible import base_fields_from_frequencies, uniform_fields
+from raise_eval.paths.fully_visible import base_fields_from_frequencies, chains_at_test_vectors, uniform_fields
 from raise_eval.paths.knots import Knots
 
 
@@ -128,11 +128,7 @@ class FullyVisibleTrajectoryPath(Knots):
         """RAISE's start at the test vectors themselves: (codes with batch (N, num_chains), log f(v) (N,) float64
         under P_T). data: site states (N, L) in the model's convention."""
         self._require_independent_start("RAISE")
-        codes = self.model.codes(data, what)
-        if codes.dim() != 2:
-            raise ValueError(f"{what} must be shaped (N, {self.model.n_visible}), got {tuple(data.shape)}")
-        state = codes.unsqueeze(1).expand(codes.shape[0], num_chains, codes.shape[1]).contiguous()
-        return state, self.log_density(codes, 1.0)
+        return chains_at_test_vectors(self, self.model.codes(data, what), data, num_chains, what)
 
     def clone_state(self, state: Tensor) -> Tensor:
         return state.clone()
