@@ -22,6 +22,32 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be loaded as it is; the message says what is wrong and how to fix it."""
 
 
+def real_array(path: Path, key: str, value) -> Tensor:
+    """An optional array of a checkpoint as a tensor of real numbers; CheckpointError naming the file and `key` when
+    it is text, ragged lists, complex or otherwise not numbers."""
+    if isinstance(value, Tensor):
+        array = value
+    else:
+        try:
+            array = np.asarray(value)
+        except (TypeError, ValueError) as e:  # ragged nested lists
+            raise CheckpointError(f"{path}: {key} is not an array of numbers ({e})") from None
+        if array.dtype.kind not in "biuf":
+            raise CheckpointError(
+                f"{path}: {key} is a {array.dtype} array of shape {array.shape}; it must hold real numbers"
+            )
+        array = torch.as_tensor(array)
+    if array.is_complex():
+        raise CheckpointError(f"{path}: {key} has dtype {array.dtype}; it must hold real numbers")
+    return array
+
+
+def float_tensor(path: Path, key: str, value) -> Tensor:
+    """`real_array` as parameters: float64 kept, every other real dtype (bool and integers included) as float32."""
+    array = real_array(path, key, value)
+    return array.to(torch.float64 if array.dtype == torch.float64 else torch.float32)
+
+
 def _make_layered(path: Path, model_type: str, arrays: dict, strict: bool):
     """A DBM or DBN from arrays named weights_l, biases_l (and recognition_biases_l); returns (model, the names of
     other arrays). With `strict`, other names are errors (a .pt state); otherwise they are returned (an .npz)."""

@@ -72,6 +72,7 @@ from raise_eval.models.io.builders import (
     make_mixed,
     make_typed_rbm,
     mixed_state,
+    real_array,
 )
 from raise_eval.models.io.files import check_magic, why_unusable
 from raise_eval.models.io.fully_visible_files import MODEL_TYPE as FULLY_VISIBLE
@@ -405,7 +406,7 @@ def _metadata(path: Path, payload: dict) -> dict:
 def _pixel_means(path: Path, means, model, convert: bool) -> Optional[Tensor]:
     if means is None:
         return None
-    means = _real_array(path, "train_pixel_means", means)
+    means = real_array(path, "train_pixel_means", means)
     if model.typed_layers:  # typed layers: the visible layer's training statistics
         try:
             stats = _typed_statistics(model, means)
@@ -422,26 +423,6 @@ def _pixel_means(path: Path, means, model, convert: bool) -> Optional[Tensor]:
             "checkpoint again with them, or without train_pixel_means and evaluate with --init uniform)"
         )
     return means.to(model.dtype) if convert else means
-
-
-def _real_array(path: Path, key: str, value) -> Tensor:
-    """An optional array of a checkpoint as a tensor of real numbers; CheckpointError naming the file and `key` when
-    it is text, ragged lists, complex or otherwise not numbers."""
-    if isinstance(value, Tensor):
-        array = value
-    else:
-        try:
-            array = np.asarray(value)
-        except (TypeError, ValueError) as e:  # ragged nested lists
-            raise CheckpointError(f"{path}: {key} is not an array of numbers ({e})") from None
-        if array.dtype.kind not in "biuf":
-            raise CheckpointError(
-                f"{path}: {key} is a {array.dtype} array of shape {array.shape}; it must hold real numbers"
-            )
-        array = torch.as_tensor(array)
-    if array.is_complex():
-        raise CheckpointError(f"{path}: {key} has dtype {array.dtype}; it must hold real numbers")
-    return array
 
 
 # The range of each typed layer's training statistics (one row for Gaussian units' means, one for their variances).
@@ -502,7 +483,7 @@ def _load_vae(path: Path, payload: dict) -> Checkpoint:
     model.requires_grad_(False).eval()
     means = payload.get("train_pixel_means")
     if means is not None:
-        means = _real_array(path, "train_pixel_means", means).float().flatten()
+        means = real_array(path, "train_pixel_means", means).float().flatten()
         if means.numel() != model.config.data_dim:
             raise CheckpointError(
                 f"{path}: train_pixel_means has {means.numel()} entries but the VAE has {model.config.data_dim} inputs"

@@ -15,10 +15,9 @@ import math
 from pathlib import Path
 from typing import Any, Optional
 
-import numpy as np
 import torch
 from raise_eval.models.fully_visible import FullyVisibleModel
-from raise_eval.models.io.builders import CheckpointError, _string
+from raise_eval.models.io.builders import CheckpointError, _string, float_tensor
 from torch import Tensor
 
 MODEL_TYPE = "fully-visible"
@@ -29,14 +28,6 @@ SITE_KINDS = ("categorical", "spin", "bernoulli")
 def is_fully_visible_npz(arrays: dict) -> bool:
     """Whether an .npz's arrays are a fully visible model's (`h` and `J`)."""
     return all(k in arrays for k in NPZ_KEYS)
-
-
-def _tensor(path: Path, key: str, value) -> Tensor:
-    array = np.asarray(value)
-    if array.dtype.kind not in "biuf":
-        raise CheckpointError(f"{path}: {key} must be a numeric array, got dtype {array.dtype}")
-    dtype = torch.float64 if array.dtype == np.float64 else torch.float32
-    return torch.as_tensor(array).to(dtype)
 
 
 def build(path: Path, fields, couplings, sites: str, alphabet: Optional[str]) -> FullyVisibleModel:
@@ -51,7 +42,7 @@ def build(path: Path, fields, couplings, sites: str, alphabet: Optional[str]) ->
 
 def make_fully_visible_npz(path: Path, arrays: dict) -> FullyVisibleModel:
     """The model of an .npz's arrays; pops the keys it reads (the rest are the caller's to list)."""
-    fields, couplings = _tensor(path, "h", arrays.pop("h")), _tensor(path, "J", arrays.pop("J"))
+    fields, couplings = float_tensor(path, "h", arrays.pop("h")), float_tensor(path, "J", arrays.pop("J"))
     if "visible" in arrays:
         sites = _string(path, "visible", arrays.pop("visible"))
     elif couplings.dim() == 4:

@@ -31,11 +31,10 @@ import re
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import torch
 from raise_eval.models.boltzmann.mixed import rbm_from_arrays
 from raise_eval.models.fully_visible import FullyVisibleModel
-from raise_eval.models.io.builders import CheckpointError, _make_rbm
+from raise_eval.models.io.builders import CheckpointError, _make_rbm, float_tensor
 from torch import Tensor
 
 HDF5_SUFFIXES = (".h5", ".hdf5")
@@ -132,17 +131,9 @@ def read_rbms_update(path, update: Optional[int] = None, alphabet: Optional[str]
             raise CheckpointError(
                 f"{path}: update_{update} of an rbms {model_type} lacks {missing}; it needs {list(names)}"
             )
-        arrays = {n: _array(path, f"update_{update}/{n}", group[n][()]) for n in names}
+        arrays = {n: float_tensor(path, f"update_{update}/{n}", group[n][()]) for n in names}
     metadata = {"rbms_model_type": model_type, "update": update, "updates": updates}
     return _build(path, model_type, arrays, alphabet), metadata
-
-
-def _array(path: Path, name: str, value) -> Tensor:
-    array = np.asarray(value)
-    if array.dtype.kind not in "iuf":
-        raise CheckpointError(f"{path}: {name} must be a real array, got dtype {array.dtype}")
-    dtype = torch.float64 if array.dtype == np.float64 else torch.float32
-    return torch.as_tensor(array).to(dtype)
 
 
 def _build(path: Path, model_type: str, arrays: dict[str, Tensor], alphabet: Optional[str]):
