@@ -89,6 +89,10 @@ class CouplingTables:
             self.neighbours[i, : sites.numel()] = sites
             padded[i, : sites.numel()] = couplings[i][:, sites, :].permute(1, 2, 0)
         self.neighbour_table = padded.reshape(-1, q)
+        # per colour, fixed for the run: its sites' neighbours (M, s) and their blocks' first rows (M, s, 1)
+        self.colour_neighbours = [self.neighbours[c].t().contiguous() for c in self.colours]
+        blocks = torch.arange(width, device=device).unsqueeze(1)
+        self.colour_slots = [((c * width + blocks) * q).unsqueeze(1) for c in self.colours]
 
     def scan_order(self) -> list[int]:
         """The sites in the order one step updates them: 0..L-1 then L-1..0, or, by colour, colour 0's sites, ...,
@@ -98,16 +102,15 @@ class CouplingTables:
         half = [s.tolist() for s in self.colours]
         return [i for c in [*half, *reversed(half)] for i in c]
 
-    def colour_input(self, colour: Tensor, codes: Tensor) -> Tensor:
-        """u[i, :] = sum_j J[i, :, j, v_j] for every chain and every site i of `colour` (s,), shaped (C, s, q);
-        codes: the state (C, L)."""
+    def colour_input(self, k: int, codes: Tensor) -> Tensor:
+        """u[i, :] = sum_j J[i, :, j, v_j] for every chain and every site i of colour k (`colours[k]`, s sites),
+        shaped (C, s, q); codes: the state (C, L)."""
         width, q = self.neighbours.shape[1], self.num_states
-        neighbours = self.neighbours[colour].t()  # (M, s)
-        slot = (colour * width + torch.arange(width, device=codes.device).unsqueeze(1)) * q  # (M, s)
+        neighbours, slot = self.colour_neighbours[k], self.colour_slots[k]  # (M, s), (M, 1, s)
         # rows laid out (M, C, s): the sum over the M neighbours adds whole contiguous blocks, which is several times
         # faster on the CPU than embedding_bag's or a last-but-one dimension's sum over 4 rows (float64 above all)
-        rows = (codes[:, neighbours].transpose(0, 1) + slot.unsqueeze(1)).reshape(-1)
-        picked = self.neighbour_table.index_select(0, rows).view(width, codes.shape[0], colour.numel(), q)
+        rows = (codes[:, neighbours].transpose(0, 1) + slot).reshape(-1)
+        picked = self.neighbour_table.index_select(0, rows).view(width, codes.shape[0], neighbours.shape[1], q)
         return picked.sum(0)
 
     def row_index(self, codes: Tensor) -> Tensor:
@@ -187,8 +190,10 @@ def _colour_scan(
     once, the colours in palindromic order. Returns (codes, the mean acceptance probability per chain (C,) or None)."""
     q = fields.shape[1]
     acceptance = None if method == "gibbs" else torch.zeros(codes.shape[0], dtype=fields.dtype, device=fields.device)
-    for colour in [*tables.colours, *reversed(tables.colours)]:
-        logits = torch.add(fields[colour], tables.colour_input(colour, codes), alpha=coupling_scale)  # (C, s, q)
+    order = [*range(len(tables.colours)), *reversed(range(len(tables.colours)))]
+    for k in order:
+        colour = tables.colours[k]
+        logits = torch.add(fields[colour], tables.colour_input(k, codes), alpha=coupling_scale)  # (C, s, q)
         old = codes[:, colour]
         if method == "gibbs":
             new = _sample_categorical(logits, generator)
