@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 import torch
-from raise_eval.models.energy_check import check_energy
+from raise_eval.models.energy_check import check_data_energies, check_energy
 from torch import Tensor
 
 KINDS = ("real", "binary", "spin", "categorical")
@@ -459,6 +459,7 @@ def fit_base(model: EnergyModel, train_data: Tensor, *, min_std: float = 1e-2, p
     state = model.state_from_data(train_data, "training data")
     if state.dim() != 1 + len(model.event_shape) or state.shape[0] == 0:
         raise ValueError(f"training data must be shaped (N, {_shape_text(model.event_shape)}) with N >= 1")
+    check_data_energies(model, state, "training data")  # the base must not be fitted to examples of no density
     s = model.support
     if s.discrete:
         if not 0 < pseudocount < 1:

@@ -82,6 +82,42 @@ def check_energy(model) -> None:
             raise ValueError("the energy's gradient is NaN or infinite at a probe example: HMC needs a finite one")
 
 
+DATA_CHUNK = 4096  # examples per forward pass of `check_data_energies` (bounds its memory on large test sets)
+
+
+def check_data_energies(model, state: Tensor, what: str) -> None:
+    """Refuse (ValueError naming `what` and the first bad example) data on which the energy is not finite: the probe
+    batch of `check_energy` cannot see an energy that is NaN or infinite only at some inputs, and at a test or
+    training example AIS and RAISE would fail on it only after their work (or fit the base to it). One forward pass
+    per `DATA_CHUNK` examples, no gradient. state: chain states (N, *event_shape) (`EnergyModel.state_from_data`)."""
+    bad_counts, first = {"NaN": 0, "+inf": 0, "-inf": 0}, None
+    for start in range(0, state.shape[0], DATA_CHUNK):
+        try:
+            with torch.no_grad():
+                energy = model.energies(model.energy_input(state[start : start + DATA_CHUNK]))
+        except Exception as error:
+            raise ValueError(_raised(model.energy, error, f"on {what}")) from error
+        flags = {"NaN": torch.isnan(energy), "+inf": torch.isposinf(energy), "-inf": torch.isneginf(energy)}
+        for name, flag in flags.items():
+            count = int(flag.sum())
+            bad_counts[name] += count
+            if count and first is None:
+                first = (start + int(flag.nonzero()[0, 0]), name)
+    if first is None:
+        return
+    index, name = first
+    counts = ", ".join(f"{n} at {c}" for n, c in bad_counts.items() if c)
+    why = {
+        "NaN": "a NaN energy has no density: check the energy's operations there (a log or sqrt of a negative "
+        "number, 0/0)",
+        "+inf": "E = +inf gives the example probability zero, so its log-likelihood is -inf and AIS and RAISE cannot "
+        "bound it: remove such examples or keep the energy finite on the support",
+        "-inf": "E = -inf gives the example infinite density: the energy is improper there",
+    }[name]
+    raise ValueError(f"the energy is {name} at example {index} of {what} ({counts} of its {state.shape[0]} "
+                     f"examples): {why}")  # fmt: skip
+
+
 def _squeeze_hint(error: Exception) -> str:
     return "; squeeze a trailing dimension of 1" if ", 1)" in str(error) else ""
 
@@ -126,4 +162,4 @@ def _library_file(name: str) -> bool:
     return any(root in path.parents for root in roots)
 
 
-__all__ = ["check_energy", "probe_states"]
+__all__ = ["check_data_energies", "check_energy", "probe_states"]

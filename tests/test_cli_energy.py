@@ -122,3 +122,27 @@ def test_a_model_without_its_factory_name_is_shown_an_energy_factory(tmp_path, c
         main(["evaluate", "--model", model.rpartition(":")[0], *data, *FAST])
     err = capsys.readouterr().err
     assert "give FILE.py:FACTORY" in err and "e.g. --model examples/torchebm_2d_factory.py:make" in err, err
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [("float('nan')", r"the energy is NaN at example 1 of --data .*test.npy \(NaN at 2 of its 5 examples\)"),
+     ("float('inf')", r"the energy is \+inf at example 1 of --data .*test.npy \(\+inf at 2 of its 5 examples\): E = "
+                      r"\+inf gives the example probability zero")],
+    ids=["NaN", "+inf"],
+)
+def test_an_energy_not_finite_at_a_test_example_is_refused_before_any_estimate(tmp_path, capsys, value, message):
+    """A new user's finding (issue 43): an energy that is NaN (or +inf) only at some inputs passes the probe batch;
+    at test examples it failed only after the pilot and AIS, as 'AIS: 3 NaN among 20 log-weights', naming neither
+    the data nor the example. Its test examples are now tried before any work, the file and example named."""
+    model, *data = _files(tmp_path, f" + torch.where(x[:, 0] > 10.0, {value}, 0.0)")
+    test = np.load(data[1])
+    test[[1, 3], 0] = 11.0  # the energy is not finite at examples 1 and 3 only
+    np.save(data[1], test)
+    out = tmp_path / "energy.json"
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--model", model, *data, *FAST, "--json", str(out)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and "log-weights" not in err, err
+    assert not out.exists()

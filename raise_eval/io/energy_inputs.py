@@ -13,6 +13,7 @@ from torch import Tensor
 
 from raise_eval.io.arrays import load_array_file
 from raise_eval.io.user_model import build_user_energy
+from raise_eval.models.energy_check import check_data_energies
 
 
 @dataclass
@@ -50,5 +51,7 @@ def _examples(model, path: str, flag: str) -> Tensor:
                          f"save them shaped (N, {shape})")  # fmt: skip
     if not model.support.discrete:
         x = x.to(model.dtype)
-    model.state_from_data(x, f"{flag} {path}")  # refused here, naming the file, before any work
+    # refused here, naming the file, before any work: values off the support, then energies that are not finite
+    state = model.state_from_data(x, f"{flag} {path}")
+    check_data_energies(model, state, f"{flag} {path}")
     return x

@@ -161,6 +161,15 @@ def test_bases_fitted_to_data_and_the_defaults():
         fit_base(model, data + 1)
 
 
+def test_a_base_is_not_fitted_to_training_data_where_the_energy_is_nan():
+    """A new user's finding (issue 43): an energy NaN at some inputs only (here x_0 > 2) passes the probe batch, and
+    `fit_base` fitted the base to training data the model gives no density, the run failing later inside AIS."""
+    model = EnergyModel(lambda x: (x**2).sum(-1) + torch.log(2.0 - x[:, 0]) * 0, "real", (2,), dtype=torch.float64)
+    train = torch.tensor([[0.0, 0.0], [1.0, 0.5], [3.0, 0.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"the energy is NaN at example 2 of training data \(NaN at 1 of its 3 "):
+        fit_base(model, train)
+
+
 @pytest.mark.parametrize("low, high", [(1.0, 0.0), (0.0, None), (None, 1.0), (0.0, math.inf), (0.5, 0.5)])
 def test_a_gaussian_base_with_a_box_that_is_not_one_is_refused(low, high):
     mean, std = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
