@@ -146,3 +146,27 @@ def test_an_energy_not_finite_at_a_test_example_is_refused_before_any_estimate(t
     err = capsys.readouterr().err
     assert re.search(message, err) and "log-weights" not in err, err
     assert not out.exists()
+
+
+def test_a_float64_function_energy_that_fails_in_float32_is_told_to_give_dtype(tmp_path, capsys):
+    """A new user's finding (issue 43): a function energy whose own tensors are float64, built with
+    dtype=torch.float64, failed under the command's default --dtype float32 with only 'the energy raised
+    RuntimeError ... at my_ebm.py, line 6 (...; fix it there)', pointing at correct code; the cause is --dtype."""
+    _, *data = _files(tmp_path)
+    factory = tmp_path / "my_ebm.py"  # in place of _files' factory
+    factory.write_text(textwrap.dedent("""
+        import torch
+        from raise_eval import EnergyModel
+        PRECISION = 4.0 * torch.eye(2, dtype=torch.float64)
+        def energy(x):
+            return 0.5 * ((x @ PRECISION) * x).sum(-1)
+        def make_model():
+            return EnergyModel(energy, support="real", event_shape=(2,), dtype=torch.float64)
+    """))
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--model", f"{factory}:make_model", *data, *FAST])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "the model was built in float64 and fails in float32 (--dtype, float32 by default): give --dtype " \
+           "float64" in err and "fix it there" not in err, err
+    assert main(["evaluate", "--model", f"{factory}:make_model", *data, *FAST, "--dtype", "float64"]) == 0

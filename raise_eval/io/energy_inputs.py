@@ -32,12 +32,26 @@ def load_energy_inputs(inputs) -> EnergyInputs:
     model = build_user_energy(inputs.model)
     device, dtype = torch.device(inputs.device), getattr(torch, inputs.dtype)
     if device != model.device or dtype != model.dtype:  # moved as bdmc moves a decoder; the copy is tried again
-        model = model.to(device=device, dtype=dtype)
+        model = _moved(model, device, dtype, inputs.dtype)
     test = _examples(model, inputs.data, "--data")
     train = None if inputs.train_data is None else _examples(model, inputs.train_data, "--train-data")
     files = [("the --model file", inputs.model.rpartition(":")[0]), ("the --data file", inputs.data),
              ("the --train-data file", inputs.train_data)]  # fmt: skip
     return EnergyInputs(model, test, train, files)
+
+
+def _moved(model, device: torch.device, dtype: torch.dtype, dtype_name: str):
+    """The model moved to --device and --dtype; where the energy fails only in the new dtype (a function whose own
+    tensors stay in the model's dtype), the error says so and names --dtype, not only the user's line."""
+    try:
+        return model.to(device=device, dtype=dtype)
+    except ValueError as error:
+        if dtype == model.dtype or model.device != device:
+            raise
+        own = str(model.dtype).replace("torch.", "")
+        said = str(error).replace("; fix it there)", ")")  # the user's line is not the cause: the dtype is
+        raise ValueError(f"{said}; the model was built in {own} and fails in {dtype_name} (--dtype, float32 by "
+                         f"default): give --dtype {own}, or make the energy follow its input's dtype") from None
 
 
 def _examples(model, path: str, flag: str) -> Tensor:
