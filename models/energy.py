@@ -346,12 +346,19 @@ class EnergyModel:
             )
         kind = self.support.kind
         if kind == "real":
-            if not x.is_floating_point() or not bool(torch.isfinite(x).all()):
-                raise ValueError(f"{what} must hold finite real numbers")
+            if not x.is_floating_point():
+                raise ValueError(f"{what} must hold real numbers of a floating point dtype, got {x.dtype}: convert "
+                                 f"them (x.to({self.dtype}))")  # fmt: skip
+            finite = torch.isfinite(x).flatten(start_dim=x.dim() - k).all(-1)
+            if not bool(finite.all()):
+                first = tuple(int(i) for i in (~finite).nonzero()[0]) if finite.dim() else ()
+                at = f" (the first: example {first[0] if len(first) == 1 else first})" if first else ""
+                raise ValueError(f"{what} must hold finite real numbers, found NaN or infinite values in "
+                                 f"{int((~finite).sum())} of its examples{at}")  # fmt: skip
             low, high = self.support.low, self.support.high
             if self.support.bounded and x.numel() and not bool(((x >= low) & (x <= high)).all()):
                 raise ValueError(f"{what} must lie in the support's box {self.support.describe()}, found "
-                                 f"{float(x.min()):g}..{float(x.max()):g}")  # fmt: skip
+                                 f"{float(x.min()):g}..{float(x.max()):g}: {_box_hint(x, low, high)}")  # fmt: skip
             return x.to(device=self.device, dtype=self.dtype)
         if kind == "categorical":
             q = self.num_states
@@ -364,7 +371,8 @@ class EnergyModel:
             return x.to(device=self.device, dtype=torch.int64)
         low, high = TWO_STATE_VALUES[kind]
         if x.numel() and not bool(((x == low) | (x == high)).all()):
-            raise ValueError(f"{what} must hold {kind} values {low:g}/{high:g} only")
+            raise ValueError(f"{what} must hold {kind} values {low:g}/{high:g} only, found {_values_text(x)}"
+                             f"{_two_state_hint(x, kind)}")  # fmt: skip
         return (x.to(self.device) == high).to(torch.int64)
 
     def data_from_state(self, state: Tensor) -> Tensor:
@@ -428,6 +436,31 @@ def _event_shape(event_shape) -> tuple[int, ...]:
     if not shape or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 1 for s in shape):
         raise ValueError(f"event_shape must be positive integers, e.g. (784,) or (1, 28, 28), got {event_shape!r}")
     return shape
+
+
+def _values_text(x: Tensor) -> str:
+    """'-1/1' for data of at most four distinct values, else 'min..max' (one line for an error)."""
+    values = torch.unique(x) if x.numel() else x
+    if values.numel() <= 4:
+        return "/".join(f"{float(v):g}" for v in values)
+    return f"{float(x.min()):g}..{float(x.max()):g}"
+
+
+def _two_state_hint(x: Tensor, kind: str) -> str:
+    """How to fix binary data given to a spin support and the other way round (else nothing)."""
+    other = "spin" if kind == "binary" else "binary"
+    low, high = TWO_STATE_VALUES[other]
+    if not bool(((x == low) | (x == high)).all()):
+        return ""
+    mapped = "(x + 1) / 2" if kind == "binary" else "2 * x - 1"
+    return f": these are {other} values; declare support={other!r}, or map them with {mapped}"
+
+
+def _box_hint(x: Tensor, low: float, high: float) -> str:
+    """How to fix data outside the box: 8-bit pixels (integers up to 255) for a box [0, 1] are named as such."""
+    if (low, high) == (0.0, 1.0) and float(x.min()) >= 0 and float(x.max()) <= 255 and bool((x == x.round()).all()):
+        return "pixels 0..255? scale them as the model's training data were (x / 255, or dequantized: (x + u) / 256)"
+    return "rescale them into the box as for training, or declare a support ('real', low, high) that holds them"
 
 
 def _shape_text(shape: tuple[int, ...]) -> str:

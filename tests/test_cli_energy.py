@@ -170,3 +170,44 @@ def test_a_float64_function_energy_that_fails_in_float32_is_told_to_give_dtype(t
     assert "the model was built in float64 and fails in float32 (--dtype, float32 by default): give --dtype " \
            "float64" in err and "fix it there" not in err, err
     assert main(["evaluate", "--model", f"{factory}:make_model", *data, *FAST, "--dtype", "float64"]) == 0
+
+
+@pytest.mark.parametrize(
+    "support, event_shape, array, message",
+    [
+        (("real", 0.0, 1.0), (1, 4, 4), np.arange(32).reshape(2, 1, 4, 4) * 8.0,
+         r"must lie in the support's box real\[0, 1\], found 0..248: pixels 0..255\? scale them"),
+        ("binary", (4,), np.array([[-1.0, 1.0, 1.0, -1.0]] * 3),
+         r"must hold binary values 0/1 only, found -1/1: these are spin values; declare support='spin', or map them "
+         r"with \(x \+ 1\) / 2"),
+        ("spin", (4,), np.array([[0.0, 1.0, 1.0, 0.0]] * 3),
+         r"must hold spin values -1/1 only, found 0/1: these are binary values; declare support='binary'"),
+        ("binary", (4,), np.zeros((0, 4)), r"holds no examples \(an array shaped \(0, 4\)\): save at least one"),
+        ("binary", (4,), np.zeros(4), r"holds an array shaped \(4,\); the model's examples are shaped \(4,\): save "
+                                      r"them shaped \(N, 4\) \(one example: save x\[None\]\)"),
+        ("categorical(3)", (4,), np.eye(3)[np.zeros((5, 4), dtype=int)],
+         r"holds an array shaped \(5, 4, 3\); .* \(integer codes: x.argmax\(-1\) of one-hot examples\)"),
+        ("real", (4,), np.array([[0.0] * 4, [0.0, np.nan, 0.0, 0.0]]),
+         r"must hold finite real numbers, found NaN or infinite values in 1 of its examples \(the first: example 1\)"),
+    ],
+    ids=["pixels 0..255", "spins for binary", "binary for spin", "empty", "one example", "one-hot", "NaN"],
+)
+def test_a_data_file_off_the_support_is_told_how_to_fix_it(tmp_path, capsys, support, event_shape, array, message):
+    """A new user's findings (issue 43): data that do not fit the declared support were refused without a way out
+    ('must hold binary values 0/1 only' for -1/+1 data, 'must lie in the box real[0, 1], found 0..248' for 8-bit
+    pixels, 'holds an array shaped (0, 4); the model's examples are (4)' for an empty file)."""
+    factory = tmp_path / "my_ebm.py"
+    factory.write_text(textwrap.dedent(f"""
+        from raise_eval import EnergyModel
+        from raise_eval.models import categorical
+        def make_model():
+            return EnergyModel(lambda x: (x ** 2).flatten(1).sum(-1), support={support if support == "categorical(3)"
+                               else repr(support)}, event_shape={event_shape!r})
+    """))
+    np.save(tmp_path / "test.npy", array)
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--model", f"{factory}:make_model", "--data", str(tmp_path / "test.npy"), *FAST])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(f"--data {re.escape(str(tmp_path / 'test.npy'))} " + message, err), err
+    assert err.count("\n") == 1, err

@@ -59,10 +59,17 @@ def _examples(model, path: str, flag: str) -> Tensor:
     x = load_array_file(path, keep_float64=True)
     if x.dim() == 2 and len(model.event_shape) > 1 and x.shape[1] == model.n_visible:
         x = x.reshape(x.shape[0], *model.event_shape)
-    if x.dim() != 1 + len(model.event_shape) or x.shape[0] == 0:
-        shape = ", ".join(map(str, model.event_shape))
-        raise ValueError(f"{flag} {path} holds an array shaped {tuple(x.shape)}; the model's examples are ({shape}): "
-                         f"save them shaped (N, {shape})")  # fmt: skip
+    shape = ", ".join(map(str, model.event_shape))
+    if x.dim() >= 1 and x.shape[0] == 0:
+        raise ValueError(f"{flag} {path} holds no examples (an array shaped {tuple(x.shape)}): save at least one, "
+                         f"shaped (N, {shape})")  # fmt: skip
+    if x.dim() != 1 + len(model.event_shape):
+        one_hot = model.support.kind == "categorical" and tuple(x.shape[1:]) == model.input_shape
+        hint = " (integer codes: x.argmax(-1) of one-hot examples)" if one_hot else ""
+        if tuple(x.shape) == model.event_shape:
+            hint = " (one example: save x[None])"
+        raise ValueError(f"{flag} {path} holds an array shaped {tuple(x.shape)}; the model's examples are shaped "
+                         f"{model.event_shape}: save them shaped (N, {shape}){hint}")  # fmt: skip
     if not model.support.discrete:
         x = x.to(model.dtype)
     # refused here, naming the file, before any work: values off the support, then energies that are not finite

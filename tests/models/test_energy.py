@@ -175,3 +175,12 @@ def test_a_gaussian_base_with_a_box_that_is_not_one_is_refused(low, high):
     mean, std = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"a GaussianBase's box needs finite low < high \(or neither\), got"):
         GaussianBase(mean, std, low, high)
+
+
+def test_real_data_of_an_integer_dtype_are_told_to_convert():
+    """A new user's finding (issue 43): a uint8 tensor of images given to a real support was refused as 'must hold
+    finite real numbers', which its finite values are."""
+    model = EnergyModel(lambda x: (x**2).sum(-1), ("real", 0.0, 1.0), (2,), dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"^x must hold real numbers of a floating point dtype, got torch.uint8: "
+                                         r"convert them \(x.to\(torch.float64\)\)$"):  # fmt: skip
+        model.state_from_data(torch.ones(3, 2, dtype=torch.uint8))
