@@ -311,6 +311,12 @@ class EnergyModel:
         name = type(self.energy).__name__ if isinstance(self.energy, torch.nn.Module) else _function_name(self.energy)
         return f"energy {self.support.describe()}({shape}) {name}"
 
+    def __repr__(self) -> str:
+        """E.g. "EnergyModel(MLP, support='real[0, 1]', event_shape=(784,), dtype=torch.float32, device=cpu)"."""
+        name = type(self.energy).__name__ if isinstance(self.energy, torch.nn.Module) else _function_name(self.energy)
+        return (f"EnergyModel({name}, support={self.support.describe()!r}, event_shape={self.event_shape}, "
+                f"dtype={self.dtype}, device={self.device})")  # fmt: skip
+
     def digest_parts(self) -> tuple[list[Tensor], float]:
         """The energy's parameters and buffers (a resume file's model digest); none for a plain function."""
         if isinstance(self.energy, torch.nn.Module):

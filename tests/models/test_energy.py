@@ -184,3 +184,10 @@ def test_real_data_of_an_integer_dtype_are_told_to_convert():
     with pytest.raises(ValueError, match=r"^x must hold real numbers of a floating point dtype, got torch.uint8: "
                                          r"convert them \(x.to\(torch.float64\)\)$"):  # fmt: skip
         model.state_from_data(torch.ones(3, 2, dtype=torch.uint8))
+
+
+def test_a_model_shows_what_it_is():
+    """A new user's finding (issue 43): in a notebook an EnergyModel showed as '<...EnergyModel object at 0x...>'."""
+    model = neural_energy("binary", 4)
+    assert repr(model) == ("EnergyModel(MLPEnergy, support='binary', event_shape=(4,), dtype=torch.float64, "
+                           "device=cpu)")  # fmt: skip
