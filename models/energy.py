@@ -342,8 +342,9 @@ class EnergyModel:
         """The chain state of examples x shaped (*B, *event_shape): real: floats in the model's dtype (inside the
         box); discrete: int64 codes. A ValueError naming `what` for anything else."""
         if not isinstance(x, Tensor):
+            convert = " (convert it: torch.from_numpy(x))" if type(x).__module__ == "numpy" else ""
             raise ValueError(f"{what} must be a tensor shaped (..., {_shape_text(self.event_shape)}), got a "
-                             f"{type(x).__name__}")  # fmt: skip
+                             f"{type(x).__name__}{convert}")  # fmt: skip
         k = len(self.event_shape)
         if x.dim() < k or tuple(x.shape[x.dim() - k:]) != self.event_shape:
             raise ValueError(

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from raise_eval.models import EnergyModel, GaussianBase, SiteBase, categorical, fit_base
@@ -177,13 +178,16 @@ def test_a_gaussian_base_with_a_box_that_is_not_one_is_refused(low, high):
         GaussianBase(mean, std, low, high)
 
 
-def test_real_data_of_an_integer_dtype_are_told_to_convert():
-    """A new user's finding (issue 43): a uint8 tensor of images given to a real support was refused as 'must hold
-    finite real numbers', which its finite values are."""
+def test_real_data_of_an_integer_dtype_or_in_numpy_are_told_to_convert():
+    """A new user's findings (issue 43): a uint8 tensor of images given to a real support was refused as 'must hold
+    finite real numbers', which its finite values are; a NumPy array, with no word of how to convert it."""
     model = EnergyModel(lambda x: (x**2).sum(-1), ("real", 0.0, 1.0), (2,), dtype=torch.float64)
     with pytest.raises(ValueError, match=r"^x must hold real numbers of a floating point dtype, got torch.uint8: "
                                          r"convert them \(x.to\(torch.float64\)\)$"):  # fmt: skip
         model.state_from_data(torch.ones(3, 2, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"^x must be a tensor shaped \(..., 2\), got a ndarray \(convert it: "
+                                         r"torch.from_numpy\(x\)\)$"):  # fmt: skip
+        model.state_from_data(np.ones((3, 2)))
 
 
 def test_a_model_shows_what_it_is():
