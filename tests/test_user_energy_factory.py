@@ -1,0 +1,58 @@
+"""A user's energy factory (`raise-eval evaluate --model FILE.py:FACTORY`) whose `EnergyModel(...)` refuses the energy:
+one line naming the user's file and the line that built the model, not raise-eval's own file as where it was raised."""
+
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+
+from raise_eval.io.user_model import UserCodeError, build_user_energy
+
+FACTORY = """
+import torch
+from raise_eval import EnergyModel
+from raise_eval.models import categorical
+
+
+class Energy(torch.nn.Module):
+    def forward(self, x):
+        return {energy}
+
+
+def make():
+    return EnergyModel(Energy(), support={support}, event_shape=(4,))  # line 13
+"""
+
+
+@pytest.mark.parametrize(
+    "energy, support, message",
+    [
+        ("0.5 * (x ** 2).sum(-1, keepdim=True)", "'real'", "shaped (3,), got (3, 1)"),
+        ("0.5 * (x.detach() ** 2).sum(-1)", "'real'", "not differentiable in its input"),
+        ("(x ** 2).sum(-1) * float('nan')", "'binary'", "the energy is NaN or -inf"),
+        ("(x ** 2).sum((-1, -2))", "'categorical'", "support=categorical(q)"),
+        ("x.sum(-1) @ torch.zeros(7)", "'spin'", "the energy raised RuntimeError"),
+    ],
+    ids=["shape", "no-gradient", "NaN", "support", "exception"],
+)
+def test_a_refused_energy_is_one_line_naming_the_user_s_line(tmp_path, energy, support, message):
+    path = tmp_path / "my_ebm.py"
+    path.write_text(textwrap.dedent(FACTORY.format(energy=energy, support=support)))
+    with pytest.raises(UserCodeError) as info:
+        build_user_energy(f"{path}:make")
+    text = str(info.value)
+    assert "\n" not in text, text
+    assert text.startswith(f"make() in {path} raised ValueError: ") and message in text, text
+    assert text.endswith(f"(refused at {path}, line 13, in make)"), text
+    assert "energy_check.py" not in text and "raise_eval" not in text.replace("from raise_eval", ""), text
+
+
+def test_an_exception_of_the_user_s_own_code_keeps_its_traceback_lines(tmp_path):
+    path = tmp_path / "my_ebm.py"
+    path.write_text("import torch\n\n\ndef make():\n    return torch.load('no_such_weights.pt')  # line 5\n")
+    with pytest.raises(UserCodeError) as info:
+        build_user_energy(f"{path}:make")
+    text = str(info.value)
+    assert f"make() in {path} raised FileNotFoundError" in text and f"at {path}, line 5, in make" in text, text
+    assert "(the error is in your model code; fix it there)" in text, text
