@@ -195,3 +195,18 @@ def test_a_model_shows_what_it_is():
     model = neural_energy("binary", 4)
     assert repr(model) == ("EnergyModel(MLPEnergy, support='binary', event_shape=(4,), dtype=torch.float64, "
                            "device=cpu)")  # fmt: skip
+
+
+def test_energies_too_large_for_their_dtype_at_the_data_are_refused():
+    """A new user's finding (issue 43): E = -1e8 + |x|^2 / 2 in float32 resolves energies only to about 8 nats, and
+    `raise-eval evaluate --model` closed its sandwich at [-5.84, -5.66], excluding the truth -5.567."""
+    train = torch.tensor([[0.0, 0.5], [1.0, -1.0], [0.2, 0.3]])
+    single = EnergyModel(lambda x: -1e8 + 0.5 * (x**2).sum(-1), "real", (2,))
+    with pytest.raises(ValueError, match=r"^the energy is 1e\+08 in magnitude at example \d of training data, where "
+                                         r"torch.float32 resolves energies only to about 12 nats, .* subtract a "
+                                         r"constant from the energy"):  # fmt: skip
+        fit_base(single, train)
+    double = EnergyModel(lambda x: -1e8 + 0.5 * (x**2).sum(-1), "real", (2,), dtype=torch.float64)
+    assert isinstance(fit_base(double, train.double()), GaussianBase)  # float64 resolves 1.5e-8 nats there
+    shifted = EnergyModel(lambda x: 1e3 + 0.5 * (x**2).sum(-1), "real", (2,))  # 1.2e-4 nats: accepted
+    assert isinstance(fit_base(shifted, train), GaussianBase)
