@@ -56,3 +56,18 @@ def test_an_exception_of_the_user_s_own_code_keeps_its_traceback_lines(tmp_path)
     text = str(info.value)
     assert f"make() in {path} raised FileNotFoundError" in text and f"at {path}, line 5, in make" in text, text
     assert "(the error is in your model code; fix it there)" in text, text
+
+
+def test_an_energy_refused_while_the_file_loads_is_one_line_too(tmp_path):
+    path = tmp_path / "my_ebm.py"
+    path.write_text(
+        "import torch\nfrom raise_eval import EnergyModel\n\n"
+        "MODEL = EnergyModel(lambda x: (x ** 2).sum(-1, keepdim=True), support='real', event_shape=(4,))\n\n\n"
+        "def make():\n    return MODEL\n"
+    )
+    with pytest.raises(UserCodeError) as info:
+        build_user_energy(f"{path}:make")
+    text = str(info.value)
+    assert "\n" not in text, text
+    assert text.startswith(f"loading {path} failed: ValueError: the energy must return one energy per example"), text
+    assert text.endswith(f"(refused at {path}, line 4, in <module>)"), text

@@ -111,8 +111,9 @@ def _folder_on_path(folder: Path):
             pass  # the user's code removed it itself
 
 
-def load_module(path: Path) -> ModuleType:
-    """Execute the user's file as a module (registered in sys.modules, as dataclasses and pickle need)."""
+def load_module(path: Path, checks: tuple[Path, ...] = ()) -> ModuleType:
+    """Execute the user's file as a module (registered in sys.modules, as dataclasses and pickle need); a refusal by
+    one of `checks` (`ENERGY_CHECKS`) is one line."""
     name = f"raise_eval_user_model_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -124,6 +125,7 @@ def load_module(path: Path) -> ModuleType:
             spec.loader.exec_module(module)
     except (Exception, SystemExit) as e:
         del sys.modules[name]
+        _raise_refusal(e, path, checks, f"loading {path} failed:")
         raise UserCodeError(
             f"loading {path} failed: {_describe(e)}\n  at {_user_location(e, path)}\n"
             f"({_fix_hint(e, 'model file or what it imports')})"
@@ -131,10 +133,13 @@ def load_module(path: Path) -> ModuleType:
     return module
 
 
-def load_factory(spec: str, example: str = VAE_EXAMPLE) -> tuple[Callable[[], Any], Path]:
-    """The factory function named by 'FILE.py:FACTORY' and the file's path; raises UserCodeError."""
+def load_factory(
+    spec: str, example: str = VAE_EXAMPLE, checks: tuple[Path, ...] = ()
+) -> tuple[Callable[[], Any], Path]:
+    """The factory function named by 'FILE.py:FACTORY' and the file's path; raises UserCodeError (`checks`: see
+    `load_module`)."""
     path, name = parse_model_spec(spec, example)
-    module = load_module(path)
+    module = load_module(path, checks)
     factory = getattr(module, name, None)
     if factory is None:
         functions = sorted(
@@ -177,24 +182,29 @@ def _refused_line(exc: BaseException, path: Path, checks: tuple[Path, ...]) -> O
     return own[-1] if own else None
 
 
+def _raise_refusal(exc: BaseException, path: Path, checks: tuple[Path, ...], what: str) -> None:
+    """Raise a one-line UserCodeError, '<what> ValueError: <message> (refused at FILE, line N, in FUNC)', where `exc`
+    is a refusal by one of `checks` of what the user's line built; return for any other exception."""
+    refused = _refused_line(exc, path, checks)
+    if refused is not None:
+        message = " ".join(line.strip() for line in str(exc).strip().splitlines())
+        raise UserCodeError(
+            f"{what} {type(exc).__name__}: {message} (refused at {path}, line {refused.lineno}, in {refused.name})"
+        ) from exc
+
+
 def _call_factory(
     spec: str, example: str = VAE_EXAMPLE, checks: tuple[Path, ...] = ()
 ) -> tuple[Any, str, Path]:
     """(FACTORY() of 'FILE.py:FACTORY', the factory's name, the file); raises UserCodeError. A refusal by one of
     `checks` is one line: its message and the user's line that was refused."""
-    factory, path = load_factory(spec, example)
+    factory, path = load_factory(spec, example, checks)
     name = spec.rpartition(":")[2]
     try:
         with _folder_on_path(path.resolve().parent):
             model = factory()
     except (Exception, SystemExit) as e:
-        refused = _refused_line(e, path, checks)
-        if refused is not None:
-            message = " ".join(line.strip() for line in str(e).strip().splitlines())
-            raise UserCodeError(
-                f"{name}() in {path} raised {type(e).__name__}: {message} (refused at {path}, line {refused.lineno}, "
-                f"in {refused.name})"
-            ) from e
+        _raise_refusal(e, path, checks, f"{name}() in {path} raised")
         raise UserCodeError(
             f"{name}() in {path} raised {_describe(e)}\n  at {_user_location(e, path)}\n({_fix_hint(e, 'model code')})"
         ) from e
