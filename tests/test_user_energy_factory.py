@@ -71,3 +71,46 @@ def test_an_energy_refused_while_the_file_loads_is_one_line_too(tmp_path):
     assert "\n" not in text, text
     assert text.startswith(f"loading {path} failed: ValueError: the energy must return one energy per example"), text
     assert text.endswith(f"(refused at {path}, line 4, in <module>)"), text
+
+
+IMAGE_FACTORY = """
+import torch
+from raise_eval import EnergyModel
+
+
+class Energy(torch.nn.Module):
+    def forward(self, x):  # x (N, 1, 4, 4)
+        return 0.5 * (x ** 2).flatten(1).sum(-1)
+
+
+def make():
+    return EnergyModel(Energy(), support=("real", 0.0, 1.0), event_shape=(1, 4, 4))
+"""
+
+
+@pytest.mark.parametrize(
+    "shape, hint",
+    [
+        ((5, 4, 4, 1), "numpy.moveaxis(x, -1, 1)"),
+        ((5, 4, 4), "x.reshape(len(x), 1, 4, 4)"),
+        ((5, 1, 4, 5), ""),
+    ],
+    ids=["channels-last", "no-channel-axis", "other-size"],
+)
+def test_a_data_file_of_another_example_shape_names_the_file_and_the_shape_to_save(tmp_path, capsys, shape, hint):
+    import numpy as np
+
+    from raise_eval.cli import main
+
+    factory = tmp_path / "images.py"
+    factory.write_text(textwrap.dedent(IMAGE_FACTORY))
+    data = tmp_path / "test.npy"
+    np.save(data, np.full(shape, 0.5, dtype=np.float32))
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--model", f"{factory}:make", "--data", str(data), "--no-progress", "--threads", "1"])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err, err
+    assert f"--data {data} holds an array shaped {shape}; the model's examples are shaped (1, 4, 4): save them " \
+        "shaped (N, 1, 4, 4)" in err, err
+    assert hint in err, err

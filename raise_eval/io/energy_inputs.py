@@ -5,6 +5,7 @@ model's support before any work."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Optional
 
@@ -63,16 +64,29 @@ def _examples(model, path: str, flag: str) -> Tensor:
     if x.dim() >= 1 and x.shape[0] == 0:
         raise ValueError(f"{flag} {path} holds no examples (an array shaped {tuple(x.shape)}): save at least one, "
                          f"shaped (N, {shape})")  # fmt: skip
-    if x.dim() != 1 + len(model.event_shape):
-        one_hot = model.support.kind == "categorical" and tuple(x.shape[1:]) == model.input_shape
-        hint = " (integer codes: x.argmax(-1) of one-hot examples)" if one_hot else ""
-        if tuple(x.shape) == model.event_shape:
-            hint = " (one example: save x[None])"
+    if x.dim() != 1 + len(model.event_shape) or tuple(x.shape[1:]) != model.event_shape:
         raise ValueError(f"{flag} {path} holds an array shaped {tuple(x.shape)}; the model's examples are shaped "
-                         f"{model.event_shape}: save them shaped (N, {shape}){hint}")  # fmt: skip
+                         f"{model.event_shape}: save them shaped (N, {shape}){_shape_hint(model, x)}")  # fmt: skip
     if not model.support.discrete:
         x = x.to(model.dtype)
     # refused here, naming the file, before any work: values off the support, then energies that are not finite
     state = model.state_from_data(x, f"{flag} {path}")
     check_data_energies(model, state, f"{flag} {path}")
     return x
+
+
+def _shape_hint(model, x: Tensor) -> str:
+    """How examples of another shape could be what the model takes (else nothing): one-hot codes, a single example,
+    the same values with the axes in another order (channels last) or without an axis of size 1. Never reshaped here:
+    only the user knows which layout the file holds."""
+    event, given = model.event_shape, tuple(x.shape[1:])
+    if model.support.kind == "categorical" and given == model.input_shape:
+        return " (integer codes: x.argmax(-1) of one-hot examples)"
+    if tuple(x.shape) == event:
+        return " (one example: save x[None])"
+    if x.dim() < 2 or math.prod(given) != model.n_visible:
+        return ""
+    if len(given) == len(event) and sorted(given) == sorted(event) and given[-1] == event[0]:
+        return " (channels last? numpy.moveaxis(x, -1, 1) puts them first)"
+    shape = ", ".join(map(str, event))
+    return f" (if each example's {model.n_visible} values are in the model's order: x.reshape(len(x), {shape}))"
