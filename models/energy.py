@@ -454,13 +454,18 @@ def _values_text(x: Tensor) -> str:
 
 
 def _two_state_hint(x: Tensor, kind: str) -> str:
-    """How to fix binary data given to a spin support and the other way round (else nothing)."""
+    """How to fix binary data given to a spin support and the other way round, 8-bit images of two levels (0/255) and
+    grey levels in [0, 1] (else nothing)."""
     other = "spin" if kind == "binary" else "binary"
     low, high = TWO_STATE_VALUES[other]
-    if not bool(((x == low) | (x == high)).all()):
-        return ""
-    mapped = "(x + 1) / 2" if kind == "binary" else "2 * x - 1"
-    return f": these are {other} values; declare support={other!r}, or map them with {mapped}"
+    if bool(((x == low) | (x == high)).all()):
+        mapped = "(x + 1) / 2" if kind == "binary" else "2 * x - 1"
+        return f": these are {other} values; declare support={other!r}, or map them with {mapped}"
+    if bool(((x == 0) | (x == 255)).all()):
+        return f": 8-bit images of two levels? {'x / 255' if kind == 'binary' else '2 * x / 255 - 1'} maps them"
+    if float(x.min()) >= 0 and float(x.max()) <= 1:
+        return ": grey levels? binarize them as the model's training data were (e.g. x > 0.5)"
+    return ""
 
 
 def _box_hint(x: Tensor, low: float, high: float) -> str:

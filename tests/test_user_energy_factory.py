@@ -114,3 +114,24 @@ def test_a_data_file_of_another_example_shape_names_the_file_and_the_shape_to_sa
     assert f"--data {data} holds an array shaped {shape}; the model's examples are shaped (1, 4, 4): save them " \
         "shaped (N, 1, 4, 4)" in err, err
     assert hint in err, err
+
+
+@pytest.mark.parametrize(
+    "support, values, hint",
+    [
+        ("binary", [0.0, 255.0], "8-bit images of two levels? x / 255"),
+        ("spin", [0.0, 255.0], "8-bit images of two levels? 2 * x / 255 - 1"),
+        ("binary", [0.0, 0.25, 0.5, 0.75, 1.0, 0.1], "grey levels? binarize them as the model's training data were"),
+    ],
+    ids=["binary-0-255", "spin-0-255", "grey-levels"],
+)
+def test_two_state_data_of_another_encoding_are_told_how_to_convert_them(support, values, hint):
+    import torch
+
+    from raise_eval import EnergyModel
+
+    model = EnergyModel(lambda x: x.sum(-1), support=support, event_shape=(2,))
+    data = torch.tensor(values).repeat(2).reshape(-1, 2)
+    with pytest.raises(ValueError, match=f"test data must hold {support} values") as info:
+        model.state_from_data(data, "test data")
+    assert hint in str(info.value) and "\n" not in str(info.value), str(info.value)
