@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 import torch
-from raise_eval.models.energy_check import check_energy
+from raise_eval.models.energy_check import check_data_energies, check_energy
 from torch import Tensor
 
 KINDS = ("real", "binary", "spin", "categorical")
@@ -311,6 +311,12 @@ class EnergyModel:
         name = type(self.energy).__name__ if isinstance(self.energy, torch.nn.Module) else _function_name(self.energy)
         return f"energy {self.support.describe()}({shape}) {name}"
 
+    def __repr__(self) -> str:
+        """E.g. "EnergyModel(MLP, support='real[0, 1]', event_shape=(784,), dtype=torch.float32, device=cpu)"."""
+        name = type(self.energy).__name__ if isinstance(self.energy, torch.nn.Module) else _function_name(self.energy)
+        return (f"EnergyModel({name}, support={self.support.describe()!r}, event_shape={self.event_shape}, "
+                f"dtype={self.dtype}, device={self.device})")  # fmt: skip
+
     def digest_parts(self) -> tuple[list[Tensor], float]:
         """The energy's parameters and buffers (a resume file's model digest); none for a plain function."""
         if isinstance(self.energy, torch.nn.Module):
@@ -336,8 +342,9 @@ class EnergyModel:
         """The chain state of examples x shaped (*B, *event_shape): real: floats in the model's dtype (inside the
         box); discrete: int64 codes. A ValueError naming `what` for anything else."""
         if not isinstance(x, Tensor):
+            convert = " (convert it: torch.from_numpy(x))" if type(x).__module__ == "numpy" else ""
             raise ValueError(f"{what} must be a tensor shaped (..., {_shape_text(self.event_shape)}), got a "
-                             f"{type(x).__name__}")  # fmt: skip
+                             f"{type(x).__name__}{convert}")  # fmt: skip
         k = len(self.event_shape)
         if x.dim() < k or tuple(x.shape[x.dim() - k:]) != self.event_shape:
             raise ValueError(
@@ -346,12 +353,19 @@ class EnergyModel:
             )
         kind = self.support.kind
         if kind == "real":
-            if not x.is_floating_point() or not bool(torch.isfinite(x).all()):
-                raise ValueError(f"{what} must hold finite real numbers")
+            if not x.is_floating_point():
+                raise ValueError(f"{what} must hold real numbers of a floating point dtype, got {x.dtype}: convert "
+                                 f"them (x.to({self.dtype}))")  # fmt: skip
+            finite = torch.isfinite(x).flatten(start_dim=x.dim() - k).all(-1)
+            if not bool(finite.all()):
+                first = tuple(int(i) for i in (~finite).nonzero()[0]) if finite.dim() else ()
+                at = f" (the first: example {first[0] if len(first) == 1 else first})" if first else ""
+                raise ValueError(f"{what} must hold finite real numbers, found NaN or infinite values in "
+                                 f"{int((~finite).sum())} of its examples{at}")  # fmt: skip
             low, high = self.support.low, self.support.high
             if self.support.bounded and x.numel() and not bool(((x >= low) & (x <= high)).all()):
                 raise ValueError(f"{what} must lie in the support's box {self.support.describe()}, found "
-                                 f"{float(x.min()):g}..{float(x.max()):g}")  # fmt: skip
+                                 f"{float(x.min()):g}..{float(x.max()):g}: {_box_hint(x, low, high)}")  # fmt: skip
             return x.to(device=self.device, dtype=self.dtype)
         if kind == "categorical":
             q = self.num_states
@@ -364,7 +378,8 @@ class EnergyModel:
             return x.to(device=self.device, dtype=torch.int64)
         low, high = TWO_STATE_VALUES[kind]
         if x.numel() and not bool(((x == low) | (x == high)).all()):
-            raise ValueError(f"{what} must hold {kind} values {low:g}/{high:g} only")
+            raise ValueError(f"{what} must hold {kind} values {low:g}/{high:g} only, found {_values_text(x)}"
+                             f"{_two_state_hint(x, kind)}")  # fmt: skip
         return (x.to(self.device) == high).to(torch.int64)
 
     def data_from_state(self, state: Tensor) -> Tensor:
@@ -430,6 +445,36 @@ def _event_shape(event_shape) -> tuple[int, ...]:
     return shape
 
 
+def _values_text(x: Tensor) -> str:
+    """'-1/1' for data of at most four distinct values, else 'min..max' (one line for an error)."""
+    values = torch.unique(x) if x.numel() else x
+    if values.numel() <= 4:
+        return "/".join(f"{float(v):g}" for v in values)
+    return f"{float(x.min()):g}..{float(x.max()):g}"
+
+
+def _two_state_hint(x: Tensor, kind: str) -> str:
+    """How to fix binary data given to a spin support and the other way round, 8-bit images of two levels (0/255) and
+    grey levels in [0, 1] (else nothing)."""
+    other = "spin" if kind == "binary" else "binary"
+    low, high = TWO_STATE_VALUES[other]
+    if bool(((x == low) | (x == high)).all()):
+        mapped = "(x + 1) / 2" if kind == "binary" else "2 * x - 1"
+        return f": these are {other} values; declare support={other!r}, or map them with {mapped}"
+    if bool(((x == 0) | (x == 255)).all()):
+        return f": 8-bit images of two levels? {'x / 255' if kind == 'binary' else '2 * x / 255 - 1'} maps them"
+    if float(x.min()) >= 0 and float(x.max()) <= 1:
+        return ": grey levels? binarize them as the model's training data were (e.g. x > 0.5)"
+    return ""
+
+
+def _box_hint(x: Tensor, low: float, high: float) -> str:
+    """How to fix data outside the box: 8-bit pixels (integers up to 255) for a box [0, 1] are named as such."""
+    if (low, high) == (0.0, 1.0) and float(x.min()) >= 0 and float(x.max()) <= 255 and bool((x == x.round()).all()):
+        return "pixels 0..255? scale them as the model's training data were (x / 255, or dequantized: (x + u) / 256)"
+    return "rescale them into the box as for training, or declare a support ('real', low, high) that holds them"
+
+
 def _shape_text(shape: tuple[int, ...]) -> str:
     return ", ".join(str(s) for s in shape)
 
@@ -459,6 +504,7 @@ def fit_base(model: EnergyModel, train_data: Tensor, *, min_std: float = 1e-2, p
     state = model.state_from_data(train_data, "training data")
     if state.dim() != 1 + len(model.event_shape) or state.shape[0] == 0:
         raise ValueError(f"training data must be shaped (N, {_shape_text(model.event_shape)}) with N >= 1")
+    check_data_energies(model, state, "training data")  # the base must not be fitted to examples of no density
     s = model.support
     if s.discrete:
         if not 0 < pseudocount < 1:

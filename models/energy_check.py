@@ -1,7 +1,8 @@
 """The one trial of a user's energy when an `EnergyModel` is built (`check_energy`): on a fixed probe batch of three
 examples (no randomness), everything that would make an estimate wrong or fail later is refused with one ValueError
 saying what is wrong, and, for an exception, the user's file and line (the innermost frame in the energy's own
-file, else outside torch and raise-eval)."""
+file, else outside torch and raise-eval). `check_data_energies` tries it on data (the test and training examples):
+an energy NaN or infinite there, or too large for its dtype to resolve a hundredth of a nat, is refused too."""
 
 from __future__ import annotations
 
@@ -82,6 +83,64 @@ def check_energy(model) -> None:
             raise ValueError("the energy's gradient is NaN or infinite at a probe example: HMC needs a finite one")
 
 
+DATA_CHUNK = 4096  # examples per forward pass of `check_data_energies` (bounds its memory on large test sets)
+
+
+def check_data_energies(model, state: Tensor, what: str) -> None:
+    """Refuse (ValueError naming `what` and the first bad example) data on which the energy is not finite: the probe
+    batch of `check_energy` cannot see an energy that is NaN or infinite only at some inputs, and at a test or
+    training example AIS and RAISE would fail on it only after their work (or fit the base to it). One forward pass
+    per `DATA_CHUNK` examples, no gradient. state: chain states (N, *event_shape) (`EnergyModel.state_from_data`)."""
+    bad_counts, first, largest = {"NaN": 0, "+inf": 0, "-inf": 0}, None, (0.0, 0, None)
+    for start in range(0, state.shape[0], DATA_CHUNK):
+        try:
+            with torch.no_grad():
+                energy = model.energies(model.energy_input(state[start : start + DATA_CHUNK]))
+        except Exception as error:
+            raise ValueError(_raised(model.energy, error, f"on {what}")) from error
+        finite = energy.abs().masked_fill(~torch.isfinite(energy), 0.0)
+        if finite.numel() and float(finite.max()) > largest[0]:
+            largest = (float(finite.max()), start + int(finite.argmax()), energy.dtype)
+        flags = {"NaN": torch.isnan(energy), "+inf": torch.isposinf(energy), "-inf": torch.isneginf(energy)}
+        for name, flag in flags.items():
+            count = int(flag.sum())
+            bad_counts[name] += count
+            if count and first is None:
+                first = (start + int(flag.nonzero()[0, 0]), name)
+    if first is None:
+        _check_resolution(*largest, what)
+        return
+    index, name = first
+    counts = ", ".join(f"{n} at {c}" for n, c in bad_counts.items() if c)
+    why = {
+        "NaN": "a NaN energy has no density: check the energy's operations there (a log or sqrt of a negative "
+        "number, 0/0)",
+        "+inf": "E = +inf gives the example probability zero, so its log-likelihood is -inf and AIS and RAISE cannot "
+        "bound it: remove such examples or keep the energy finite on the support",
+        "-inf": "E = -inf gives the example infinite density: the energy is improper there",
+    }[name]
+    raise ValueError(f"the energy is {name} at example {index} of {what} ({counts} of its {state.shape[0]} "
+                     f"examples): {why}")  # fmt: skip
+
+
+RESOLUTION_NATS = 1e-2  # the coarsest spacing of representable energies at the data that is refused
+
+
+def _check_resolution(magnitude: float, index: int, dtype: Optional[torch.dtype], what: str) -> None:
+    """Refuse energies so large at the data that their dtype cannot resolve differences of RESOLUTION_NATS there
+    (a constant offset, harmless in exact arithmetic, makes HMC's and Metropolis's decisions and the AIS weights
+    rounding noise: E = -1e8 + |x|^2 / 2 in float32 resolves 8 nats, and a run closed its sandwich off the truth)."""
+    if dtype is None or not dtype.is_floating_point:
+        return
+    spacing = magnitude * torch.finfo(dtype).eps
+    if spacing > RESOLUTION_NATS:
+        raise ValueError(
+            f"the energy is {magnitude:.3g} in magnitude at example {index} of {what}, where {dtype} resolves "
+            f"energies only to about {spacing:.2g} nats, so log-likelihoods would be off by as much: subtract a "
+            "constant from the energy (it moves log Z, not the model) or run the model in float64"
+        )
+
+
 def _squeeze_hint(error: Exception) -> str:
     return "; squeeze a trailing dimension of 1" if ", 1)" in str(error) else ""
 
@@ -126,4 +185,4 @@ def _library_file(name: str) -> bool:
     return any(root in path.parents for root in roots)
 
 
-__all__ = ["check_energy", "probe_states"]
+__all__ = ["check_data_energies", "check_energy", "probe_states"]

@@ -122,3 +122,92 @@ def test_a_model_without_its_factory_name_is_shown_an_energy_factory(tmp_path, c
         main(["evaluate", "--model", model.rpartition(":")[0], *data, *FAST])
     err = capsys.readouterr().err
     assert "give FILE.py:FACTORY" in err and "e.g. --model examples/torchebm_2d_factory.py:make" in err, err
+
+
+@pytest.mark.parametrize(
+    "value, message",
+    [("float('nan')", r"the energy is NaN at example 1 of --data .*test.npy \(NaN at 2 of its 5 examples\)"),
+     ("float('inf')", r"the energy is \+inf at example 1 of --data .*test.npy \(\+inf at 2 of its 5 examples\): E = "
+                      r"\+inf gives the example probability zero")],
+    ids=["NaN", "+inf"],
+)
+def test_an_energy_not_finite_at_a_test_example_is_refused_before_any_estimate(tmp_path, capsys, value, message):
+    """A new user's finding (issue 43): an energy that is NaN (or +inf) only at some inputs passes the probe batch;
+    at test examples it failed only after the pilot and AIS, as 'AIS: 3 NaN among 20 log-weights', naming neither
+    the data nor the example. Its test examples are now tried before any work, the file and example named."""
+    model, *data = _files(tmp_path, f" + torch.where(x[:, 0] > 10.0, {value}, 0.0)")
+    test = np.load(data[1])
+    test[[1, 3], 0] = 11.0  # the energy is not finite at examples 1 and 3 only
+    np.save(data[1], test)
+    out = tmp_path / "energy.json"
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--model", model, *data, *FAST, "--json", str(out)])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(message, err) and "log-weights" not in err, err
+    assert not out.exists()
+
+
+def test_a_float64_function_energy_that_fails_in_float32_is_told_to_give_dtype(tmp_path, capsys):
+    """A new user's finding (issue 43): a function energy whose own tensors are float64, built with
+    dtype=torch.float64, failed under the command's default --dtype float32 with only 'the energy raised
+    RuntimeError ... at my_ebm.py, line 6 (...; fix it there)', pointing at correct code; the cause is --dtype."""
+    _, *data = _files(tmp_path)
+    factory = tmp_path / "my_ebm.py"  # in place of _files' factory
+    factory.write_text(textwrap.dedent("""
+        import torch
+        from raise_eval import EnergyModel
+        PRECISION = 4.0 * torch.eye(2, dtype=torch.float64)
+        def energy(x):
+            return 0.5 * ((x @ PRECISION) * x).sum(-1)
+        def make_model():
+            return EnergyModel(energy, support="real", event_shape=(2,), dtype=torch.float64)
+    """))
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--model", f"{factory}:make_model", *data, *FAST])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert "the model was built in float64 and fails in float32 (--dtype, float32 by default): give --dtype " \
+           "float64" in err and "fix it there" not in err, err
+    assert main(["evaluate", "--model", f"{factory}:make_model", *data, *FAST, "--dtype", "float64"]) == 0
+
+
+@pytest.mark.parametrize(
+    "support, event_shape, array, message",
+    [
+        (("real", 0.0, 1.0), (1, 4, 4), np.arange(32).reshape(2, 1, 4, 4) * 8.0,
+         r"must lie in the support's box real\[0, 1\], found 0..248: pixels 0..255\? scale them"),
+        ("binary", (4,), np.array([[-1.0, 1.0, 1.0, -1.0]] * 3),
+         r"must hold binary values 0/1 only, found -1/1: these are spin values; declare support='spin', or map them "
+         r"with \(x \+ 1\) / 2"),
+        ("spin", (4,), np.array([[0.0, 1.0, 1.0, 0.0]] * 3),
+         r"must hold spin values -1/1 only, found 0/1: these are binary values; declare support='binary'"),
+        ("binary", (4,), np.zeros((0, 4)), r"holds no examples \(an array shaped \(0, 4\)\): save at least one"),
+        ("binary", (4,), np.zeros(4), r"holds an array shaped \(4,\); the model's examples are shaped \(4,\): save "
+                                      r"them shaped \(N, 4\) \(one example: save x\[None\]\)"),
+        ("categorical(3)", (4,), np.eye(3)[np.zeros((5, 4), dtype=int)],
+         r"holds an array shaped \(5, 4, 3\); .* \(integer codes: x.argmax\(-1\) of one-hot examples\)"),
+        ("real", (4,), np.array([[0.0] * 4, [0.0, np.nan, 0.0, 0.0]]),
+         r"must hold finite real numbers, found NaN or infinite values in 1 of its examples \(the first: example 1\)"),
+    ],
+    ids=["pixels 0..255", "spins for binary", "binary for spin", "empty", "one example", "one-hot", "NaN"],
+)
+def test_a_data_file_off_the_support_is_told_how_to_fix_it(tmp_path, capsys, support, event_shape, array, message):
+    """A new user's findings (issue 43): data that do not fit the declared support were refused without a way out
+    ('must hold binary values 0/1 only' for -1/+1 data, 'must lie in the box real[0, 1], found 0..248' for 8-bit
+    pixels, 'holds an array shaped (0, 4); the model's examples are (4)' for an empty file)."""
+    factory = tmp_path / "my_ebm.py"
+    factory.write_text(textwrap.dedent(f"""
+        from raise_eval import EnergyModel
+        from raise_eval.models import categorical
+        def make_model():
+            return EnergyModel(lambda x: (x ** 2).flatten(1).sum(-1), support={support if support == "categorical(3)"
+                               else repr(support)}, event_shape={event_shape!r})
+    """))
+    np.save(tmp_path / "test.npy", array)
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--model", f"{factory}:make_model", "--data", str(tmp_path / "test.npy"), *FAST])
+    assert stop.value.code == 2
+    err = capsys.readouterr().err
+    assert re.search(f"--data {re.escape(str(tmp_path / 'test.npy'))} " + message, err), err
+    assert err.count("\n") == 1, err

@@ -11,7 +11,9 @@ An exception raised by the user's code (while the file is executed or the factor
 by raise-eval for what the factory asked of it, e.g. a decoder whose output does not fit the likelihood) becomes a
 `UserCodeError` naming the user's file, the line of it that was running, and the exception, not a traceback
 through raise-eval. So does a SystemExit (sys.exit() in the factory, or a script's top-level argparse parsing
-raise-eval's own command line), which would otherwise end raise-eval as if raise-eval had failed.
+raise-eval's own command line), which would otherwise end raise-eval as if raise-eval had failed. An `EnergyModel`
+refusing the energy it was given (tried on a probe batch) is one line: the refusal, which says what is wrong and where
+in the energy, and the factory's line that built the model.
 """
 
 from __future__ import annotations
@@ -23,8 +25,10 @@ import traceback
 from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
+from raise_eval.models import energy as energy_module
+from raise_eval.models import energy_check
 from raise_eval.models.contracts import declared_family
 from raise_eval.models.directed.base import DirectedLatentModel
 from raise_eval.models.energy import EnergyModel
@@ -107,8 +111,9 @@ def _folder_on_path(folder: Path):
             pass  # the user's code removed it itself
 
 
-def load_module(path: Path) -> ModuleType:
-    """Execute the user's file as a module (registered in sys.modules, as dataclasses and pickle need)."""
+def load_module(path: Path, checks: tuple[Path, ...] = ()) -> ModuleType:
+    """Execute the user's file as a module (registered in sys.modules, as dataclasses and pickle need); a refusal by
+    one of `checks` (`ENERGY_CHECKS`) is one line."""
     name = f"raise_eval_user_model_{abs(hash(str(path.resolve())))}"
     spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
@@ -120,6 +125,7 @@ def load_module(path: Path) -> ModuleType:
             spec.loader.exec_module(module)
     except (Exception, SystemExit) as e:
         del sys.modules[name]
+        _raise_refusal(e, path, checks, f"loading {path} failed:")
         raise UserCodeError(
             f"loading {path} failed: {_describe(e)}\n  at {_user_location(e, path)}\n"
             f"({_fix_hint(e, 'model file or what it imports')})"
@@ -127,10 +133,13 @@ def load_module(path: Path) -> ModuleType:
     return module
 
 
-def load_factory(spec: str, example: str = VAE_EXAMPLE) -> tuple[Callable[[], Any], Path]:
-    """The factory function named by 'FILE.py:FACTORY' and the file's path; raises UserCodeError."""
+def load_factory(
+    spec: str, example: str = VAE_EXAMPLE, checks: tuple[Path, ...] = ()
+) -> tuple[Callable[[], Any], Path]:
+    """The factory function named by 'FILE.py:FACTORY' and the file's path; raises UserCodeError (`checks`: see
+    `load_module`)."""
     path, name = parse_model_spec(spec, example)
-    module = load_module(path)
+    module = load_module(path, checks)
     factory = getattr(module, name, None)
     if factory is None:
         functions = sorted(
@@ -158,14 +167,44 @@ def load_factory(spec: str, example: str = VAE_EXAMPLE) -> tuple[Callable[[], An
     return factory, path
 
 
-def _call_factory(spec: str, example: str = VAE_EXAMPLE) -> tuple[Any, str, Path]:
-    """(FACTORY() of 'FILE.py:FACTORY', the factory's name, the file); raises UserCodeError."""
-    factory, path = load_factory(spec, example)
+# raise-eval's modules that check what a factory builds (an energy tried on its probe batch): a ValueError raised in
+# them is a refusal whose message already says what is wrong (and where in the energy), not a crash of raise-eval
+ENERGY_CHECKS = tuple(Path(m.__file__).resolve() for m in (energy_module, energy_check))
+
+
+def _refused_line(exc: BaseException, path: Path, checks: tuple[Path, ...]) -> Optional[traceback.FrameSummary]:
+    """The line of the user's file whose call one of `checks` refused (a ValueError raised in one of them), or None
+    for any other exception."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    if not isinstance(exc, ValueError) or not frames or Path(frames[-1].filename).resolve() not in checks:
+        return None
+    own = [f for f in frames if Path(f.filename).resolve() == path.resolve()]
+    return own[-1] if own else None
+
+
+def _raise_refusal(exc: BaseException, path: Path, checks: tuple[Path, ...], what: str) -> None:
+    """Raise a one-line UserCodeError, '<what> ValueError: <message> (refused at FILE, line N, in FUNC)', where `exc`
+    is a refusal by one of `checks` of what the user's line built; return for any other exception."""
+    refused = _refused_line(exc, path, checks)
+    if refused is not None:
+        message = " ".join(line.strip() for line in str(exc).strip().splitlines())
+        raise UserCodeError(
+            f"{what} {type(exc).__name__}: {message} (refused at {path}, line {refused.lineno}, in {refused.name})"
+        ) from exc
+
+
+def _call_factory(
+    spec: str, example: str = VAE_EXAMPLE, checks: tuple[Path, ...] = ()
+) -> tuple[Any, str, Path]:
+    """(FACTORY() of 'FILE.py:FACTORY', the factory's name, the file); raises UserCodeError. A refusal by one of
+    `checks` is one line: its message and the user's line that was refused."""
+    factory, path = load_factory(spec, example, checks)
     name = spec.rpartition(":")[2]
     try:
         with _folder_on_path(path.resolve().parent):
             model = factory()
     except (Exception, SystemExit) as e:
+        _raise_refusal(e, path, checks, f"{name}() in {path} raised")
         raise UserCodeError(
             f"{name}() in {path} raised {_describe(e)}\n  at {_user_location(e, path)}\n({_fix_hint(e, 'model code')})"
         ) from e
@@ -175,7 +214,7 @@ def _call_factory(spec: str, example: str = VAE_EXAMPLE) -> tuple[Any, str, Path
 def build_user_energy(spec: str) -> EnergyModel:
     """Load 'FILE.py:FACTORY', call FACTORY() and check that it returned an `EnergyModel` (whose energy was tried
     when it was built: a broken energy is a UserCodeError naming its file and line); raises UserCodeError."""
-    model, name, path = _call_factory(spec, ENERGY_EXAMPLE)
+    model, name, path = _call_factory(spec, ENERGY_EXAMPLE, ENERGY_CHECKS)
     if declared_family(model) != "energy":
         raise UserCodeError(
             f"{name}() in {path} returned a {type(model).__name__}, not an energy model; wrap your energy: return "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
 from raise_eval.models import EnergyModel, GaussianBase, SiteBase, categorical, fit_base
@@ -161,8 +162,51 @@ def test_bases_fitted_to_data_and_the_defaults():
         fit_base(model, data + 1)
 
 
+def test_a_base_is_not_fitted_to_training_data_where_the_energy_is_nan():
+    """A new user's finding (issue 43): an energy NaN at some inputs only (here x_0 > 2) passes the probe batch, and
+    `fit_base` fitted the base to training data the model gives no density, the run failing later inside AIS."""
+    model = EnergyModel(lambda x: (x**2).sum(-1) + torch.log(2.0 - x[:, 0]) * 0, "real", (2,), dtype=torch.float64)
+    train = torch.tensor([[0.0, 0.0], [1.0, 0.5], [3.0, 0.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"the energy is NaN at example 2 of training data \(NaN at 1 of its 3 "):
+        fit_base(model, train)
+
+
 @pytest.mark.parametrize("low, high", [(1.0, 0.0), (0.0, None), (None, 1.0), (0.0, math.inf), (0.5, 0.5)])
 def test_a_gaussian_base_with_a_box_that_is_not_one_is_refused(low, high):
     mean, std = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
     with pytest.raises(ValueError, match=r"a GaussianBase's box needs finite low < high \(or neither\), got"):
         GaussianBase(mean, std, low, high)
+
+
+def test_real_data_of_an_integer_dtype_or_in_numpy_are_told_to_convert():
+    """A new user's findings (issue 43): a uint8 tensor of images given to a real support was refused as 'must hold
+    finite real numbers', which its finite values are; a NumPy array, with no word of how to convert it."""
+    model = EnergyModel(lambda x: (x**2).sum(-1), ("real", 0.0, 1.0), (2,), dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"^x must hold real numbers of a floating point dtype, got torch.uint8: "
+                                         r"convert them \(x.to\(torch.float64\)\)$"):  # fmt: skip
+        model.state_from_data(torch.ones(3, 2, dtype=torch.uint8))
+    with pytest.raises(ValueError, match=r"^x must be a tensor shaped \(..., 2\), got a ndarray \(convert it: "
+                                         r"torch.from_numpy\(x\)\)$"):  # fmt: skip
+        model.state_from_data(np.ones((3, 2)))
+
+
+def test_a_model_shows_what_it_is():
+    """A new user's finding (issue 43): in a notebook an EnergyModel showed as '<...EnergyModel object at 0x...>'."""
+    model = neural_energy("binary", 4)
+    assert repr(model) == ("EnergyModel(MLPEnergy, support='binary', event_shape=(4,), dtype=torch.float64, "
+                           "device=cpu)")  # fmt: skip
+
+
+def test_energies_too_large_for_their_dtype_at_the_data_are_refused():
+    """A new user's finding (issue 43): E = -1e8 + |x|^2 / 2 in float32 resolves energies only to about 8 nats, and
+    `raise-eval evaluate --model` closed its sandwich at [-5.84, -5.66], excluding the truth -5.567."""
+    train = torch.tensor([[0.0, 0.5], [1.0, -1.0], [0.2, 0.3]])
+    single = EnergyModel(lambda x: -1e8 + 0.5 * (x**2).sum(-1), "real", (2,))
+    with pytest.raises(ValueError, match=r"^the energy is 1e\+08 in magnitude at example \d of training data, where "
+                                         r"torch.float32 resolves energies only to about 12 nats, .* subtract a "
+                                         r"constant from the energy"):  # fmt: skip
+        fit_base(single, train)
+    double = EnergyModel(lambda x: -1e8 + 0.5 * (x**2).sum(-1), "real", (2,), dtype=torch.float64)
+    assert isinstance(fit_base(double, train.double()), GaussianBase)  # float64 resolves 1.5e-8 nats there
+    shifted = EnergyModel(lambda x: 1e3 + 0.5 * (x**2).sum(-1), "real", (2,))  # 1.2e-4 nats: accepted
+    assert isinstance(fit_base(shifted, train), GaussianBase)
