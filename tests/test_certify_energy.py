@@ -55,6 +55,8 @@ def test_an_energy_that_cannot_close_in_its_budget_says_open_with_reasons(tmp_pa
     reasons = " | ".join(str(r) for r in cert.reasons)
     assert "above the tolerance 0.05" in reasons and "the next K (16) would pass max_steps 8" in reasons
     assert "low-ess" in cert.history[-1].warnings
+    # RAISE runs from every test vector: the advice says so, not --raise-examples (which an energy run refuses)
+    assert any("(ais_chains, more test vectors, raise_chains)" in r for r in cert.to_dict()["reasons"])
     table = cert.format_table({"max_steps": "--max-steps"})
     assert "OPEN" in table and "would pass --max-steps 8" in table
 

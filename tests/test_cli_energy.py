@@ -81,7 +81,7 @@ def test_broken_user_code_is_refused_before_any_estimate(tmp_path, capsys, broke
 def test_options_that_do_not_apply_are_refused_by_name(tmp_path, capsys):
     model, *data = _files(tmp_path)
     for extra, message in (
-        (["--until-gap", "0.1"], "--until-gap certifies RBMs, DBMs and DBNs"),
+        (["--max-steps", "100"], "--max-steps belongs to a certified run: give --until-gap TOL too"),
         (["--schedule", "sigmoid"], "--schedule does not apply to an energy model (--model)"),
         (["--alphabet", "dna"], "--alphabet applies to checkpoints' datasets, not to --model's files"),
     ):
@@ -94,6 +94,31 @@ def test_options_that_do_not_apply_are_refused_by_name(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "some.pt", "--model", model, *data])
     assert "give a CHECKPOINT or --model FILE.py:FACTORY (one of the two)" in capsys.readouterr().err
+
+
+def test_until_gap_certifies_an_energy_model_with_its_json_and_plot(tmp_path, capsys):
+    """--until-gap grows K for an energy model as for an RBM (it was refused): a line per K, the last evaluation's
+    table, the certificate's table, its JSON and the plot of AIS and RAISE against K; exit 0 when closed."""
+    model, *data = _files(tmp_path)
+    out, plot = tmp_path / "cert.json", tmp_path / "cert.png"
+    args = ["evaluate", "--model", model, *data, *FAST, "--steps", "10", "--until-gap", "1", "--max-steps", "80"]
+    assert main([*args, "--json", str(out), "--plot", str(plot)]) == 0
+    shown = capsys.readouterr().out
+    assert "K = 10: AIS " in shown and "certified sandwich of energy real(2) Quadratic, tolerance 1 nats" in shown
+    assert "verdict: CLOSED at K = " in shown and "log Z (AIS)" in shown
+    document = json.loads(out.read_text())
+    assert document["verdict"] == "closed" and document["history"][0]["steps"] == 10
+    assert document["last_evaluation"]["data"]["test_file"] == data[1]
+    # log p(v) = log f(v) - log Z, log Z = log(2 pi / 4): the interval holds it
+    test = np.load(data[1])
+    truth = float(np.mean(-2.0 * (test**2).sum(-1)) - np.log(2 * np.pi / 4))
+    assert document["interval"][0] <= truth <= document["interval"][1]
+    assert plot.stat().st_size > 0
+    # A budget it cannot close in: open, with its reasons, exit 3.
+    assert main([*args[:-2], "--max-steps", "20", "--until-gap", "0.001"]) == 3
+    shown = capsys.readouterr().out
+    assert "verdict: OPEN" in shown and "the next K (40) would pass --max-steps 20" in shown
+    assert "run more chains (--ais-chains, more test vectors, --raise-chains)" in shown
 
 
 def test_a_data_file_that_is_missing_or_not_an_array_is_named_by_its_option(tmp_path, capsys):

@@ -22,7 +22,7 @@ from raise_eval.certification.loop import Stopped
 from raise_eval.certification.report import CertifyStep
 from raise_eval.certification.settings import CertifySettings
 from raise_eval.certification.verdict import sandwich_interval
-from raise_eval.evaluation.energy import EnergyReport, EnergySettings, evaluate_energy
+from raise_eval.evaluation.energy import EnergyReport, EnergySettings, energy_names, evaluate_energy
 from raise_eval.evaluation.settings import EvaluateSettings
 from raise_eval.runtime.resume import model_digest, tensor_digest
 
@@ -63,6 +63,7 @@ class EnergyRuns:
     legacy_fields: tuple = ()  # every energy certified file records all its settings
     fixed_cost_note = ""
     ais_label = "AIS"
+    names = energy_names(None)  # the reasons' settings as an energy model's report says them
 
     def __init__(self, model, test_data: Tensor, settings: CertifySettings, energy: dict[str, Any],
                  train_data: Optional[Tensor] = None, base: Any = None):  # fmt: skip

@@ -88,6 +88,7 @@ def grow_until_closed(runs, settings: CertifySettings, resume_file: Optional[str
                     notes=notes,
                     model=runs.model_label,
                     ais_label=runs.ais_label,
+                    own_names=runs.names,
                 )
                 if stop.failed:
                     raise CertifyFailed(partial, stop.report) from stop.cause
@@ -155,6 +156,7 @@ def grow_until_closed(runs, settings: CertifySettings, resume_file: Optional[str
         notes=notes,
         model=runs.model_label,
         ais_label=runs.ais_label,
+        own_names=runs.names,
     )
 
 

@@ -133,6 +133,7 @@ class PlanRuns:
         self.model_label = plan.report_settings.get("model", "")
         self.ais_label = "AIS" if plan.log_f_method == "exact" else "AIS (log f-hat - log Z-hat)"
         self.tolerance = settings.tolerance
+        self.names: dict[str, str] = {}  # the reasons' settings as the caller calls them
         self.reused: dict[str, Any] = {}
         # Why a gap that stopped shrinking may stay: a DBN's unrolled start costs a fixed amount at every K.
         self.fixed_cost_note = (
