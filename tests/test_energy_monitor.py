@@ -94,11 +94,12 @@ def test_a_small_discrete_energy_gets_its_exact_value_by_enumeration():
 def test_a_certified_monitor_grows_k_until_the_sandwich_closes():
     model, log_z = gaussian_energy(2)
     test = _gaussian_test(model)
-    settings = EnergySettings(steps=20, ais_chains=64, raise_chains=4, pilot_steps=20, seed=2)
+    settings = EnergySettings(steps=2, ais_chains=64, raise_chains=4, pilot_steps=20, seed=2)
     monitor = LikelihoodMonitor(test, energy=settings, until_gap=0.5, max_steps=80)
     rec = monitor(0, model)
     cert = monitor.last_certificate
-    assert rec.verdict == cert.verdict == "closed" and cert.history[0].steps == 20
+    assert rec.verdict == cert.verdict == "closed" and [h.steps for h in cert.history] == [2, 4, 8]
+    assert all(h.reasons_open for h in cert.history[:-1])  # open at K = 2 and 4: the gap above 0.5
     assert rec.ais == cert.history[-1].ais_mean and rec.raise_ == cert.history[-1].raise_mean
     assert cert.interval[0] <= float(model.log_unnormalized(test).mean()) - log_z <= cert.interval[1]
 
