@@ -121,6 +121,47 @@ def test_until_gap_certifies_an_energy_model_with_its_json_and_plot(tmp_path, ca
     assert "run more chains (--ais-chains, more test vectors, --raise-chains)" in shown
 
 
+def test_an_interrupted_energy_run_continues_from_its_resume_file(tmp_path, capsys, monkeypatch, ctrl_c_raises):
+    """--resume-file (refused for an energy model before): Ctrl-C during RAISE keeps the run (exit 130, no
+    traceback), and the same command continues it to the numbers of an uninterrupted run, bit for bit; the cost
+    estimate is printed before the work when the run is long (here: any run) and kept in the JSON."""
+    import signal
+
+    from raise_eval.cli import evaluate as evaluate_command
+    from raise_eval.evaluation import energy as energy_evaluation
+
+    model, *data = _files(tmp_path)
+    whole, resumed, file = tmp_path / "whole.json", tmp_path / "resumed.json", tmp_path / "run.pt"
+    assert main(["evaluate", "--model", model, *data, *FAST, "--json", str(whole)]) == 0
+    capsys.readouterr()
+    real, calls = energy_evaluation._Recording.__call__, []
+
+    def counted(self, state, beta, generator):
+        if len(calls) == 50 + 7:  # K = 50: AIS's 50 transitions, then RAISE's 8th
+            signal.raise_signal(signal.SIGINT)
+        calls.append(beta)
+        return real(self, state, beta, generator)
+
+    command = ["evaluate", "--model", model, *data, *FAST, "--resume-file", str(file), "--json", str(resumed)]
+    with monkeypatch.context() as m:
+        m.setattr(energy_evaluation._Recording, "__call__", counted)
+        assert main(command) == 130
+    out, err = capsys.readouterr()
+    assert f"the run so far is kept in {file}: run the same command to continue" in out
+    assert "raise-eval: interrupted during RAISE" in err and "Traceback" not in err and not resumed.exists()
+    monkeypatch.setattr(evaluate_command, "LONG_RUN_SECONDS", 0.0)
+    assert main(command) == 0
+    out, err = capsys.readouterr()
+    assert "raise-eval: estimated time " in err and "AIS " in err and "32 chains x 50 transitions" in err
+    assert "note: continued from " in out and "raise shard 0 continued from step 8 (RAISE)" in out
+    first, second = json.loads(whole.read_text()), json.loads(resumed.read_text())
+    for key in ("log_z", "log_z_stderr", "upper", "lower", "acceptance", "gap", "verdict"):
+        assert first[key] == second[key], key
+    assert set(second["cost_estimate"]["per_stage"]) == {"pilot", "ais", "raise"}
+    ais_work = second["cost_estimate"]["per_stage"]["ais"]["work"]
+    assert ais_work == "32 chains x 50 transitions (10 forward-and-backward passes each)"
+
+
 def test_a_data_file_that_is_missing_or_not_an_array_is_named_by_its_option(tmp_path, capsys):
     """A new user's findings (issue 43): a missing --train-data file was reported as "data file X does not exist",
     which does not say which option named it, and a .csv given to --data as "--model needs --data FILE", as if no

@@ -22,12 +22,19 @@ from raise_eval.certification.loop import Stopped
 from raise_eval.certification.report import CertifyStep
 from raise_eval.certification.settings import CertifySettings
 from raise_eval.certification.verdict import sandwich_interval
-from raise_eval.evaluation.energy import EnergyReport, EnergySettings, energy_names, evaluate_energy
+from raise_eval.evaluation.energy import (
+    EnergyInterrupted,
+    EnergyReport,
+    EnergySettings,
+    energy_names,
+    evaluate_energy,
+)
+from raise_eval.evaluation.energy_resume import base_digest
 from raise_eval.evaluation.settings import EvaluateSettings
 from raise_eval.runtime.resume import model_digest, tensor_digest
 
 # The evaluation settings an energy model's evaluation reads; any other given is refused by name, never ignored.
-ENERGY_EVALUATION_FIELDS = ("steps", "ais_chains", "raise_chains", "seed", "progress", "threads")
+ENERGY_EVALUATION_FIELDS = ("steps", "ais_chains", "raise_chains", "seed", "progress", "threads", "resume_interval")
 # What only an energy model's evaluation has (`EnergySettings` fields, and where its base comes from).
 ENERGY_ONLY = ("kernel", "num_leapfrog", "pilot_steps", "train_data", "base")
 
@@ -73,7 +80,7 @@ class EnergyRuns:
         self.model, self.test, self.train_data, self.base = model, test_data, train_data, base
         e = settings.evaluation
         self.tolerance = settings.tolerance
-        self.progress = e.progress
+        self.progress, self.resume_interval = e.progress, e.resume_interval
         # Checked now (a ValueError naming the field), not after the first K.
         self.energy = self.settings_at(e.steps, e, energy)
         self.model_label = model.describe()
@@ -87,7 +94,7 @@ class EnergyRuns:
             "device": str(model.device),
             "test_data": tensor_digest([torch.as_tensor(test_data)]),
             "parameters": model_digest(model),
-            "base": _base_digest(model, train_data, base),
+            "base": base_digest(model, train_data, base),
         }  # fmt: skip
 
     def settings_at(self, steps: int, e: EvaluateSettings, energy: dict[str, Any]) -> EnergySettings:
@@ -102,13 +109,15 @@ class EnergyRuns:
         """(the `EnergyReport` at K = k, its `CertifyStep`, its notes); raises `Stopped`."""
         try:
             report = evaluate_energy(self.model, self.test, dataclasses.replace(self.energy, steps=k),
-                                     train_data=self.train_data, base=self.base,
-                                     progress=self.progress)  # fmt: skip
+                                     train_data=self.train_data, base=self.base, progress=self.progress,
+                                     resume_file=resume_file, resume_interval=self.resume_interval)  # fmt: skip
         except NonFiniteLogWeightError as e:
             raise Stopped(True, f"K = {k:,} stopped during {e.stage}: {e}", None, e) from None
+        except EnergyInterrupted as stop:
+            raise Stopped(False, f"interrupted during K = {k:,} ({stop.stage})", None, stop) from None
         except KeyboardInterrupt as stop:
             raise Stopped(False, f"interrupted during K = {k:,}", None, stop) from None
-        return report, energy_step(report, k), []
+        return report, energy_step(report, k), report.notes
 
 
 def energy_step(report: EnergyReport, steps: int) -> CertifyStep:
@@ -125,16 +134,3 @@ def energy_step(report: EnergyReport, steps: int) -> CertifyStep:
         warnings=[w.code for w in report.warnings], reasons_open=list(report.reasons), interval_low=low,
         interval_high=high, fixed_seconds=report.seconds["pilot"],
     )  # fmt: skip
-
-
-def _base_digest(model, train_data: Optional[Tensor], base: Any) -> str:
-    """What the base is made of, as a digest: the training data it is fitted to, the given (or the model's) base's
-    tensors and box, or 'default'."""
-    if train_data is not None:
-        return "fitted to " + tensor_digest([torch.as_tensor(train_data)])
-    chosen = base if base is not None else model.base
-    if chosen is None:
-        return "default"
-    tensors = [t for t in (getattr(chosen, n, None) for n in ("mean", "std", "logits")) if isinstance(t, Tensor)]
-    box = (getattr(chosen, "low", None), getattr(chosen, "high", None))
-    return f"{type(chosen).__name__} {tensor_digest(tensors)} {box!r}"

@@ -179,18 +179,17 @@ def run(args: argparse.Namespace) -> int:
 
 
 # The options an energy model's evaluation (--model) takes; the others are refused by name, never ignored.
-ENERGY_FIELDS = ("steps", "ais_chains", "raise_chains", "seed", "progress", "threads")
+ENERGY_FIELDS = ("steps", "ais_chains", "raise_chains", "seed", "progress", "threads", "resume_interval")
 
 
 def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_settings) -> int:
     """`--model FILE.py:FACTORY`: the user's energy model through `evaluate_energy` (AIS and RAISE, the kernel its
     support takes), its table and --json."""
-    from raise_eval.evaluation.energy import EnergySettings, evaluate_energy
+    from raise_eval.evaluation.energy import EnergyInterrupted, EnergySettings, evaluate_energy, kernel_kind
+    from raise_eval.evaluation.energy_cost import estimate_energy_cost
     from raise_eval.io.energy_inputs import load_energy_inputs
 
     foreign = [FLAGS[name] for name in vars(args) if name in _EVALUATE_FIELDS and name not in ENERGY_FIELDS]
-    if outputs.resume_file is not None and cert_settings is None:
-        foreign.append(FLAGS["resume_file"] + " (without --until-gap)")
     if foreign:
         takes = ", ".join(FLAGS[n] for n in ENERGY_FIELDS if n in FLAGS)
         takes += (" (with --model, --data, --train-data, --device, --dtype, --json, --overwrite, --resume-file and "
@@ -200,20 +199,35 @@ def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_sett
         die(f"{listed} {verb} not apply to an energy model (--model), whose evaluation takes {takes}")
     loaded = load_energy_inputs(inputs)
     outputs.check_against(loaded.files)
+    settings = EnergySettings(steps=evaluation.steps, ais_chains=evaluation.ais_chains,
+                              raise_chains=evaluation.raise_chains, seed=evaluation.seed)  # fmt: skip
+    # Its cost before the work (the first K's, for a certified run), printed when long, as for a checkpoint.
+    estimate = estimate_energy_cost(loaded.model, loaded.test, settings, kernel_kind(loaded.model, settings.kernel),
+                                    train_data=loaded.train)  # fmt: skip
+    if estimate.seconds >= LONG_RUN_SECONDS:
+        first = f"the first K ({evaluation.steps:,}): " if cert_settings is not None else ""
+        print(f"raise-eval: {first}{estimate.format(FLAGS)}", file=sys.stderr, flush=True)
     if cert_settings is not None:
 
         def run_certify(settings, **keywords):
             return certify(loaded.model, loaded.test, settings, train_data=loaded.train, **keywords)
 
         return _run_certified(run_certify, cert_settings, outputs, inputs)
-    settings = EnergySettings(steps=evaluation.steps, ais_chains=evaluation.ais_chains,
-                              raise_chains=evaluation.raise_chains, seed=evaluation.seed)  # fmt: skip
     try:
         report = evaluate_energy(loaded.model, loaded.test, settings, train_data=loaded.train,
-                                 progress=evaluation.progress)  # fmt: skip
+                                 progress=evaluation.progress, resume_file=outputs.resume_file,
+                                 resume_interval=evaluation.resume_interval, cost_estimate=estimate)  # fmt: skip
     except NonFiniteLogWeightError as e:
         print(f"raise-eval: error: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except EnergyInterrupted as stop:  # Ctrl-C: no traceback; say what is kept
+        if outputs.resume_file:
+            if stop.saved:
+                print(f"the run so far is kept in {outputs.resume_file}: run the same command to continue")
+            else:  # e.g. a Ctrl-C during the pilot, before the first save
+                print(f"nothing was saved to {outputs.resume_file} yet: running the same command starts over")
+        print(f"raise-eval: interrupted during {stop.stage}", file=sys.stderr)
+        return 130
     report.data.update(test_file=inputs.data, train_file=inputs.train_data)  # the table and JSON name the files
     print(report.format_table(FLAGS))
     write_report(report, outputs.json, None, FLAGS)
