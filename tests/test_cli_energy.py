@@ -81,7 +81,7 @@ def test_broken_user_code_is_refused_before_any_estimate(tmp_path, capsys, broke
 def test_options_that_do_not_apply_are_refused_by_name(tmp_path, capsys):
     model, *data = _files(tmp_path)
     for extra, message in (
-        (["--until-gap", "0.1"], "--until-gap certifies RBMs, DBMs and DBNs"),
+        (["--max-steps", "100"], "--max-steps belongs to a certified run: give --until-gap TOL too"),
         (["--schedule", "sigmoid"], "--schedule does not apply to an energy model (--model)"),
         (["--alphabet", "dna"], "--alphabet applies to checkpoints' datasets, not to --model's files"),
     ):
@@ -94,6 +94,72 @@ def test_options_that_do_not_apply_are_refused_by_name(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["evaluate", "some.pt", "--model", model, *data])
     assert "give a CHECKPOINT or --model FILE.py:FACTORY (one of the two)" in capsys.readouterr().err
+
+
+def test_until_gap_certifies_an_energy_model_with_its_json_and_plot(tmp_path, capsys):
+    """--until-gap grows K for an energy model as for an RBM (it was refused): a line per K, the last evaluation's
+    table, the certificate's table, its JSON and the plot of AIS and RAISE against K; exit 0 when closed."""
+    model, *data = _files(tmp_path)
+    out, plot = tmp_path / "cert.json", tmp_path / "cert.png"
+    args = ["evaluate", "--model", model, *data, *FAST, "--steps", "10", "--until-gap", "1", "--max-steps", "80"]
+    assert main([*args, "--json", str(out), "--plot", str(plot)]) == 0
+    shown = capsys.readouterr().out
+    assert "K = 10: AIS " in shown and "certified sandwich of energy real(2) Quadratic, tolerance 1 nats" in shown
+    assert "verdict: CLOSED at K = " in shown and "log Z (AIS)" in shown
+    document = json.loads(out.read_text())
+    assert document["verdict"] == "closed" and document["history"][0]["steps"] == 10
+    assert document["last_evaluation"]["data"]["test_file"] == data[1]
+    # log p(v) = log f(v) - log Z, log Z = log(2 pi / 4): the interval holds it
+    test = np.load(data[1])
+    truth = float(np.mean(-2.0 * (test**2).sum(-1)) - np.log(2 * np.pi / 4))
+    assert document["interval"][0] <= truth <= document["interval"][1]
+    assert plot.stat().st_size > 0
+    # A budget it cannot close in: open, with its reasons, exit 3.
+    assert main([*args[:-2], "--max-steps", "20", "--until-gap", "0.001"]) == 3
+    shown = capsys.readouterr().out
+    assert "verdict: OPEN" in shown and "the next K (40) would pass --max-steps 20" in shown
+    assert "run more chains (--ais-chains, more test vectors, --raise-chains)" in shown
+
+
+def test_an_interrupted_energy_run_continues_from_its_resume_file(tmp_path, capsys, monkeypatch, ctrl_c_raises):
+    """--resume-file (refused for an energy model before): Ctrl-C during RAISE keeps the run (exit 130, no
+    traceback), and the same command continues it to the numbers of an uninterrupted run, bit for bit; the cost
+    estimate is printed before the work when the run is long (here: any run) and kept in the JSON."""
+    import signal
+
+    from raise_eval.cli import evaluate as evaluate_command
+    from raise_eval.evaluation import energy as energy_evaluation
+
+    model, *data = _files(tmp_path)
+    whole, resumed, file = tmp_path / "whole.json", tmp_path / "resumed.json", tmp_path / "run.pt"
+    assert main(["evaluate", "--model", model, *data, *FAST, "--json", str(whole)]) == 0
+    capsys.readouterr()
+    real, calls = energy_evaluation._Recording.__call__, []
+
+    def counted(self, state, beta, generator):
+        if len(calls) == 50 + 7:  # K = 50: AIS's 50 transitions, then RAISE's 8th
+            signal.raise_signal(signal.SIGINT)
+        calls.append(beta)
+        return real(self, state, beta, generator)
+
+    command = ["evaluate", "--model", model, *data, *FAST, "--resume-file", str(file), "--json", str(resumed)]
+    with monkeypatch.context() as m:
+        m.setattr(energy_evaluation._Recording, "__call__", counted)
+        assert main(command) == 130
+    out, err = capsys.readouterr()
+    assert f"the run so far is kept in {file}: run the same command to continue" in out
+    assert "raise-eval: interrupted during RAISE" in err and "Traceback" not in err and not resumed.exists()
+    monkeypatch.setattr(evaluate_command, "LONG_RUN_SECONDS", 0.0)
+    assert main(command) == 0
+    out, err = capsys.readouterr()
+    assert "raise-eval: estimated time " in err and "AIS " in err and "32 chains x 50 transitions" in err
+    assert "note: continued from " in out and "raise shard 0 continued from step 8 (RAISE)" in out
+    first, second = json.loads(whole.read_text()), json.loads(resumed.read_text())
+    for key in ("log_z", "log_z_stderr", "upper", "lower", "acceptance", "gap", "verdict"):
+        assert first[key] == second[key], key
+    assert set(second["cost_estimate"]["per_stage"]) == {"pilot", "ais", "raise"}
+    ais_work = second["cost_estimate"]["per_stage"]["ais"]["work"]
+    assert ais_work == "32 chains x 50 transitions (10 forward-and-backward passes each)"
 
 
 def test_a_data_file_that_is_missing_or_not_an_array_is_named_by_its_option(tmp_path, capsys):

@@ -13,7 +13,7 @@ class CertifyInterrupted(KeyboardInterrupt):
     """Ctrl-C during `certify`: `certificate` holds the finished Ks (verdict 'interrupted'), `report` the partial
     evaluation of the K in progress."""
 
-    def __init__(self, certificate: "Certificate", report):
+    def __init__(self, certificate: Certificate, report):
         super().__init__("certified run interrupted")
         self.certificate = certificate
         self.report = report
@@ -24,7 +24,7 @@ class CertifyFailed(RuntimeError):
     `__cause__`): `certificate` holds the finished Ks (verdict 'failed', the reason names the K, the stage and the
     error), `report` the partial evaluation of that K."""
 
-    def __init__(self, certificate: "Certificate", report):
+    def __init__(self, certificate: Certificate, report):
         super().__init__(certificate.reasons[0] if certificate.reasons else "certified run failed")
         self.certificate = certificate
         self.report = report
@@ -94,12 +94,16 @@ class Certificate:
 
     ais_label: str = "AIS"  # 'AIS (log f-hat - log Z-hat)' when log f(v) is estimated
     gap_per_doubling: Optional[float] = None
+    # What the reasons' settings are called for this model whatever the caller's names (an energy model's RAISE runs
+    # from every test vector: {raise_examples} is 'more test vectors').
+    own_names: dict[str, str] = field(default_factory=dict)
 
     @property
     def closed(self) -> bool:
         return self.verdict == "closed"
 
     def to_dict(self, names: Optional[dict[str, str]] = None) -> dict[str, Any]:
+        names = {**(names or {}), **self.own_names} if self.own_names else names
         return {
             "model": self.model,
             "verdict": self.verdict,
@@ -120,7 +124,7 @@ class Certificate:
         """The verdict's table (`raise_eval.render.text.certificate_table`)."""
         from raise_eval.render.text import certificate_table
 
-        return certificate_table(self, names)
+        return certificate_table(self, {**(names or {}), **self.own_names} if self.own_names else names)
 
     def plot(self, path: str) -> None:
         """AIS and RAISE against K (`raise_eval.render.plots.plot_certificate`; needs matplotlib)."""

@@ -9,40 +9,30 @@ against K (the RAISE paper's Figures 3-7) and a run continued from a resume file
 
 from __future__ import annotations
 
-import json
-import os
-import time
-import warnings
 from typing import Any, Callable, Optional
 
 import torch
 from torch import Tensor
 
-from raise_eval.certification.report import Certificate, CertifyFailed, CertifyInterrupted, CertifyStep
+from raise_eval.certification.energy import ENERGY_ONLY, EnergyRuns, refuse_foreign
+from raise_eval.certification.loop import Stopped, grow_until_closed
+from raise_eval.certification.report import Certificate, CertifyStep
 from raise_eval.certification.settings import CertifySettings
-from raise_eval.certification.verdict import K_INDEPENDENT, gap_per_doubling, reasons_of_step, step_of, trend
+from raise_eval.certification.verdict import step_of
 from raise_eval.evaluation.plan import EvaluationPlan, plan_evaluation
 from raise_eval.evaluation.report import EvaluationFailed, EvaluationInterrupted
 from raise_eval.evaluation.run import run_evaluation
 from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
-from raise_eval.io.outputs import OutputError, OutputWarning, OutputWriteError, check_output_path
-from raise_eval.io.writing import write_file
+from raise_eval.models.contracts import declared_family
 from raise_eval.runtime.resume import model_digest, tensor_digest
 from raise_eval.runtime.threads import using_threads
-from raise_eval.settings import Named, declarations, number_fields
+from raise_eval.settings import declarations, number_fields
 
-FILE_FORMAT = "raise-eval certify 1"
 # The settings a certified run's resume file must agree on (besides the model and the data): those declared to
 # change the numbers at some K (`numbers=`), the evaluation's `steps` being the first K ('first_steps').
 FINGERPRINT_FIELDS = tuple(name for name in number_fields(EvaluateSettings) if name != "steps")
 OWN_FINGERPRINT_FIELDS = tuple(name for name in number_fields(CertifySettings) if name != "evaluation")
 CERTIFY_FIELDS = ("tolerance", "max_steps", "time_budget", "growth")
-# Fingerprint entries kept as digests, said in words when they differ.
-DIGEST_WORDS = {
-    "parameters": "the model's parameters differ (another checkpoint, or other weights of the same shapes)",
-    "test_data": "the test data differ",
-    "train_pixel_means": "the base rates (training data or train_pixel_means) differ",
-}
 
 
 def certify(
@@ -62,7 +52,10 @@ def certify(
     step).
 
     Args:
-        model, test_data, train_pixel_means, labels: as for `evaluate`.
+        model, test_data, train_pixel_means, labels: as for `evaluate`. An `EnergyModel` is certified the same way
+            (`certification.energy`): its evaluation's keywords kernel, num_leapfrog, pilot_steps, train_data and
+            base are taken too, and of the evaluation's settings it reads steps, ais_chains, raise_chains, seed,
+            progress and threads.
         settings: a `CertifySettings`; keyword `overrides` change its fields (tolerance, max_steps, time_budget,
             growth) or its evaluation's (steps, init, ...): `certify(model, test, tolerance=0.1, steps=100)`.
         resume_file: a JSON file that keeps every finished K (and the evaluation in progress is resumed through
@@ -71,6 +64,19 @@ def certify(
     Returns:
         a `Certificate` (verdict, interval or reasons, every K tried, the last evaluation's report).
     """
+    if declared_family(model) == "energy":  # a user's energy: `evaluate_energy` at each K (certification.energy)
+        given = [name for name, value in (("train_pixel_means", train_pixel_means), ("labels", labels))
+                 if value is not None]  # fmt: skip
+        if given:
+            raise ValueError(f"{', '.join(given)} do not apply to an energy model's certified run (its base: "
+                             "train_data or base)")  # fmt: skip
+        own = {name: overrides.pop(name) for name in ENERGY_ONLY if name in overrides}
+        refuse_foreign(set(overrides) - set(CERTIFY_FIELDS))
+        settings = certify_settings(settings, overrides)
+        data = {name: own.pop(name, None) for name in ("train_data", "base")}
+        with using_threads(settings.evaluation.threads):
+            runs = EnergyRuns(model, test_data, settings, own, **data)
+            return grow_until_closed(runs, settings, resume_file, on_step)
     settings = certify_settings(settings, overrides)
     with using_threads(settings.evaluation.threads):
         return _certify(model, test_data, settings, train_pixel_means, labels, resume_file, on_step)
@@ -111,211 +117,63 @@ def _fingerprint(settings: CertifySettings, plan: EvaluationPlan, train_pixel_me
     return out
 
 
-def _certify(model, test_data, settings: CertifySettings, train_pixel_means, labels, resume_file, on_step):
-    # A regular file or none, in a folder that exists (a named pipe would block the read, a device be replaced).
-    if resume_file is not None and not check_output_path(resume_file, "resume_file"):
-        resume_file = None  # the null device: nothing kept
-    start = time.perf_counter()
-    evaluation = settings.evaluation
-    tolerance, max_steps, time_budget, growth = (
-        settings.tolerance, settings.max_steps, settings.time_budget, settings.growth,
-    )  # fmt: skip
-    # The settings are validated once; the K-independent stages (exact values, log f(v), its check) run once, in
-    # the first evaluation, and are handed to the later ones.
-    plan = plan_evaluation(model, test_data, evaluation, train_pixel_means=train_pixel_means, labels=labels)
-    if max_steps is not None:
-        plan.checked_at_steps(max_steps)  # the largest K must fit the memory bound too: refused now, not hours later
-    fingerprint = _fingerprint(settings, plan, train_pixel_means)
-    notes: list[str] = []
-    finished = _load_progress(
-        resume_file,
-        fingerprint,
-        lambda missing: _fingerprint(_at_defaults(settings, missing), plan, train_pixel_means),
-        notes,
-    )
-    history: list[CertifyStep] = []
-    reused: dict[str, Any] = {}
-    report = None
-    k = evaluation.steps
-    reasons: list[str] = []
-    verdict = "open"
-    while True:
-        saved = next((h for h in finished if h["steps"] == k), None)
-        if saved is not None:  # finished in an earlier invocation: kept, not recomputed (reasons at this tolerance)
-            step = CertifyStep(**saved)
-            step.reasons_open = reasons_of_step(step, tolerance)
-            history.append(step)
-            if on_step is not None:
-                on_step(history[-1])
-        else:
-            inner_resume = None if resume_file is None else f"{resume_file}.K{k}.pt"
-            try:
-                report = run_evaluation(
-                    plan.at_steps(k),
-                    log_f=reused.get("log_f"),
-                    exact_values=reused.get("exact"),
-                    log_f_check=reused.get("log_f_check") if "log_f" in reused else None,
-                    resume_file=inner_resume,
-                )
-            except (EvaluationInterrupted, EvaluationFailed) as stop:
-                failed = isinstance(stop, EvaluationFailed)
-                if failed:
-                    reason = f"K = {k:,} stopped during {stop.report.interrupted}: {stop.report.error}"
-                else:
-                    reason = f"interrupted during K = {k:,} ({stop.report.interrupted})"
-                partial = Certificate(
-                    verdict="failed" if failed else "interrupted",
-                    reasons=[f"{reason}; the finished Ks are above"],
-                    interval=None,
-                    tolerance=float(tolerance),
-                    time_budget=time_budget,
-                    max_steps=max_steps,
-                    history=history,
-                    needed_steps=None,
-                    seconds=time.perf_counter() - start,
-                    report=None,
-                    notes=notes,
-                    model=plan.report_settings.get("model", ""),
-                )
-                if failed:
-                    raise CertifyFailed(partial, stop.report) from stop
-                raise CertifyInterrupted(partial, stop.report) from None
-            notes += [f"K = {k:,}: {n}" for n in report.notes if n.startswith("continued from")]
-            reused.update(log_f=report.log_f, exact=report.exact_values, log_f_check=report.log_f_check)
-            if reused["exact"] is None:
-                del reused["exact"]
-            history.append(step_of(report, k, tolerance))
-            _save_progress(resume_file, fingerprint, history)
-            if inner_resume is not None and os.path.exists(inner_resume):
-                os.remove(inner_resume)  # this K is kept in the certified file
-            if on_step is not None:
-                on_step(history[-1])
-        current = history[-1]
-        if not current.reasons_open:
-            verdict = "closed"
-            reasons = []
-            break
-        reasons = list(current.reasons_open)
-        if any(c in current.warnings for c in K_INDEPENDENT) or any("at any K" in r for r in reasons):
-            reasons.append("stopped: no larger K can remove the log f(v) reason above (it is made once)")
-            break
-        next_k = k * growth
-        if max_steps is not None and next_k > max_steps:
-            reasons.append(Named(f"the next K ({next_k:,}) would pass {{max_steps}} {max_steps:,}"))
-            break
-        if time_budget is not None:
-            elapsed = time.perf_counter() - start
-            per_step = current.seconds / k
-            predicted = per_step * next_k + current.fixed_seconds
-            if elapsed + predicted > time_budget:
-                reasons.append(
-                    f"the next K ({next_k:,}) would take about {predicted:.0f} s "
-                    f"({per_step * 1e3:.2f} ms per step measured), beyond the time budget "
-                    f"({time_budget:.0f} s, {elapsed:.0f} s spent)"
-                )
-                break
-        k = next_k
-    gaps = [h.gap for h in history[-3:] if h.gap is not None]
-    if verdict == "open" and len(gaps) == 3 and gaps[-1] > tolerance and gaps[-1] >= 0.9 * gaps[0]:
-        reasons.append(
-            Named(
-                f"the gap stopped shrinking ({', '.join(f'{g:.3f}' for g in gaps)} at the last three K): more K alone "
-                "may not close it"
-                + (
-                    " (RAISE started from one draw of the recognition distribution, {dbn_start} unrolled, which costs "
-                    "a fixed amount at every K where that distribution misses modes of p(h | v): {dbn_start} heated "
-                    "anneals it away)"
-                    if plan.family == "DBN" and plan.dbn_start == "unrolled"
-                    else ""
-                )
-            )
+class PlanRuns:
+    """The evaluations of a certified run of a Boltzmann machine or a fully visible model: the evaluation plan,
+    decided once, run at each K, with what does not depend on K (log f(v), the exact values) handed on."""
+
+    def __init__(self, model, test_data, settings: CertifySettings, train_pixel_means, labels):
+        self.plan = plan = plan_evaluation(
+            model, test_data, settings.evaluation, train_pixel_means=train_pixel_means, labels=labels
         )
-    interval = None
-    last = history[-1]
-    if verdict == "closed":
-        interval = (last.interval_low, last.interval_high)
-    if report is None and finished:
-        notes.append(f"every K was read back from {resume_file}; the last evaluation's full report is not kept")
-    return Certificate(
-        verdict=verdict,
-        reasons=reasons,
-        interval=interval,
-        tolerance=float(tolerance),
-        time_budget=time_budget,
-        max_steps=max_steps,
-        history=history,
-        needed_steps=None if verdict == "closed" else trend(history, tolerance),
-        gap_per_doubling=None if verdict == "closed" else gap_per_doubling(history, tolerance),
-        seconds=time.perf_counter() - start,
-        report=report,
-        notes=notes,
-        model=plan.report_settings.get("model", ""),
-        ais_label="AIS" if plan.log_f_method == "exact" else "AIS (log f-hat - log Z-hat)",
-    )
+        if settings.max_steps is not None:
+            plan.checked_at_steps(settings.max_steps)  # the largest K must fit the memory bound too: refused now
+        self.fingerprint = _fingerprint(settings, plan, train_pixel_means)
+        self.legacy_fields = FINGERPRINT_FIELDS  # settings a file of an earlier version may not record
+        self.legacy = lambda missing: _fingerprint(_at_defaults(settings, missing), plan, train_pixel_means)
+        self.model_label = plan.report_settings.get("model", "")
+        self.ais_label = "AIS" if plan.log_f_method == "exact" else "AIS (log f-hat - log Z-hat)"
+        self.tolerance = settings.tolerance
+        self.names: dict[str, str] = {}  # the reasons' settings as the caller calls them
+        self.reused: dict[str, Any] = {}
+        # Why a gap that stopped shrinking may stay: a DBN's unrolled start costs a fixed amount at every K.
+        self.fixed_cost_note = (
+            " (RAISE started from one draw of the recognition distribution, {dbn_start} unrolled, which costs "
+            "a fixed amount at every K where that distribution misses modes of p(h | v): {dbn_start} heated "
+            "anneals it away)"
+            if plan.family == "DBN" and plan.dbn_start == "unrolled"
+            else ""
+        )
+
+    def run(self, k: int, resume_file: Optional[str]):
+        """(the evaluation's report at K = k, its `CertifyStep`, its notes); raises `Stopped`."""
+        reused = self.reused
+        try:
+            report = run_evaluation(
+                self.plan.at_steps(k),
+                log_f=reused.get("log_f"),
+                exact_values=reused.get("exact"),
+                log_f_check=reused.get("log_f_check") if "log_f" in reused else None,
+                resume_file=resume_file,
+            )
+        except (EvaluationInterrupted, EvaluationFailed) as stop:
+            failed = isinstance(stop, EvaluationFailed)
+            if failed:
+                reason = f"K = {k:,} stopped during {stop.report.interrupted}: {stop.report.error}"
+            else:
+                reason = f"interrupted during K = {k:,} ({stop.report.interrupted})"
+            raise Stopped(failed, reason, stop.report, stop) from None
+        reused.update(log_f=report.log_f, exact=report.exact_values, log_f_check=report.log_f_check)
+        if reused["exact"] is None:
+            del reused["exact"]
+        return report, step_of(report, k, self.tolerance), report.notes
+
+
+def _certify(model, test_data, settings: CertifySettings, train_pixel_means, labels, resume_file, on_step):
+    runs = PlanRuns(model, test_data, settings, train_pixel_means, labels)
+    return grow_until_closed(runs, settings, resume_file, on_step)
 
 
 def _at_defaults(settings: CertifySettings, names) -> CertifySettings:
     """`settings` with the evaluation's fields `names` at their declared defaults."""
     defaults = {spec.name: spec.default for spec in declarations(EvaluateSettings) if spec.name in names}
     return settings.replace(evaluation=settings.evaluation.replace(**defaults))
-
-
-def _load_progress(path: Optional[str], fingerprint: dict, legacy: Callable[[list], dict], notes: list) -> list[dict]:
-    """The finished Ks of the file at `path` (none when there is none), refused when its fingerprint differs. A file
-    written before a setting was recorded in it (0.3 did not record dbn_start) is taken as run with that setting's
-    default: `legacy(missing)` gives the fingerprint with the missing settings at their defaults, and a note says
-    so."""
-    if path is None or not os.path.exists(path):
-        return []
-    try:
-        with open(path, encoding="utf-8") as f:
-            doc = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ValueError(f"{path} is not a certified run's resume file ({e}); delete it or name another file") from e
-    if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
-        raise ValueError(f"{path} is not a certified run's resume file (format {doc.get('format')!r})")
-    old = doc.get("fingerprint", {})
-    missing = sorted(k for k in FINGERPRINT_FIELDS if isinstance(old, dict) and k in fingerprint and k not in old)
-    if missing:
-        assumed = legacy(missing)
-        old = {**{k: assumed[k] for k in missing}, **old}
-        shown = [f"{k} {assumed[k]!r}" for k in missing if assumed[k] is not None]
-        if shown:
-            notes.append(
-                f"{path} does not record {', '.join(k for k in missing if assumed[k] is not None)} (written by an "
-                f"earlier version): its finished Ks are taken as run with the defaults, {', '.join(shown)}"
-            )
-    if old != fingerprint:
-        differs = [
-            DIGEST_WORDS[k] if k in DIGEST_WORDS else f"{k}: {old.get(k)!r} in the file, {fingerprint.get(k)!r} now"
-            for k in sorted(set(fingerprint) | set(old))
-            if fingerprint.get(k) != old.get(k)
-        ]
-        differs = [
-            f"{d} (the file, written by an earlier version, does not record it: its default is assumed)"
-            if d.split(":")[0] in missing
-            else d
-            for d in differs
-        ]
-        raise ValueError(
-            f"{path} was written by a certified run with other settings ({'; '.join(differs)}); delete it "
-            "or name another file"
-        )
-    return doc["history"]
-
-
-def _save_progress(path: Optional[str], fingerprint: dict, history: list[CertifyStep]) -> None:
-    """Rewrite the progress file whole (`write_file`). A failed save does not stop the run (its Ks are in memory):
-    warned of (OutputWarning), and the next K's save tries again."""
-    if path is None:
-        return
-    text = json.dumps({"format": FILE_FORMAT, "fingerprint": fingerprint, "history": [vars(s) for s in history]})
-    try:
-        write_file(path, text, what="the finished Ks", keep_on_failure=False)
-    except (OutputError, OutputWriteError) as e:
-        warnings.warn(
-            f"the certified run's resume file: {e}. The run goes on (its results are unaffected); the next K's save "
-            "tries again",
-            OutputWarning,
-            stacklevel=2,
-        )

@@ -137,7 +137,12 @@ def run(args: argparse.Namespace) -> int:
         first = f"the first K ({evaluation.steps:,}): " if cert_settings is not None else ""
         print(f"raise-eval: {first}{estimate.format(FLAGS)}", file=sys.stderr, flush=True)
     if cert_settings is not None:
-        return _run_certified(loaded, cert_settings, outputs)
+
+        def run_certify(settings, **keywords):
+            return certify(loaded.model, loaded.test, settings, train_pixel_means=loaded.train_pixel_means,
+                           labels=loaded.labels, **keywords)  # fmt: skip
+
+        return _run_certified(run_certify, cert_settings, outputs)
     try:
         report = run_evaluation(plan, resume_file=outputs.resume_file, cost_estimate=estimate)
     except EvaluationInterrupted as stop:
@@ -174,24 +179,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 # The options an energy model's evaluation (--model) takes; the others are refused by name, never ignored.
-ENERGY_FIELDS = ("steps", "ais_chains", "raise_chains", "seed", "progress", "threads")
+ENERGY_FIELDS = ("steps", "ais_chains", "raise_chains", "seed", "progress", "threads", "resume_interval")
 
 
 def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_settings) -> int:
     """`--model FILE.py:FACTORY`: the user's energy model through `evaluate_energy` (AIS and RAISE, the kernel its
     support takes), its table and --json."""
-    from raise_eval.evaluation.energy import EnergySettings, evaluate_energy
+    from raise_eval.evaluation.energy import EnergyInterrupted, EnergySettings, evaluate_energy, kernel_kind
+    from raise_eval.evaluation.energy_cost import estimate_energy_cost
     from raise_eval.io.energy_inputs import load_energy_inputs
 
-    if cert_settings is not None:
-        die("--until-gap certifies RBMs, DBMs and DBNs; an energy model (--model) runs without it (its report "
-            "gives the gap and its standard error)")  # fmt: skip
     foreign = [FLAGS[name] for name in vars(args) if name in _EVALUATE_FIELDS and name not in ENERGY_FIELDS]
-    if outputs.resume_file is not None:
-        foreign.append(FLAGS["resume_file"])
     if foreign:
         takes = ", ".join(FLAGS[n] for n in ENERGY_FIELDS if n in FLAGS)
-        takes += " (with --model, --data, --train-data, --device, --dtype, --json and --overwrite)"
+        takes += (" (with --model, --data, --train-data, --device, --dtype, --json, --overwrite, --resume-file and "
+                  "--until-gap with its --max-steps, --time-budget and --plot)")  # fmt: skip
         verb = "does" if len(foreign) == 1 else "do"
         listed = ", ".join(sorted(foreign))
         die(f"{listed} {verb} not apply to an energy model (--model), whose evaluation takes {takes}")
@@ -199,12 +201,33 @@ def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_sett
     outputs.check_against(loaded.files)
     settings = EnergySettings(steps=evaluation.steps, ais_chains=evaluation.ais_chains,
                               raise_chains=evaluation.raise_chains, seed=evaluation.seed)  # fmt: skip
+    # Its cost before the work (the first K's, for a certified run), printed when long, as for a checkpoint.
+    estimate = estimate_energy_cost(loaded.model, loaded.test, settings, kernel_kind(loaded.model, settings.kernel),
+                                    train_data=loaded.train)  # fmt: skip
+    if estimate.seconds >= LONG_RUN_SECONDS:
+        first = f"the first K ({evaluation.steps:,}): " if cert_settings is not None else ""
+        print(f"raise-eval: {first}{estimate.format(FLAGS)}", file=sys.stderr, flush=True)
+    if cert_settings is not None:
+
+        def run_certify(settings, **keywords):
+            return certify(loaded.model, loaded.test, settings, train_data=loaded.train, **keywords)
+
+        return _run_certified(run_certify, cert_settings, outputs, inputs)
     try:
         report = evaluate_energy(loaded.model, loaded.test, settings, train_data=loaded.train,
-                                 progress=evaluation.progress)  # fmt: skip
+                                 progress=evaluation.progress, resume_file=outputs.resume_file,
+                                 resume_interval=evaluation.resume_interval, cost_estimate=estimate)  # fmt: skip
     except NonFiniteLogWeightError as e:
         print(f"raise-eval: error: {e}", file=sys.stderr)
         return EXIT_FAILED
+    except EnergyInterrupted as stop:  # Ctrl-C: no traceback; say what is kept
+        if outputs.resume_file:
+            if stop.saved:
+                print(f"the run so far is kept in {outputs.resume_file}: run the same command to continue")
+            else:  # e.g. a Ctrl-C during the pilot, before the first save
+                print(f"nothing was saved to {outputs.resume_file} yet: running the same command starts over")
+        print(f"raise-eval: interrupted during {stop.stage}", file=sys.stderr)
+        return 130
     report.data.update(test_file=inputs.data, train_file=inputs.train_data)  # the table and JSON name the files
     print(report.format_table(FLAGS))
     write_report(report, outputs.json, None, FLAGS)
@@ -231,7 +254,11 @@ def _refuse_options_an_rbm_ignores(args: argparse.Namespace, model) -> None:
         )
 
 
-def _run_certified(loaded, settings: CertifySettings, outputs: OutputSettings) -> int:
+def _run_certified(run_certify, settings: CertifySettings, outputs: OutputSettings, energy_inputs=None) -> int:
+    """The certified run `run_certify(settings, resume_file=..., on_step=...)` (`certify` on the loaded model), its
+    lines per K, tables, --json and --plot; `energy_inputs`: an energy model's `InputSettings` (the files its
+    report names)."""
+
     def show(step) -> None:
         gap = "—" if step.gap is None else f"{step.gap:.4f}"
         state = "closed" if not step.reasons_open else "open"
@@ -243,18 +270,11 @@ def _run_certified(loaded, settings: CertifySettings, outputs: OutputSettings) -
 
     plot_path = outputs.plot_path
     try:
-        cert = certify(
-            loaded.model,
-            loaded.test,
-            settings,
-            train_pixel_means=loaded.train_pixel_means,
-            labels=loaded.labels,
-            resume_file=outputs.resume_file,
-            on_step=show,
-        )
+        cert = run_certify(settings, resume_file=outputs.resume_file, on_step=show)
     except CertifyInterrupted as stop:
         # Ctrl-C: no traceback; show and keep the finished Ks (JSON and plot) and the K in progress's table.
-        print("\n" + stop.report.format_table(FLAGS))
+        if stop.report is not None:  # an energy model's evaluation keeps no partial report
+            print("\n" + stop.report.format_table(FLAGS))
         print()
         print(stop.certificate.format_table(FLAGS))
         interrupted = " (interrupted: the finished Ks)"
@@ -263,11 +283,13 @@ def _run_certified(loaded, settings: CertifySettings, outputs: OutputSettings) -
         if outputs.resume_file:
             print(f"the finished Ks (and the K in progress) are kept in {outputs.resume_file}: run the same command "
                   "to continue")  # fmt: skip
-        print(f"raise-eval: interrupted during {stop.report.interrupted}", file=sys.stderr)
+        where = f"during {stop.report.interrupted}" if stop.report is not None else f"({stop.certificate.reasons[0]})"
+        print(f"raise-eval: interrupted {where}", file=sys.stderr)
         return 130
     except CertifyFailed as stop:
         # Log-weights that turned NaN at some K: show and keep the finished Ks, and the failed K's table.
-        print("\n" + stop.report.format_table(FLAGS))
+        if stop.report is not None:
+            print("\n" + stop.report.format_table(FLAGS))
         print()
         print(stop.certificate.format_table(FLAGS))
         write_report(stop.certificate, outputs.json, plot_path if stop.certificate.history else None, FLAGS,
@@ -275,6 +297,8 @@ def _run_certified(loaded, settings: CertifySettings, outputs: OutputSettings) -
         print(f"raise-eval: error: {stop.certificate.reasons[0]}", file=sys.stderr)
         return EXIT_FAILED
     if cert.report is not None:
+        if energy_inputs is not None:  # the table and JSON name the files
+            cert.report.data.update(test_file=energy_inputs.data, train_file=energy_inputs.train_data)
         print()
         print(cert.report.format_table(FLAGS))
     print()

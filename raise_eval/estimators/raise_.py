@@ -210,7 +210,7 @@ def raise_log_likelihood(
         article = "an" if what[0] in "aeiou" else "a"
         if unroll is not None or heating_betas is not None or heating_kernel is not None:
             raise ValueError(f"{article} {what} model has no hidden units: unroll and heating do not apply to it")
-        if checkpoint is not None and model.family != "fully-visible":
+        if checkpoint is not None and not hasattr(path, "state_from_record"):  # `contracts.ResumableState`
             raise ValueError(f"resume files do not cover {what} models yet: run without a checkpoint")
         return _raise_from_test_vectors(path, data, betas, num_chains, generator, kernel, progress, checkpoint)
     if unroll is not None and unroll.top.weights[0] is not model.weights[0]:

@@ -11,6 +11,7 @@ then frozen. Three streams, declared in `raise_eval.seeds.ENERGY_OFFSETS`: pilot
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -20,14 +21,18 @@ import torch
 from torch import Tensor
 
 from raise_eval.diagnostics import GAP_NATS, SandwichNumbers, diagnose
-from raise_eval.estimators.ais import ais
-from raise_eval.estimators.raise_ import raise_log_likelihood
+from raise_eval.estimators.ais import AISResult, ais
+from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
 from raise_eval.evaluation.energy_checks import DriftWatch, data_distance, improper_warning, watches_drift
+from raise_eval.evaluation.energy_resume import StageCheckpoint, base_digest, energy_resume_settings, open_store
 from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
 from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, MetropolisScanKernel
+from raise_eval.kernels.hmc import StepSizeSchedule
 from raise_eval.models.contracts import declared_family
 from raise_eval.models.energy import fit_base
 from raise_eval.paths.energy import EnergyPath
+from raise_eval.runtime.interrupts import deferred_interrupts
+from raise_eval.runtime.resume import DEFAULT_INTERVAL
 from raise_eval.schedules import linear_schedule
 from raise_eval.seeds import ENERGY_OFFSETS, stage_seed
 from raise_eval.settings import render_names
@@ -118,10 +123,14 @@ class EnergyReport:
     reasons: list = dataclasses.field(default_factory=list)
     data: dict = dataclasses.field(default_factory=dict)
     total_seconds: float = math.nan
+    notes: list = dataclasses.field(default_factory=list)
+    cost_estimate: Any = None  # what the run was predicted to cost (`evaluation.energy_cost`), if asked
 
     def to_dict(self, names: Optional[dict] = None) -> dict:
         """The JSON document (`names`: the command's flags, for the warnings' and reasons' settings)."""
-        out = dataclasses.asdict(self)
+        estimate = self.cost_estimate
+        out = dataclasses.asdict(dataclasses.replace(self, cost_estimate=None))
+        out["cost_estimate"] = None if estimate is None else estimate.to_dict(names)
         out["upper"], out["lower"] = self.upper.tolist(), self.lower.tolist()
         out["warnings"] = [w.to_dict(energy_names(names)) for w in self.warnings]
         out["reasons"] = [render_names(r, energy_names(names)) for r in self.reasons]
@@ -131,6 +140,15 @@ class EnergyReport:
         from raise_eval.render.energy import energy_table
 
         return energy_table(self, energy_names(names))
+
+
+class EnergyInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `evaluate_energy`: `stage` is where ('the pilot', 'AIS' or 'RAISE'); with a resume file, the
+    finished stages and the annealing state of this one are kept in it (`saved`: whether anything was)."""
+
+    def __init__(self, stage: str, saved: bool):
+        super().__init__(f"interrupted during {stage}")
+        self.stage, self.saved = stage, saved
 
 
 def energy_names(names: Optional[dict]) -> dict:
@@ -154,10 +172,12 @@ class _Sandwich:
 
 class _Recording:
     """A kernel whose calls record its mean acceptance (an `InfoKernel` run as a plain transition). The sum stays on
-    the kernel's device: no host-device synchronisation per annealing step, one when `mean` is read."""
+    the kernel's device: no host-device synchronisation per annealing step, one when `mean` is read. `live` holds the
+    running totals (what a resume file's save keeps, `energy_resume.StageCheckpoint`); `load` restores them."""
 
     def __init__(self, kernel, watch=None):
         self.kernel, self.total, self.count, self.watch = kernel, None, 0, watch
+        self.live: dict[str, Any] = {}
 
     def __call__(self, state, beta: float, generator: torch.Generator):
         state, info = self.kernel.step(state, beta, generator)
@@ -166,7 +186,20 @@ class _Recording:
         self.count += 1
         if self.watch is not None:
             self.watch(self.count, state)
+        self.live.update(self.record())
         return state
+
+    def record(self) -> dict[str, Any]:
+        """The running totals: the acceptance sum (a scalar tensor) and count, the drift watch's distances."""
+        drift = {} if self.watch is None else {str(f): d for f, d in self.watch.recorded.items()}
+        return {"acceptance_total": self.total, "acceptance_count": self.count, "drift": drift}
+
+    def load(self, totals: dict[str, Any]) -> None:
+        total = totals.get("acceptance_total")
+        self.total = None if total is None else total.to(torch.float64).clone()
+        self.count = int(totals.get("acceptance_count", 0))
+        if self.watch is not None:
+            self.watch.recorded = {float(f): d for f, d in totals.get("drift", {}).items()}
 
     @property
     def mean(self) -> float:
@@ -181,6 +214,9 @@ def evaluate_energy(
     train_data: Optional[Tensor] = None,
     base: Any = None,
     progress: bool = False,
+    resume_file: Optional[str] = None,
+    resume_interval: float = DEFAULT_INTERVAL,
+    cost_estimate: Any = None,
     **overrides,
 ) -> EnergyReport:
     """AIS and RAISE on an `EnergyModel` (see the module docstring).
@@ -191,6 +227,13 @@ def evaluate_energy(
         settings: an `EnergySettings`; keyword `overrides` change its fields (`steps=4000`).
         train_data: training vectors to fit the base to (`fit_base`); else `base`, the model's own or the default.
         base: a `GaussianBase` / `SiteBase` (not with train_data).
+        resume_file: keep the pilot's step sizes, each finished stage and the annealing state of the stage in
+            progress (every `resume_interval` seconds, and at Ctrl-C) in this file, and continue from what it holds
+            with the bits of an uninterrupted run (`evaluation.energy_resume`); refused when written with other
+            settings.
+        cost_estimate: the run's predicted cost (`evaluation.energy_cost.estimate_energy_cost`), kept in the report.
+
+    Raises `EnergyInterrupted` at Ctrl-C (after saving, with a resume file).
     """
     began = time.perf_counter()
     if declared_family(model) != "energy":
@@ -209,29 +252,44 @@ def evaluate_energy(
     if test.dim() != 1 + len(model.event_shape) or test.shape[0] == 0:
         raise ValueError(f"test_data must be shaped (N, {', '.join(map(str, model.event_shape))}) with N >= 1, got "
                          f"{tuple(test_data.shape)}")  # fmt: skip
-    kind = _kernel_kind(model, settings.kernel)
+    kind = kernel_kind(model, settings.kernel)
     data = {"test": int(test.shape[0]), "train": None if train_data is None else int(train_data.shape[0]),
             "base": "fitted" if train_data is not None else "given" if base is not None else
             "the model's" if model.base is not None else "default"}  # fmt: skip
+    store = None
+    if resume_file is not None:  # refused now (other settings), before any work
+        digest = base_digest(model, train_data, base)
+        store = open_store(resume_file, energy_resume_settings(model, test, settings, digest), resume_interval)
     if train_data is not None:
         base = fit_base(model, train_data)
     path = EnergyPath(model, base)
     betas = linear_schedule(settings.steps)
     seconds = {}
-    start = time.perf_counter()
-    kernel = _kernel(path, kind, betas, settings, progress)
-    seconds["pilot"] = time.perf_counter() - start
-    drift = DriftWatch(path.base, settings.steps) if watches_drift(model, path.base) else None
-    recorders = {"AIS": _Recording(kernel, drift), "RAISE": _Recording(kernel)}
-    start = time.perf_counter()
-    forward = ais(path, betas, settings.ais_chains, generator=_generator(model, settings.seed, "ais"),
-                  kernel=recorders["AIS"], progress=progress)  # fmt: skip
-    seconds["AIS"] = time.perf_counter() - start
-    start = time.perf_counter()
-    reverse = raise_log_likelihood(path, test_data, betas, settings.raise_chains,
-                                   generator=_generator(model, settings.seed, "raise"), kernel=recorders["RAISE"],
-                                   progress=progress)  # fmt: skip
-    seconds["RAISE"] = time.perf_counter() - start
+    stage = "the pilot"
+    try:
+        with deferred_interrupts() if store is not None else contextlib.nullcontext():
+            start = time.perf_counter()
+            kernel = _kernel(path, kind, betas, settings, progress, store)
+            seconds["pilot"] = time.perf_counter() - start
+            drift = DriftWatch(path.base, settings.steps) if watches_drift(model, path.base) else None
+            recorders = {"AIS": _Recording(kernel, drift), "RAISE": _Recording(kernel)}
+            stage = "AIS"
+            start = time.perf_counter()
+            forward = _ais_stage(path, betas, settings, recorders["AIS"], store, progress)
+            seconds["AIS"] = time.perf_counter() - start
+            stage = "RAISE"
+            start = time.perf_counter()
+            reverse = _raise_stage(path, test_data, betas, settings, recorders["RAISE"], store, progress)
+            seconds["RAISE"] = time.perf_counter() - start
+    except KeyboardInterrupt:
+        saved = store is not None and not store.discard and store.path.exists()
+        raise EnergyInterrupted(stage, saved) from None
+    notes = []
+    if store is not None and store.continued:
+        notes.append(f"continued from {resume_file}: {'; '.join(store.continued)} (the times shown are this "
+                     "invocation's)")  # fmt: skip
+        notes += [f"resumed with {change}: the continued run is bit-identical only where these agree"
+                  for change in store.context_changes]  # fmt: skip
     upper = reverse.log_unnormalized - forward.log_normalizer
     lower = reverse.log_likelihood
     upper_mean, upper_se = mean_and_stderr(upper)
@@ -262,8 +320,46 @@ def evaluate_energy(
         gap_stderr=_with(gap_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
         warnings=warnings, verdict="open" if reasons else "closed",
         interval=None if reasons else list(sandwich_interval(sandwich)), reasons=reasons, data=data,
-        total_seconds=time.perf_counter() - began,
+        total_seconds=time.perf_counter() - began, notes=notes, cost_estimate=cost_estimate,
     )  # fmt: skip
+
+
+def _ais_stage(path, betas: Tensor, settings: EnergySettings, recorder: _Recording, store, progress: bool):
+    """AIS (its `AISResult`), read back from `store` when it finished there, else run (continued from a saved
+    step when `store` holds one) and kept in it."""
+    generator = _generator(path.model, settings.seed, "ais")
+    done = None if store is None else store.shards("ais").get(0)
+    if done is not None:
+        store.note_read_back("AIS", 1, 1)
+        recorder.load(done)
+        log_w = done["log_weights"].to(path.model.device)
+        return AISResult.from_log_weights(log_w, settings.steps, time.perf_counter())
+    checkpoint = None if store is None else StageCheckpoint(store, "ais", generator, recorder)
+    forward = ais(path, betas, settings.ais_chains, generator=generator, kernel=recorder, progress=progress,
+                  checkpoint=checkpoint)  # fmt: skip
+    if store is not None:
+        store.save_shard("ais", 0, {"log_weights": forward.log_weights, **recorder.record()})
+    return forward
+
+
+def _raise_stage(path, test_data, betas: Tensor, settings: EnergySettings, recorder: _Recording, store,
+                 progress: bool):  # fmt: skip
+    """RAISE (its `RAISEResult`), as `_ais_stage` runs AIS."""
+    generator = _generator(path.model, settings.seed, "raise")
+    done = None if store is None else store.shards("raise").get(0)
+    if done is not None:
+        store.note_read_back("RAISE", 1, 1)
+        recorder.load(done)
+        device = path.model.device
+        return RAISEResult.from_log_weights(done["log_weights"].to(device), done["log_unnormalized"].to(device),
+                                            settings.steps, time.perf_counter(), "test vector")  # fmt: skip
+    checkpoint = None if store is None else StageCheckpoint(store, "raise", generator, recorder)
+    reverse = raise_log_likelihood(path, test_data, betas, settings.raise_chains, generator=generator,
+                                   kernel=recorder, progress=progress, checkpoint=checkpoint)  # fmt: skip
+    if store is not None:
+        record = {"log_weights": reverse.log_weights, "log_unnormalized": reverse.log_unnormalized}
+        store.save_shard("raise", 0, {**record, **recorder.record()})
+    return reverse
 
 
 def _log_test_mass(model, test: Tensor, log_f: Tensor) -> Optional[float]:
@@ -283,7 +379,8 @@ def _with(se: float, ais_se: float) -> float:
     return math.sqrt((0.0 if math.isnan(se) else se) ** 2 + ais_se**2)
 
 
-def _kernel_kind(model, kernel: str) -> str:
+def kernel_kind(model, kernel: str) -> str:
+    """The kernel an evaluation with `kernel` ('auto' or a kernel's name) runs on `model`'s support."""
     group = "discrete" if model.support.discrete else "real"
     if kernel == "auto":
         return KERNELS[group][0]
@@ -293,15 +390,24 @@ def _kernel_kind(model, kernel: str) -> str:
     return kernel
 
 
-def _kernel(path: EnergyPath, kind: str, betas: Tensor, settings: EnergySettings, progress: bool):
+def _kernel(path: EnergyPath, kind: str, betas: Tensor, settings: EnergySettings, progress: bool, store=None):
+    """The kernel of `kind`; HMC's and MALA's step sizes tuned in the pilot, or read back from `store` (a resume
+    file keeps them once tuned)."""
     if kind == "metropolis":
         return MetropolisScanKernel(path)
     if kind == "gibbs-with-gradients":
         return GibbsWithGradientsKernel(path)
     leapfrog = 1 if kind == "mala" else settings.num_leapfrog
+    kept = None if store is None else store.get("step_sizes")
+    if kept is not None:
+        store.continued.append("the pilot's step sizes read back")
+        schedule = StepSizeSchedule(kept["betas"], kept["log_step_sizes"].to(path.model.device))
+        return EnergyHMCKernel(path, schedule, leapfrog)
     generator = _generator(path.model, settings.seed, "pilot")
     schedule = tune_step_sizes(path, betas, generator=generator, num_leapfrog=leapfrog,
                                max_pilot_steps=settings.pilot_steps, progress=progress)  # fmt: skip
+    if store is not None:
+        store.put("step_sizes", {"betas": schedule.betas, "log_step_sizes": schedule.log_step_sizes})
     return EnergyHMCKernel(path, schedule, leapfrog)
 
 

@@ -8,6 +8,10 @@ records a `SandwichRecord` (AIS, RAISE, their gap, the exact value when the mode
 hands the numbers to a logger callable (TensorBoard, wandb, ...), rewrites a CSV or JSON history and redraws a PNG
 of the sandwich after each record. For Lightning, `raise_eval.integrations.lightning.SandwichCallback` wraps a monitor.
 
+An energy model (`raise_eval.EnergyModel`, your own energy function) is monitored the same way by a monitor made with
+`energy=True` (or `energy=EnergySettings(...)`): every call runs `evaluate_energy` (`integrations.energy_monitor`);
+its kernels differentiate the energy in its input, never touching the parameters' gradients.
+
 The settings are a `MonitorSettings` (declared once, checked when the monitor is made, so that a typo fails before
 training): how often, where the history and plot go, and the `EvaluateSettings` of each evaluation, whose defaults
 here are cheap ones for monitoring (`MONITOR_EVALUATION`); compare final models with the command's defaults.
@@ -37,10 +41,12 @@ from torch import Tensor
 from raise_eval.certification.run import certify
 from raise_eval.certification.settings import CertifySettings
 from raise_eval.diagnostics import SandwichNumbers
+from raise_eval.evaluation.energy import EnergySettings, evaluate_energy
 from raise_eval.evaluation.plan import _start_biases
 from raise_eval.evaluation.report import EvaluationReport
 from raise_eval.evaluation.run import evaluate
 from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
+from raise_eval.integrations import energy_monitor
 from raise_eval.integrations.records import HISTORY_FIELDS, SandwichRecord
 from raise_eval.io.datasets import check_binary
 from raise_eval.io.outputs import OutputError, check_output_path
@@ -64,7 +70,9 @@ MONITOR_EVALUATION = EvaluateSettings(
     init="uniform", steps=100, ais_chains=100, raise_examples=20, raise_chains=5, log_f_method="importance",
     log_f_samples=100,
 )  # fmt: skip
-MONITOR_FIELDS = ("every", "prefix", "history_path", "plot_path", "until_gap", "max_steps", "time_budget", "track")
+MONITOR_FIELDS = (
+    "every", "prefix", "history_path", "plot_path", "until_gap", "max_steps", "time_budget", "track", "energy",
+)  # fmt: skip
 
 
 def _output_path(value, field: str) -> Path:
@@ -152,6 +160,12 @@ class MonitorSettings:
         "evaluation's",
         kind="any", none="a full evaluation at each call", check=_track,
     )  # fmt: skip
+    energy: Optional[EnergySettings] = setting(
+        None,
+        "evaluate a user's energy model (`EnergyModel`) with these settings (True: the cheap MONITOR_ENERGY); its "
+        "test data are its examples, not binary vectors",
+        kind="any", none="a Boltzmann machine's or fully visible model's monitor", check=energy_monitor.energy_settings,
+    )  # fmt: skip
 
     def _validate(self) -> None:
         if self.track is not None and self.until_gap is not None:
@@ -159,6 +173,9 @@ class MonitorSettings:
                 "{until_gap} certifies a full evaluation at each call; {track} follows log Z with persistent chains "
                 "and gives its verdict at final() (and every verdict_every records): choose one"
             )
+        if self.track is not None and self.energy is not None:
+            raise SettingsError("{track} follows RBMs and DBMs; an energy model's monitor ({energy}) evaluates it "
+                                "afresh at each call: choose one")  # fmt: skip
         if self.until_gap is None and (self.max_steps is not None or self.time_budget is not None):
             field = "max_steps" if self.max_steps is not None else "time_budget"
             raise SettingsError(f"{{{field}}} bounds a certified evaluation: pass {{until_gap}} too")
@@ -170,13 +187,17 @@ class MonitorSettings:
         """The `CertifySettings` of a certified monitor (None: one evaluation per call)."""
         if self.until_gap is None:
             return None
+        evaluation = self.evaluation
+        if self.energy is not None:  # the shared settings of the first K; the others are `certify_keywords`
+            evaluation = EvaluateSettings(**energy_monitor.shared_settings(self.energy))
         return CertifySettings(
-            tolerance=self.until_gap, max_steps=self.max_steps, time_budget=self.time_budget, evaluation=self.evaluation
+            tolerance=self.until_gap, max_steps=self.max_steps, time_budget=self.time_budget, evaluation=evaluation
         )
 
 
 class LikelihoodMonitor:
-    """Evaluate a Boltzmann machine's test log-likelihood with AIS and RAISE every few epochs of training.
+    """Evaluate a Boltzmann machine's (or a user's energy model's) test log-likelihood with AIS and RAISE every few
+    epochs of training.
 
     Args:
         test_data: binary test vectors (N, n_visible), or a fully visible model's site states (N, L) (integer codes,
@@ -190,6 +211,11 @@ class LikelihoodMonitor:
             site frequencies (L, q): `raise_eval.visible_statistics(model, train_data)`).
         logger: optional callable logger(metrics, step) receiving {prefix + 'ais', prefix + 'raise',
             prefix + 'gap' and, when known, prefix + 'exact'} as floats, with step = epoch.
+        train_data, base, exact_log_z: for an energy model's monitor (`energy=True` or `energy=EnergySettings(...)`,
+            whose test data are the model's examples (N, *event_shape)): the training examples the base is fitted
+            to at each evaluation, or the base itself (as `evaluate_energy`'s); and `exact_log_z(model) -> float`,
+            the model's exact log Z where the user knows it (e.g. a 2-D energy integrated on a grid), for the
+            record's exact value (a discrete energy of at most 2^16 configurations is enumerated without it).
 
     `history` holds the `SandwichRecord`s, `last_report` the latest full `EvaluationReport`, `last_certificate`
     the latest `Certificate` of a certified monitor. The monitor never prints, never touches torch's global random
@@ -203,17 +229,31 @@ class LikelihoodMonitor:
         *,
         train_pixel_means: Optional[Tensor] = None,
         logger: Optional[Logger] = None,
+        train_data: Optional[Tensor] = None,
+        base: Any = None,
+        exact_log_z: Optional[Callable[[Any], float]] = None,
         **overrides,
     ):
         own = {k: overrides.pop(k) for k in MONITOR_FIELDS if k in overrides}
-        base = MonitorSettings() if settings is None else settings
-        evaluation = evaluate_settings(base.evaluation, overrides)
-        self.settings = base.replace(evaluation=evaluation, **own)
-        if self.settings.evaluation.init == "base-rates" and train_pixel_means is None:
+        settings = MonitorSettings() if settings is None else settings
+        energy = energy_monitor.energy_settings(own.get("energy", settings.energy))
+        energy_given = {"train_data": train_data, "base": base, "exact_log_z": exact_log_z}
+        energy_monitor.check_energy_keywords(energy, energy_given, overrides)
+        if energy is not None and train_pixel_means is not None:
+            raise SettingsError("train_pixel_means are a Boltzmann machine's base rates; an energy model's base is "
+                                "fitted to train_data (or given as base)")  # fmt: skip
+        evaluation = evaluate_settings(settings.evaluation, overrides)
+        self.settings = settings.replace(evaluation=evaluation, **own)
+        if energy is None and self.settings.evaluation.init == "base-rates" and train_pixel_means is None:
             raise SettingsError("{init} base-rates needs train_pixel_means (the training set's pixel means)")
         if logger is not None and not callable(logger):
             raise TypeError(f"logger must be a callable logger(metrics, step), got {type(logger).__name__}")
-        self.test_data, self._not_binary = _test_vectors(test_data)
+        if energy is None:
+            self.test_data, self._not_binary = _test_vectors(test_data)
+        else:  # an energy model's examples: checked against its support at each evaluation
+            self.test_data, self._not_binary = energy_monitor.energy_test_data(test_data), None
+        self.energy_inputs = {"train_data": train_data, "base": base}
+        self.exact_log_z = exact_log_z
         self.train_pixel_means = train_pixel_means
         self.logger = logger
         self.last_certificate = None
@@ -243,6 +283,8 @@ class LikelihoodMonitor:
     def evaluate_kwargs(self) -> dict[str, Any]:
         """What a stand-alone `evaluate(model, test_data, **monitor.evaluate_kwargs)` takes to give this monitor's
         numbers for a model."""
+        if self.settings.energy is not None:
+            return {"settings": self.settings.energy, **self.energy_inputs}
         return {"settings": self.settings.evaluation, "train_pixel_means": self.train_pixel_means}
 
     # ------------------------------------------------------------------ scheduling
@@ -283,6 +325,8 @@ class LikelihoodMonitor:
             verdict = every is not None and (len(self.history) + 1) % every == 0
             return self._track(epoch, model, emit=emit, advance=True, verdict=verdict)
         certify_settings = self.settings.certify_settings
+        if self.settings.energy is not None:
+            return self._record_energy(epoch, model, certify_settings, emit)
         # No autograd graph through parameters that require grad (a Lightning module's); the numbers are the same.
         with torch.no_grad():
             if certify_settings is None:
@@ -295,8 +339,12 @@ class LikelihoodMonitor:
                 self.last_certificate = cert
                 report, verdict = cert.report, cert.verdict
         rec = SandwichRecord.from_report(epoch, report, verdict)
-        self.history.append(rec)
         self.last_report = report
+        return self._keep(rec, emit)
+
+    def _keep(self, rec, emit: bool):
+        """Append `rec` to the history; with `emit`, rewrite the history and plot files and call the logger."""
+        self.history.append(rec)
         if emit:
             self._write_history()
             self._write_plot()
@@ -304,7 +352,38 @@ class LikelihoodMonitor:
                 self.logger(self.metrics(rec), rec.epoch)
         return rec
 
+    def _record_energy(self, epoch: int, model, certify_settings, emit: bool) -> SandwichRecord:
+        """An energy model's record: `evaluate_energy` (or a certified run) with the monitor's `EnergySettings`, and
+        the exact value where known (`energy_monitor.energy_exact`). The kernels differentiate the energy in its
+        input (HMC, MALA, Gibbs with gradients), so no torch.no_grad here; the parameters' .grad is not touched."""
+        energy, test = self.settings.energy, self._moved[1]
+        verdict = None
+        if certify_settings is None:
+            report = evaluate_energy(model, test, energy, **self.energy_inputs)
+        else:
+            cert = certify(model, test, certify_settings, **energy_monitor.certify_keywords(energy),
+                           **self.energy_inputs)  # fmt: skip
+            self.last_certificate = cert
+            report, verdict = cert.report, cert.verdict
+        exact, log_z_exact = energy_monitor.energy_exact(model, report, self.exact_log_z)
+        self.last_report = report
+        return self._keep(energy_monitor.energy_record(epoch, report, exact, log_z_exact, verdict), emit)
+
     def _check_model(self, model) -> None:
+        energy = declared_family(model) == "energy"
+        if energy != (self.settings.energy is not None):
+            if energy:
+                raise TypeError(
+                    "an energy model (EnergyModel) is evaluated by a monitor made for one: "
+                    "LikelihoodMonitor(test_examples, energy=True) (or energy=EnergySettings(...))"
+                )
+            raise TypeError(f"this monitor was made for an energy model (energy=...), got a {type(model).__name__}")
+        if energy:
+            dtype = self.test_data.dtype if model.support.discrete else model.dtype  # codes stay integers
+            key = (model.device, dtype)
+            if self._moved[0] != key:
+                self._moved = (key, self.test_data.to(device=model.device, dtype=dtype))
+            return
         fully_visible = declared_family(model) == "fully-visible"  # its sites are checked by the evaluation's plan
         if not fully_visible and not isinstance(model, (LayeredBoltzmannMachine, DBN)):
             raise TypeError(
@@ -423,6 +502,9 @@ class LikelihoodMonitor:
 
         s = self.settings.evaluation
         track = self.settings.track
+        if self.settings.energy is not None:
+            plot_monitor(self.history, str(self.plot_path), energy_monitor.energy_plot_title(self.settings.energy))
+            return
         if track is not None:
             title = (
                 f"log Z along training: {track.chains} persistent chains, {track.steps} sub-steps per call "

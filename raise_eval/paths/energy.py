@@ -96,6 +96,10 @@ class EnergyPath:
         log_f = state.log_f.unsqueeze(1).expand(n, num_chains).contiguous()
         return EnergyState(x, log_f, None), state.log_f
 
+    def state_from_record(self, record: dict) -> EnergyState:
+        """The state a resume file kept (`contracts.ResumableState`): its layers are x, log f and the gradient."""
+        return EnergyState(*record["layers"])
+
     def clone_state(self, state: EnergyState) -> EnergyState:
         return EnergyState(*(None if t is None else t.clone() for t in state))
 

@@ -33,6 +33,7 @@ def energy_table(report, names: Optional[dict[str, str]] = None) -> str:
         lines.append(f"verdict ({tolerance}): OPEN")
         lines += [f"  - {render_names(r, names)}" for r in report.reasons]
     lines += [f"warning ({w.code}): {w.render(names).message}" for w in report.warnings]
+    lines += [f"note: {render_names(n, names)}" for n in getattr(report, "notes", [])]
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in report.seconds.items())
     lines.append(f"time: {report.total_seconds:.1f} s ({parts})")
     return "\n".join(lines)

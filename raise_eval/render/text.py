@@ -302,7 +302,8 @@ def cost_estimate_text(estimate, names: Optional[dict[str, str]] = None) -> str:
     """The estimate as printed by `raise-eval evaluate`: the total, then one line per stage."""
     total = estimate.seconds
     head = "estimated cost" if total is None else f"estimated time {format_duration(total)}"
-    lines = [f"{head}, peak memory {format_size(estimate.bytes)} (bound {format_size(estimate.max_memory)}):"]
+    bound = f" (bound {format_size(estimate.max_memory)})" if estimate.max_memory else ""  # none for an energy's
+    lines = [f"{head}, peak memory {format_size(estimate.bytes)}{bound}:"]
     for s in estimate.stages:
         took = "" if s.seconds is None else format_duration(s.seconds)
         share = "" if not total or s.seconds is None else f"{s.seconds / total:.0%}"

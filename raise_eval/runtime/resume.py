@@ -269,6 +269,7 @@ _DIGESTS = {
     "test_data": "the test vectors differ (another {data}, {split}, {pixel_order} or {test_subset}, or changed data)",
     "start_biases": "the start distribution differs (another {init}, {train_data} or training-set base rates)",
     "schedule_betas": "the explicit schedule's betas differ",
+    "base": "the base differs (other training data, or another base)",
 }
 
 
@@ -403,9 +404,12 @@ class ShardCheckpoint:
 def _state_record(state) -> dict[str, Any]:
     """What a resume file keeps of a chain state: a `ChainState`'s layers, odd inputs and odd probabilities (with
     the beta they hold), or the one tensor that is the whole state of a path with no hidden units (a fully visible
-    model's site codes), kept as its only layer."""
+    model's site codes), kept as its only layer, or a named tuple of tensors (an energy model's `EnergyState`: x,
+    log f and its gradient or None), kept as its layers in order."""
     if isinstance(state, Tensor):
         return {"layers": [state], "odd_inputs": [], "odd_probs": None, "probs_beta": None}
+    if not hasattr(state, "probs_key"):  # not a `ChainState`: a named tuple of tensors (an energy's EnergyState)
+        return {"layers": list(state), "odd_inputs": [], "odd_probs": None, "probs_beta": None}
     key = state.probs_key
     return {
         "layers": list(state.layers),

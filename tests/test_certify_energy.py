@@ -1,0 +1,90 @@
+"""`raise_eval.certify` on a user's energy model: the certified loop of a Boltzmann machine (`certification.loop`)
+runs `evaluate_energy` at K, 2K, ... until the sandwich closes (a Gaussian: its interval holds the truth, log f(v) -
+log Z in closed form) or says why it is open (a base far from the model's mass, K capped)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from raise_eval.models.energy import GaussianBase
+
+import raise_eval
+from raise_eval.certification import Certificate
+from tests.energy_models import gaussian_energy
+
+QUICK = dict(ais_chains=64, raise_chains=8, pilot_steps=20, seed=3)
+
+
+def _gaussian_test(model, n=6):
+    g = torch.Generator().manual_seed(1)
+    return model.energy.mean + 0.3 * torch.randn(n, model.n_visible, generator=g, dtype=torch.float64)
+
+
+def test_a_gaussian_energy_is_certified_and_its_interval_holds_the_truth(tmp_path):
+    model, log_z = gaussian_energy(3)
+    test = _gaussian_test(model)
+    truth = float((model.log_unnormalized(test) - log_z).mean())
+    seen = []
+    cert = raise_eval.certify(model, test, tolerance=0.5, steps=10, max_steps=160, on_step=seen.append, **QUICK)
+    assert isinstance(cert, Certificate) and cert.verdict == "closed" and cert.reasons == []
+    lo, hi = cert.interval
+    assert lo <= truth <= hi, (lo, truth, hi)
+    assert seen == cert.history and cert.history[-1].reasons_open == []
+    assert all(b.steps == 2 * a.steps for a, b in zip(cert.history, cert.history[1:]))
+    assert cert.model == model.describe() and cert.report.verdict == "closed"
+    document = json.loads(json.dumps(cert.to_dict()))
+    assert document["verdict"] == "closed" and document["interval"] == [lo, hi]
+    assert document["last_evaluation"]["kernel"] == "hmc" and document["history"][-1]["steps"] == cert.history[-1].steps
+    assert f"verdict: CLOSED at K = {cert.history[-1].steps:,}" in cert.format_table()
+    # The last K's numbers are those of the evaluation at that K alone.
+    alone = raise_eval.evaluate(model, test, steps=cert.history[-1].steps, tolerance=0.5, **QUICK)
+    assert alone.upper_mean == cert.history[-1].ais_mean and alone.lower_mean == cert.history[-1].raise_mean
+
+
+def test_an_energy_that_cannot_close_in_its_budget_says_open_with_reasons(tmp_path):
+    """A base far from the model's mass and K capped at 8: AIS's weights rest on a few chains and the gap is wide;
+    the certificate says open, with the verdict's reasons and the cap that stopped it."""
+    model, _ = gaussian_energy(3)
+    test = _gaussian_test(model)
+    far = GaussianBase(model.energy.mean + 6.0, torch.full((3,), 0.2, dtype=torch.float64))
+    cert = raise_eval.certify(model, test, tolerance=0.05, steps=2, max_steps=8, base=far, **QUICK)
+    assert cert.verdict == "open" and cert.interval is None
+    assert [s.steps for s in cert.history] == [2, 4, 8]
+    reasons = " | ".join(str(r) for r in cert.reasons)
+    assert "above the tolerance 0.05" in reasons and "the next K (16) would pass max_steps 8" in reasons
+    assert "low-ess" in cert.history[-1].warnings
+    # RAISE runs from every test vector: the advice says so, not --raise-examples (which an energy run refuses)
+    assert any("(ais_chains, more test vectors, raise_chains)" in r for r in cert.to_dict()["reasons"])
+    table = cert.format_table({"max_steps": "--max-steps"})
+    assert "OPEN" in table and "would pass --max-steps 8" in table
+
+
+def test_a_certified_energy_run_continues_from_its_file_and_refuses_another_model_s(tmp_path):
+    model, _ = gaussian_energy(3)
+    test = _gaussian_test(model)
+    file = str(tmp_path / "cert.json")
+    first = raise_eval.certify(model, test, tolerance=0.05, steps=4, max_steps=8, resume_file=file, **QUICK)
+    again = raise_eval.certify(model, test, tolerance=0.05, steps=4, max_steps=8, resume_file=file, **QUICK)
+    assert [vars(s) for s in again.history] == [vars(s) for s in first.history]
+    assert any("read back from" in n for n in again.notes)
+    other, _ = gaussian_energy(3, seed=5)
+    with pytest.raises(ValueError, match="the model's parameters differ"):
+        raise_eval.certify(other, test, tolerance=0.05, steps=4, max_steps=8, resume_file=file, **QUICK)
+    with pytest.raises(ValueError, match="the base differs"):
+        raise_eval.certify(model, test, tolerance=0.05, steps=4, max_steps=8, resume_file=file, train_data=test,
+                           **QUICK)  # fmt: skip
+
+
+def test_what_an_energy_model_s_certified_run_does_not_take_is_refused_by_name():
+    model, _ = gaussian_energy(2)
+    test = _gaussian_test(model, 2)
+    with pytest.raises(ValueError, match="an energy model's certified run has no setting log_f_method"):
+        raise_eval.certify(model, test, tolerance=0.1, log_f_method="exact")
+    with pytest.raises(ValueError, match="train_pixel_means do not apply to an energy model's certified run"):
+        raise_eval.certify(model, test, tolerance=0.1, train_pixel_means=torch.zeros(2))
+    with pytest.raises(ValueError, match="kernel 'metropolis' does not apply to real support"):
+        raise_eval.certify(model, test, tolerance=0.1, kernel="metropolis")
+    with pytest.raises(ValueError, match="give train_data .* or base, not both"):
+        raise_eval.certify(model, test, tolerance=0.1, train_data=test, base=object())
