@@ -65,18 +65,29 @@ def main(argv=None) -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=300)
     parser.add_argument("--betas", type=float, nargs="+", default=[0.5, 0.7, 0.8, 0.9, 0.95])
+    parser.add_argument("--data", default=None, help="the test data (NAME or FILE) when the checkpoints name none")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--overwrite", action="store_true")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
+    bad = [m for m in args.chains if m < 20 or m % 10]
+    if bad:
+        parser.error(f"--chains must be multiples of the 10 replicate groups, at least 20; got {bad}")
+    if min(args.seeds, args.steps) < 1 or not all(0.0 < b < 1.0 for b in args.betas):
+        parser.error("--seeds and --steps must be positive and --betas inside (0, 1)")
     out = Path(args.out) / f"{args.part}.json"
     check_outputs_first(parser, [("--out", out)], overwrite=args.overwrite)
-    truth = json.loads(Path(args.exact).read_text())["log_z"]
-    inputs = TrajectoryInputSettings(folder=args.folder, data=None, data_root=None, dtype="float64")
+    try:
+        truth = json.loads(Path(args.exact).read_text())["log_z"]
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        parser.error(f"--exact {args.exact}: not an exact.json of measure_trajectory_adaptive.py ({error})")
+    inputs = TrajectoryInputSettings(folder=args.folder, data=args.data, data_root=None, dtype="float64")
     loaded = load_trajectory_inputs(inputs, "base-rates")
     models = loaded.models
     if len(truth) != len(models):
         parser.error(f"--exact has {len(truth)} values for {len(models)} checkpoints: not this run's exact.json")
+    if not all(0 <= i < len(models) for i in args.checkpoints):
+        parser.error(f"--checkpoints are indices 0 .. {len(models) - 1} into the run's checkpoints")
     base = _start_biases(models[-1], "RBM", "base-rates", loaded.train_pixel_means)
     result = {"steps": args.steps, "checkpoints": args.checkpoints}
     if args.part == "chains":
@@ -103,7 +114,7 @@ def main(argv=None) -> None:
         result["along"] = run
     else:
         variants = {"K300 M1000 s1": (300, 1000, 1), "K300 M1000 s5": (300, 1000, 5), "K1000 M1000 s1": (1000, 1000, 1),
-                    "K300 M4000 s1": (300, 4000, 1), "K100 M4000 s3": (100, 4000, 3)}  # fmt: skip
+                    "K100 M4000 s3": (100, 4000, 3)}  # fmt: skip
         for name, (k, m, s) in variants.items():
             errors, seconds = [], 0.0
             for i in args.checkpoints:
