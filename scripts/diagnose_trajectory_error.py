@@ -13,7 +13,8 @@ resampling), as `measure_trajectory_adaptive.py --part temperature` does:
   Z there (the 2^20 hidden states enumerated at each), so the beta where the error enters shows.
 - variants: a few cheap changes (more sub-steps, more sweeps, more chains) at the same checkpoints, timed.
 
-    python scripts/diagnose_trajectory_error.py /tmp/runs/pcd20 --exact results/trajectory/rbm_mnist_pcd20_adaptive/exact.json \
+    python scripts/diagnose_trajectory_error.py runs/pcd20 \
+        --exact results/trajectory/rbm_mnist_pcd20_adaptive/exact.json \
         --out results/trajectory/rbm_mnist_pcd20_diagnosis --part chains
 """
 
@@ -26,6 +27,7 @@ from pathlib import Path
 
 import torch
 from _common import check_outputs_first, write_output
+
 from raise_eval import exact
 from raise_eval.estimators.smc import smc_ladder_pass
 from raise_eval.evaluation.plan import _start_biases
@@ -97,8 +99,11 @@ def main(argv=None) -> None:
                 errors = [r["log_z"] - truth[i] for r in runs]
                 result[f"{i}/{m}"] = {"errors": errors, "se": [r["se"] for r in runs],
                                       "seconds": [r["seconds"] for r in runs]}  # fmt: skip
-                print(f"checkpoint {i} chains {m}: errors {[round(e, 3) for e in errors]} "
-                      f"s.e. {[round(r['se'], 3) for r in runs]} {sum(r['seconds'] for r in runs):.1f} s", flush=True)
+                print(
+                    f"checkpoint {i} chains {m}: errors {[round(e, 3) for e in errors]} "
+                    f"s.e. {[round(r['se'], 3) for r in runs]} {sum(r['seconds'] for r in runs):.1f} s",
+                    flush=True,
+                )
     elif args.part == "along":
         i = args.checkpoints[-1]
         run = temperature_smc(models[i], base, args.steps, max(args.chains), 0 + i, betas=args.betas)
@@ -108,9 +113,12 @@ def main(argv=None) -> None:
             t0 = time.perf_counter()
             rung["exact"] = truth[i] if beta == 1.0 else float(exact.log_partition(path.at(beta), max_units=20))
             rung["error"] = rung["log_z"] - rung["exact"]
-            print(f"checkpoint {i} beta {beta:.3f}: SMC {rung['log_z']:.3f} (s.e. {rung['se']:.3f}, ESS "
-                  f"{rung['ess']:.0f}, {rung['resamplings']} resamplings) exact {rung['exact']:.3f} error "
-                  f"{rung['error']:+.3f} ({time.perf_counter() - t0:.1f} s exact)", flush=True)
+            print(
+                f"checkpoint {i} beta {beta:.3f}: SMC {rung['log_z']:.3f} (s.e. {rung['se']:.3f}, ESS "
+                f"{rung['ess']:.0f}, {rung['resamplings']} resamplings) exact {rung['exact']:.3f} error "
+                f"{rung['error']:+.3f} ({time.perf_counter() - t0:.1f} s exact)",
+                flush=True,
+            )
         result["along"] = run
     else:
         variants = {"K300 M1000 s1": (300, 1000, 1), "K300 M1000 s5": (300, 1000, 5), "K1000 M1000 s1": (1000, 1000, 1),
@@ -124,8 +132,11 @@ def main(argv=None) -> None:
             flat = [abs(e) for row in errors for e in row]
             result[name] = {"errors": errors, "seconds": seconds, "max_abs": max(flat),
                             "mean_abs": sum(flat) / len(flat)}  # fmt: skip
-            print(f"{name}: mean |err| {result[name]['mean_abs']:.3f} max {max(flat):.3f} "
-                  f"{[[round(e, 2) for e in row] for row in errors]} {seconds:.1f} s", flush=True)
+            print(
+                f"{name}: mean |err| {result[name]['mean_abs']:.3f} max {max(flat):.3f} "
+                f"{[[round(e, 2) for e in row] for row in errors]} {seconds:.1f} s",
+                flush=True,
+            )
     write_output(out, json.dumps(result, indent=1))
 
 

@@ -10,9 +10,9 @@ import json
 import numpy as np
 import pytest
 import torch
+from raise_eval.models.io.checkpoints import save_checkpoint
 
 from raise_eval import exact
-from raise_eval.models.io.checkpoints import save_checkpoint
 from tests.conftest import PROJECT_ROOT
 from tests.scripts.test_reproduce_raise_tables import load_script
 from tests.trajectories import random_walk
