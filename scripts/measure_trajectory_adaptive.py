@@ -5,7 +5,11 @@ For a folder of one 784-20 RBM run's checkpoints (`scripts/train_rbm_paper.py mn
 --trajectory-every 500`), every checkpoint enumerable. One part per call (the machine is shared: one heavy process
 at a time), each writing --out/PART.json:
 
-- exact: exact log Z of every checkpoint (enumerating the 20 hidden units), cached in --out/exact.json;
+- exact: exact log Z of every checkpoint (enumerating the 20 hidden units), cached in --out/exact.json; resumable
+  (--exact-budget SECONDS stops after the checkpoint that passes it, a later call goes on) and, with --exact-every N,
+  of every Nth checkpoint only (and the last): the other parts compare the checkpoints whose exact value is known;
+- compare: the checkpoints of a `raise-eval trajectory ... --json FILE` run (--json) against the exact values known:
+  mean / max error, within 0.1 nats and 2 s.e., the last checkpoint's sandwich and verdict, the stages' seconds;
 - defaults: `evaluate_trajectory` at the command's defaults (the exact values given, not recomputed): every
   checkpoint's log Z against exact, the last checkpoint's sandwich and verdict, wall time;
 - adaptive: the same with --links adaptive (and the SMC settings given);
@@ -17,6 +21,8 @@ at a time), each writing --out/PART.json:
 
     python scripts/measure_trajectory_adaptive.py runs/pcd20/traj --out results/trajectory/pcd20 --part exact
     python scripts/measure_trajectory_adaptive.py runs/pcd20/traj --out results/trajectory/pcd20 --part defaults
+    python scripts/measure_trajectory_adaptive.py runs/potts_traj --out results/trajectory/potts --part compare \
+        --json runs/potts_defaults.json --tag _defaults
 """
 
 from __future__ import annotations
@@ -47,6 +53,54 @@ def errors_summary(estimates, truth, seconds: float, stderrs=None) -> dict:
     }  # fmt: skip
     if stderrs is not None:
         out["within_2se"] = sum(abs(e) <= 2 * s for e, s in zip(err, stderrs))
+    return out
+
+
+def read_exact(cache: Path, steps: list) -> list:
+    """The cached exact log Z of each checkpoint at `steps` (None where not computed yet)."""
+    saved = json.loads(cache.read_text())
+    by_step = dict(zip(saved["steps"], saved["log_z"]))
+    return [by_step.get(step) for step in steps]
+
+
+def exact_part(models, steps, cache: Path, every: int, budget: float) -> None:
+    """Exact log Z of every `every`th checkpoint (and the last) not yet in `cache`, written after each one."""
+    truth = read_exact(cache, steps) if cache.exists() else [None] * len(steps)
+    seconds = json.loads(cache.read_text()).get("seconds", 0.0) if cache.exists() else 0.0
+    wanted = sorted(set(range(0, len(models), every)) | {len(models) - 1})
+    start = time.perf_counter()
+    for i in wanted:
+        if truth[i] is not None:
+            continue
+        t0 = time.perf_counter()
+        truth[i] = float(exact.log_partition(models[i], max_units=20))
+        seconds += time.perf_counter() - t0
+        write_output(cache, json.dumps({"log_z": truth, "seconds": seconds, "steps": steps}))
+        if time.perf_counter() - start > budget:
+            break
+    missing = sum(truth[i] is None for i in wanted)
+    print(f"exact log Z: {len(wanted) - missing} of the {len(wanted)} wanted checkpoints known ({seconds:.0f} s)")
+
+
+def compare_part(run: dict, exact_by_step: dict) -> dict:
+    """A `trajectory --json` run's log Z at the checkpoints whose exact value is known, and its last sandwich."""
+    known = [c for c in run["checkpoints"] if exact_by_step.get(c["step"]) is not None]
+    out = errors_summary(
+        [c["log_z"] for c in known], [exact_by_step[c["step"]] for c in known], run["timing"]["seconds"],
+        [c["log_z_stderr"] for c in known],
+    )  # fmt: skip
+    last = run["checkpoints"][-1]
+    truth = exact_by_step.get(last["step"])
+    exact_ll = last["exact_mean"]
+    if exact_ll is None and truth is not None and last["log_f_method"] == "exact":
+        exact_ll = last["log_f_mean"] - truth  # the run was told --exact never: its log f(v) is exact all the same
+    out.update(
+        checkpoints=len(run["checkpoints"]), compared_steps=[c["step"] for c in known], timing=run["timing"],
+        verdict=run["verdict"], interval=run["interval"], reasons=run["reasons_open"], notes=run.get("notes"),
+        final={"step": last["step"], "ais": last["ais_mean"], "raise": last["raise_mean"],
+               "raise_se": last["raise_stderr"], "exact": exact_ll, "log_z": last["log_z"],
+               "log_z_exact": truth, "log_z_se": last["log_z_stderr"], "ess": last["ess"]},
+    )  # fmt: skip
     return out
 
 
@@ -135,8 +189,14 @@ def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder")
     parser.add_argument("--out", required=True)
-    parser.add_argument("--part", required=True, choices=["exact", "defaults", "adaptive", "temperature", "monitor"])
+    parser.add_argument(
+        "--part", required=True, choices=["exact", "compare", "defaults", "adaptive", "temperature", "monitor"]
+    )
+    parser.add_argument("--json", default=None, help="compare: the trajectory command's --json output")
+    parser.add_argument("--exact-every", type=int, default=1, help="exact: every Nth checkpoint (and the last)")
+    parser.add_argument("--exact-budget", type=float, default=math.inf, help="exact: stop after this many seconds")
     parser.add_argument("--data-root", default=None)
+    parser.add_argument("--data", default=None, help="the test data (NAME or FILE) when the checkpoints name none")
     parser.add_argument("--target-cess", type=float, default=0.99)
     parser.add_argument("--sweeps", type=int, default=1, help="adaptive: --rejuvenation-sweeps")
     parser.add_argument("--max-sweeps", type=int, default=None, help="adaptive: --max-sweeps")
@@ -151,18 +211,26 @@ def main(argv=None) -> None:
     out = Path(args.out)
     cache = out / "exact.json"
     written = cache if args.part == "exact" else out / f"{args.part}{args.tag}.json"
-    check_outputs_first(parser, [("--out", written)], overwrite=args.overwrite)
-    inputs = TrajectoryInputSettings(folder=args.folder, data=None, data_root=args.data_root, dtype="float64")
+    if args.part == "compare" and args.json is None:
+        parser.error("--part compare reads a trajectory run's --json FILE: pass --json")
+    # the exact part resumes its own cache
+    check_outputs_first(parser, [("--out", written)], overwrite=args.overwrite or args.part == "exact")
+    inputs = TrajectoryInputSettings(folder=args.folder, data=args.data, data_root=args.data_root, dtype="float64")
     loaded = load_trajectory_inputs(inputs, "base-rates")
     models, steps = loaded.models, loaded.steps
     if args.part == "exact":
-        start = time.perf_counter()
-        truth = [float(exact.log_partition(m, max_units=20)) for m in models]
-        write_output(cache, json.dumps({"log_z": truth, "seconds": time.perf_counter() - start, "steps": steps}))
+        exact_part(models, steps, cache, args.exact_every, args.exact_budget)
         return
     if not cache.exists():
         parser.error(f"{cache} is missing: run --part exact first (it enumerates every checkpoint once)")
-    truth = json.loads(cache.read_text())["log_z"]
+    truth = read_exact(cache, steps)
+    if args.part == "compare":
+        result = compare_part(json.loads(Path(args.json).read_text()), dict(zip(steps, truth)))
+        write_output(written, json.dumps(result, indent=1, default=str))
+        print(json.dumps({k: v for k, v in result.items() if k != "errors"}, default=str))
+        return
+    if None in truth:
+        parser.error(f"{cache} lacks some checkpoints' exact values: run --part exact until it has them all")
     _, test = load_splits("binarized_mnist", args.data_root, None)
     means = loaded.train_pixel_means
     if args.part == "defaults":

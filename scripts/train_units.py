@@ -13,6 +13,10 @@ seed 0; one thread. The checkpoint (.pt) keeps the training configuration, the v
     python scripts/train_units.py gaussian [--out checkpoints/grbm_mnist_784-20.pt]
     python scripts/train_units.py potts
     python scripts/train_units.py spin
+    python scripts/train_units.py potts --out runs/potts.pt --save-trajectory runs/potts_traj --trajectory-every 250
+
+--save-trajectory DIR saves the training run's trajectory too (a checkpoint every --trajectory-every updates, the
+first and the last, and the manifest) for `raise-eval trajectory DIR`.
 """
 
 from __future__ import annotations
@@ -24,9 +28,11 @@ from dataclasses import asdict
 import torch
 from _common import (
     add_overwrite_argument,
+    add_trajectory_arguments,
     check_inputs_first,
     check_outputs_first,
     dataset_inputs_first,
+    make_trajectory_saver,
     resolve_data_root_first,
     save_checkpoint_or_exit,
 )
@@ -99,7 +105,10 @@ def main(argv=None) -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     add_overwrite_argument(parser, "the checkpoint")
+    add_trajectory_arguments(parser)
     args = parser.parse_args(argv)
+    if args.save_trajectory is not None and args.trajectory_every < 1:
+        parser.error(f"--trajectory-every must be a positive number of updates, got {args.trajectory_every}")
     out = args.out or KINDS[args.kind]["out"]
     inputs = input_files(parser, args.kind, args.data_root)
     check_outputs_first(parser, [("--out", out)], inputs, args.overwrite)
@@ -112,9 +121,25 @@ def main(argv=None) -> None:
     )
     layer, train, test = load(args.kind, args.data_root)
     print(f"{args.kind}: train {tuple(train.shape)}, test {tuple(test.shape)}", flush=True)
+    named = {"dataset": "binarized_mnist"} if args.kind == "spin" else {}  # what `trajectory` reads test data from
+    trajectory = make_trajectory_saver(
+        args,
+        {
+            "trained_by": f"scripts/train_units.py {args.kind}",
+            "data": spec["data"],
+            "training": asdict(config),
+            **named,
+        },
+        layer.statistics(train).to(torch.float64),
+    )
     start = time.perf_counter()
     model, report = train_mixed_rbm(
-        train, layer, config, generator=torch.Generator().manual_seed(args.seed), progress=not args.no_progress
+        train,
+        layer,
+        config,
+        generator=torch.Generator().manual_seed(args.seed),
+        progress=not args.no_progress,
+        **trajectory,
     )
     seconds = time.perf_counter() - start
     t0 = time.perf_counter()
@@ -134,8 +159,11 @@ def main(argv=None) -> None:
         "exact_test_log_likelihood": test_ll,
         "likelihood": "density" if model.continuous else "probability",
     }
-    if args.kind == "spin":
-        metadata["dataset"] = "binarized_mnist"
+    metadata.update(named)
+    if trajectory:
+        saver = trajectory["snapshot"]
+        metadata["trajectory"] = {"folder": str(saver.folder), "checkpoints": len(saver.entries)}
+        print(f"saved {len(saver.entries)} checkpoints of the trajectory to {saver.folder} ({saver.seconds:.1f} s)")
     save_checkpoint_or_exit(out, model, metadata=metadata, train_pixel_means=visible_statistics(model, train))
     print(
         f"trained in {seconds:.1f} s; exact log Z {log_z:.4f} ({exact_seconds:.1f} s); exact average "

@@ -202,6 +202,8 @@ def test_adaptive_links_from_the_command_line(run_folder, tmp_path, capsys):
     table = capsys.readouterr().out
     assert code in (0, 3)
     assert "note: adaptive links: the pilot (50 chains" in table and "--target-cess 0.8" in table
+    # the header said "K = 100 sub-steps per link" (a setting the adaptive plan does not use) beside the plan's total
+    assert "sub-steps per link" not in table.splitlines()[1] and "adaptive links (target CESS 0.8)" in table
     doc = json.loads(out.read_text())
     assert doc["settings"]["links"] == "adaptive" and doc["settings"]["target_cess"] == 0.8
     assert set(doc["settings"]["anchors"]) <= {"rbm_step300.pt", "rbm_step1000.pt"}

@@ -71,16 +71,22 @@ def train_mixed_rbm(
     callback: Optional[Callable[[int, MixedBoltzmannMachine], None]] = None,
     deadline: Optional[float] = None,
     desc: str = "training RBM",
+    snapshot: Optional[Callable[[int, MixedBoltzmannMachine], None]] = None,
+    snapshot_every: int = 0,
 ) -> tuple[MixedBoltzmannMachine, dict[str, Any]]:
     """Train an RBM whose visible layer is `visible` on `data`, its states (N, visible.width) on the device and in
     the dtype to train with (`visible.prepare` reads the usual forms). Returns (the model, a report: epochs, time,
     per-epoch mean log f(data) - mean log f(negative particles), the gap the gradient closes).
 
     Stops after the first minibatch that ends past `deadline` (time.monotonic()); the learning-rate schedule stays
-    the one planned for `config.epochs`. `callback(epoch, model)` after each epoch.
+    the one planned for `config.epochs`. `callback(epoch, model)` after each epoch. `snapshot(updates, model)`
+    receives the training trajectory (as `train_rbm`'s does): the initial parameters (0 updates), the parameters
+    after every `snapshot_every` updates and after the last one, each a detached copy.
     """
     if config.method not in ("pcd", "cd"):
         raise ValueError(f"method must be 'pcd' or 'cd', got {config.method!r}")
+    if snapshot_every < 0 or (snapshot is not None and snapshot_every < 1):
+        raise ValueError(f"snapshot_every must be a positive number of updates with a snapshot, got {snapshot_every}")
     n, width = data.shape
     if width != visible.width:
         raise ValueError(f"data have {width} columns; the visible layer {visible.describe()} has {visible.width}")
@@ -107,6 +113,9 @@ def train_mixed_rbm(
     )
     fantasy = data[torch.randint(0, n, (config.batch_size,), generator=generator, device=device)].clone()
     update, stopped, gaps = 0, False, []
+    if snapshot is not None:
+        with torch.no_grad():
+            snapshot(0, _detached(current()))
     start = time.monotonic()
     for epoch in tqdm(range(config.epochs), desc=desc, disable=not progress):
         order = torch.randperm(n, generator=generator, device=device)
@@ -131,6 +140,9 @@ def train_mixed_rbm(
             schedule.step()
             gap_sum += float(gap.detach())
             update += 1
+            if snapshot is not None and update % snapshot_every == 0:
+                with torch.no_grad():
+                    snapshot(update, _detached(current()))
             if deadline is not None and time.monotonic() > deadline and update < total:
                 stopped = True
                 break
@@ -143,6 +155,9 @@ def train_mixed_rbm(
                 callback(epoch, _detached(current()))
         if stopped:
             break
+    if snapshot is not None and update % snapshot_every != 0:
+        with torch.no_grad():
+            snapshot(update, _detached(current()))  # the last parameters, when no multiple of snapshot_every
     report = {
         "epochs_completed": update / batches,
         "epochs_planned": config.epochs,

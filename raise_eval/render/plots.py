@@ -181,8 +181,9 @@ def plot_trajectory(report, path: str) -> None:
     s = report.settings
     thinned = trajectory_thinning(s)  # which of the saved checkpoints, as the table says it
     which = f"{s['num_checkpoints']} checkpoints" + (f" ({render_names(thinned)})" if thinned else "")
+    links = "adaptive links" if s.get("links") == "adaptive" else f"K = {s['steps']} sub-steps per link"
     top.set_title(
-        f"{which}, K = {s['steps']} sub-steps per link, {s['ais_chains']} chains; last checkpoint: {report.verdict}",
+        f"{which}, {links}, {s['ais_chains']} chains; last checkpoint: {report.verdict}",
         fontsize=9,
     )
     fig.tight_layout()

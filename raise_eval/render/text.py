@@ -337,6 +337,9 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     data = (s["data"] + (f" {split}" if split not in (None, "file") else "")) if s.get("data") else "test vectors"
     start = s["init"] if s["start"] == "prepended" else "the first checkpoint (no weights)"
     first = f", {s['start_steps']} on the first" if s.get("start_steps") else ""
+    links = f"K = {s['steps']} sub-steps per link{first}"
+    if s.get("links") == "adaptive":  # K and the first link's steps were not used: the pilot chose every link's
+        links = f"adaptive links (target CESS {s['target_cess']:g})"
     thinned = trajectory_thinning(s)
     thinned = f" ({render_names(thinned, names)})" if thinned else ""
     units = f" of {', '.join(s['units'])} units" if s.get("units") else ""
@@ -354,7 +357,7 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     lines = [
         f"raise-eval trajectory{where}: {_count(s['num_checkpoints'], 'checkpoint')} "
         f"of a {machine}{thinned}, {s['dtype']} on {s['device']}",
-        f"data: {data} ({report.num_test:,} vectors); start: {start}; K = {s['steps']} sub-steps per link{first} "
+        f"data: {data} ({report.num_test:,} vectors); start: {start}; {links} "
         f"({s['num_steps']:,} steps), {chains}; RAISE {s['raise_examples']} x "
         f"{s['raise_chains']} at {_count(sum(c.raise_mean is not None for c in report.checkpoints), 'checkpoint')}; "
         f"seed {s['seed']}",

@@ -59,3 +59,26 @@ def test_training_refuses_data_of_another_width_and_stops_at_a_deadline():
         data, teacher.layers[0], config, generator=torch.Generator(), deadline=time.monotonic() + 0.2
     )
     assert report["stopped_by_budget"] and report["epochs_completed"] < 1000
+
+
+def test_training_hands_its_trajectory_to_snapshot_every_n_updates_the_first_and_last_too():
+    """Issue 44: a typed RBM's training run saved along the way (`scripts/train_units.py --save-trajectory`), as
+    `train_rbm`'s snapshot does: the initial parameters, every N updates, the last; copies that later updates leave
+    alone, the last one the returned model; the same model at the same seed as without snapshots."""
+    teacher = tiny_pair("categorical", "bernoulli")
+    data = exact_visible_samples(teacher, 70, torch.Generator().manual_seed(1)).float()
+    config = MixedRBMTrainingConfig(n_hidden=2, epochs=2, batch_size=10)  # 7 updates per epoch, 14 in all
+    seen = []
+    model, _ = train_mixed_rbm(
+        data, teacher.layers[0], config, generator=torch.Generator().manual_seed(3),
+        snapshot=lambda updates, m: seen.append((updates, m)), snapshot_every=4,
+    )  # fmt: skip
+    assert [u for u, _ in seen] == [0, 4, 8, 12, 14]
+    assert all(not m.weights[0].requires_grad for _, m in seen)
+    assert not torch.equal(seen[0][1].weights[0], seen[1][1].weights[0])  # each a copy, not the training tensors
+    for a, b in zip(seen[-1][1].weights + seen[-1][1].biases, model.weights + model.biases):
+        assert torch.equal(a, b)
+    plain, _ = train_mixed_rbm(data, teacher.layers[0], config, generator=torch.Generator().manual_seed(3))
+    assert torch.equal(plain.weights[0], model.weights[0])
+    with pytest.raises(ValueError, match="snapshot_every must be a positive number"):
+        train_mixed_rbm(data, teacher.layers[0], config, generator=torch.Generator(), snapshot=print, snapshot_every=0)

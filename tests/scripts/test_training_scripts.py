@@ -4,6 +4,7 @@ means, and the training-loop hook's sandwich over epochs (history, PNG, metadata
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 
 import pytest
 import torch
@@ -166,3 +167,39 @@ def test_dbm_script_saves_the_joint_trainings_trajectory(shared_data, tmp_path):
     assert first.model.layer_sizes == (784, 8, 6) and first.metadata["phase"] == "joint training"
     for a, b in zip(last.model.weights, final.model.weights):
         assert torch.equal(a, b)  # the last snapshot is the saved model
+
+
+def test_typed_rbm_script_saves_its_trajectory_for_the_trajectory_command(shared_data, tmp_path, monkeypatch, capsys):
+    """Issue 44: `train_units.py potts --save-trajectory DIR` (there was no such option), then `raise-eval trajectory
+    DIR` through the Potts RBM's checkpoints, every one against its exact log Z."""
+    import json
+
+    import numpy as np
+
+    from raise_eval.cli import main
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "scripts"))  # train_units imports unit_data
+    script = load_script("train_units")
+    config = script.MixedRBMTrainingConfig(n_hidden=4, epochs=1, method="cd", gibbs_steps=1)
+    monkeypatch.setitem(script.KINDS["potts"], "config", config)
+    folder = tmp_path / "run"
+    script.main(
+        ["potts", "--out", str(tmp_path / "potts.pt"), "--data-root", str(shared_data), "--no-progress"]
+        + ["--save-trajectory", str(folder), "--trajectory-every", "40"]
+    )
+    manifest = json.loads((folder / "trajectory.json").read_text())
+    assert [c["step"] for c in manifest["checkpoints"]] == [0, 40, 79]  # 7,984 sequences in batches of 100
+    assert "saved 3 checkpoints of the trajectory" in capsys.readouterr().out
+    last, final = load_checkpoint(folder / "step_0000079.pt"), load_checkpoint(tmp_path / "potts.pt")
+    assert torch.equal(last.model.weights[0], final.model.weights[0])
+    assert torch.allclose(last.train_pixel_means, final.train_pixel_means.to(last.train_pixel_means.dtype))
+    test = script.load("potts", shared_data)[2][:50]
+    np.save(tmp_path / "test.npy", test.reshape(50, 53, 21).argmax(-1).numpy())
+    code = main(["trajectory", str(folder), "--data", str(tmp_path / "test.npy"), "--steps", "5", "--ais-chains", "200",
+                 "--raise-examples", "4", "--raise-chains", "2", "--bootstrap", "10", "--exact", "always",
+                 "--no-progress", "--threads", "1", "--json", str(tmp_path / "run.json")])  # fmt: skip
+    assert code in (0, 3)
+    checkpoints = json.loads((tmp_path / "run.json").read_text())["checkpoints"]
+    assert [c["step"] for c in checkpoints] == [0, 40, 79]
+    for c in checkpoints:
+        assert abs(c["log_z"] - c["log_z_exact"]) < 4 * c["log_z_stderr"] + 0.05, c
