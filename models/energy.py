@@ -422,12 +422,14 @@ class EnergyModel:
             inputs = self.energy_input(state).detach().requires_grad_(True)
             energy = self.energies(inputs)
             differentiable = energy.requires_grad
-            if differentiable:  # the gradient of log f = -E: the sign on the scalar, not on the gradient
-                (grad,) = torch.autograd.grad(-energy.sum(), inputs, allow_unused=True)
+            if differentiable:  # the gradient of log f = -E: the sign in the output's gradient (-1 per example,
+                # no sum or negation to run forward and backward), not on the gradient itself
+                minus_ones = torch.full_like(energy, -1.0, memory_format=torch.contiguous_format)
+                (grad,) = torch.autograd.grad(energy, inputs, grad_outputs=minus_ones, allow_unused=True)
         if not differentiable or grad is None:
             raise ValueError("the energy is not differentiable in its input (no gradient reached x): avoid "
                              ".detach(), .item() and numpy inside it")  # fmt: skip
-        return -energy.detach().double(), grad
+        return energy.detach().to(torch.float64, copy=True).neg_(), grad
 
 
 def _event_shape(event_shape) -> tuple[int, ...]:

@@ -39,26 +39,27 @@
         return total;                                                                                            \
     }
 
-/* sum over the row of ((x - mean) / std)^2 in double (the base's log-density less its constant), and whether a
- * coordinate lies outside [low, high] (bounded only) */
+/* sum over the row of ((x - mean) * inverse_std)^2 in double (the base's log-density less its constant; a product
+ * where GaussianBase.log_prob divides: the same to the last bits or so, in a fraction of the time), and the number
+ * of coordinates outside [low, high] (unbounded: +-inf, none) */
 #define BASE_SUM(T, NAME)                                                                                        \
-    static double NAME(const T *x, int64_t dim, const double *mean, const double *std, int bounded, double low,  \
+    static double NAME(const T *x, int64_t dim, const double *mean, const double *inverse_std, double low,      \
                        double high, int64_t *outside) {                                                          \
         double part[LANES] = {0};                                                                                \
         int64_t d = 0, out = 0;                                                                                  \
         for (; d + LANES <= dim; d += LANES)                                                                     \
             for (int k = 0; k < LANES; k++) {                                                                    \
-                const double z = ((double)x[d + k] - mean[d + k]) / std[d + k];                                  \
+                const double v = (double)x[d + k], z = (v - mean[d + k]) * inverse_std[d + k];                   \
                 part[k] += z * z;                                                                                \
+                out += (v < low) | (v > high);                                                                   \
             }                                                                                                    \
         double total = 0;                                                                                        \
         for (; d < dim; d++) {                                                                                   \
-            const double z = ((double)x[d] - mean[d]) / std[d];                                                  \
+            const double v = (double)x[d], z = (v - mean[d]) * inverse_std[d];                                   \
             total += z * z;                                                                                      \
+            out += (v < low) | (v > high);                                                                       \
         }                                                                                                        \
         for (int k = 0; k < LANES; k++) total += part[k];                                                        \
-        if (bounded)                                                                                             \
-            for (d = 0; d < dim; d++) out += ((double)x[d] < low) | ((double)x[d] > high);                       \
         *outside = out;                                                                                          \
         return total;                                                                                            \
     }
@@ -103,8 +104,12 @@
  *   if flags & 1 (a position update follows): x_out = x_in + move * p_out, then (flags & 2) reflected into
  *   [low, high];
  * x_in may be x_out and p_in p_out (in place). Where given (non-null): square_in[r] = sum p_in^2 and square_out[r] =
- * sum p_out^2 (double); base_sum[r] = sum ((x_in - mean64) / std64)^2 and base_outside[r] = x_in's coordinates outside
- * the box. eps_stride: 0 (one step size) or 1 (one per row). */
+ * sum p_out^2 (double); base_sum[r] = sum ((x_in - mean64) * inverse_std64)^2 and base_outside[r] = x_in's
+ * coordinates outside [low, high]. eps_stride: 0 (one step size) or 1 (one per row). */
+/* p_in + (half * move) * force at coordinate d of the row, move = eps * scale and force = the path's gradient
+ * (mean - x) * base_weight + beta * grad, each product in T as the PyTorch route rounds it */
+#define MOMENTUM(d) (pi[d] + (half_t * (step * scale[d])) * ((mean[d] - xi[d]) * base_weight[d] + beta_t * g[d]))
+
 #define LEAPFROG(T, NAME, SQUARES, BASE, REFLECT)                                                                \
     SQUARE_SUM(T, SQUARES)                                                                                       \
     BASE_SUM(T, BASE)                                                                                            \
@@ -113,7 +118,7 @@
     void NAME(int64_t row_start, int64_t row_end, int64_t dim, const T *x_in, T *x_out, const T *p_in, T *p_out, \
               const T *grad, const T *mean, const T *base_weight, const T *eps, int64_t eps_stride,              \
               const T *scale, double beta, double half, int64_t flags, double low, double high,                  \
-              const double *mean64, const double *std64, double *square_in, double *square_out,                 \
+              const double *mean64, const double *inverse_std64, double *square_in, double *square_out,                 \
               double *base_sum, int64_t *base_outside) {                                                         \
         const T beta_t = (T)beta, half_t = (T)half, low_t = (T)low, high_t = (T)high;                            \
         const T width = (T)(high - low);                                                                         \
@@ -124,26 +129,33 @@
             T *xo = x_out + at, *po = p_out + at;                                                                \
             const T step = eps[r * eps_stride];                                                                  \
             if (square_in) square_in[r] = SQUARES(pi, dim);                                                      \
-            if (base_sum) base_sum[r] = BASE(xi, dim, mean64, std64, bounded, low, high, base_outside + r);     \
-            int64_t outside = 0, wide = 0;                                                                       \
-            IVDEP                                                                                                \
-            for (int64_t d = 0; d < dim; d++) {                                                                  \
-                const T move = step * scale[d];                                                                  \
-                const T x = xi[d];                                                                               \
-                const T force = (mean[d] - x) * base_weight[d] + beta_t * g[d];                                  \
-                const T p = pi[d] + (half_t * move) * force;                                                     \
-                po[d] = p;                                                                                       \
-                if (moving) {                                                                                    \
-                    const T v = x + move * p;                                                                    \
+            if (base_sum) base_sum[r] = BASE(xi, dim, mean64, inverse_std64, low, high, base_outside + r);     \
+            if (!moving) {                                                                                       \
+                IVDEP                                                                                            \
+                for (int64_t d = 0; d < dim; d++) po[d] = MOMENTUM(d);                                           \
+            } else if (!bounded) {                                                                               \
+                IVDEP                                                                                            \
+                for (int64_t d = 0; d < dim; d++) {                                                              \
+                    const T p = MOMENTUM(d);                                                                     \
+                    po[d] = p;                                                                                   \
+                    xo[d] = xi[d] + (step * scale[d]) * p;                                                       \
+                }                                                                                                \
+            } else {                                                                                             \
+                int32_t outside = 0, wide = 0; /* counted in 32-bit lanes, as wide as float32's */              \
+                IVDEP                                                                                            \
+                for (int64_t d = 0; d < dim; d++) {                                                              \
+                    const T p = MOMENTUM(d);                                                                     \
+                    po[d] = p;                                                                                   \
+                    const T v = xi[d] + (step * scale[d]) * p;                                                   \
                     xo[d] = v;                                                                                   \
                     const T inside = v < low_t ? low_t : (v > high_t ? high_t : v);                              \
                     const T over = v - inside;                                                                   \
                     outside += over != 0;                                                                        \
                     wide += !((over < 0 ? -over : over) < width);                                                \
                 }                                                                                                \
+                if (outside || wide) REFLECT(xo, po, dim, low_t, high_t, high - low, wide);                     \
             }                                                                                                    \
             if (square_out) square_out[r] = SQUARES(po, dim);                                                    \
-            if (moving && bounded && (outside || wide)) REFLECT(xo, po, dim, low_t, high_t, high - low, wide);              \
         }                                                                                                        \
     }
 

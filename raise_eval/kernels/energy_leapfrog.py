@@ -12,6 +12,7 @@ compiled and RAISE_EVAL_NATIVE is not 0; `native_transition` returns None elsewh
 
 from __future__ import annotations
 
+import ctypes
 import math
 from typing import Optional
 
@@ -46,7 +47,7 @@ class _Pass:
         self.mean = mean.contiguous()
         self.base_weight = (precision if 1 - beta == 1.0 else precision * (1 - beta)).contiguous()
         self.scale = path.step_scale().to(dtype=x.dtype).contiguous()
-        self.mean64, self.std64 = base.mean.contiguous(), base.std.contiguous()
+        self.mean64, self.inverse_std64 = base.mean.contiguous(), (1 / base.std).contiguous()
         batch = x.shape[: x.dim() - event_dims]
         eps = step_size.to(dtype=x.dtype)
         if eps.numel() == 1:
@@ -60,20 +61,28 @@ class _Pass:
         self.beta = float(beta)
         threads = max(1, min(torch.get_num_threads(), x.numel() // _ROWS_PER_THREAD))
         self.bounds = native.split_rows(self.rows, threads)
+        # the arguments that stay for the transition, as ctypes objects (converted once, not at every pass)
+        pointer, double = ctypes.c_void_p, ctypes.c_double
+        self.fixed = {
+            "terms": [pointer(t.data_ptr()) for t in (self.mean, self.base_weight, self.eps)],
+            "step": [ctypes.c_int64(self.eps_stride), pointer(self.scale.data_ptr()), double(self.beta)],
+            "box": [double(self.low), double(self.high), pointer(self.mean64.data_ptr())],
+            "base": pointer(self.inverse_std64.data_ptr()),
+        }
 
     def __call__(self, x_in, x_out, p_in, p_out, grad, half: float, moving: bool, sums: dict) -> None:
         """One pass (see energy_leapfrog.c); `sums`: the per-row outputs wanted (square_in, square_out, base_sum,
         base_outside), float64 / int64 (rows,)."""
         flags = (1 if moving else 0) | (2 if self.bounded else 0)
-        ptr = [t.data_ptr() for t in (x_in, x_out, p_in, p_out, grad, self.mean, self.base_weight, self.eps)]
-        outs = [sums[k].data_ptr() if k in sums else None for k in ("square_in", "square_out", "base_sum")]
-        outside = sums["base_outside"].data_ptr() if "base_outside" in sums else None
-
-        def run(begin: int, end: int) -> None:
-            self.fn(begin, end, self.dim, *ptr, self.eps_stride, self.scale.data_ptr(), self.beta, half, flags,
-                    self.low, self.high, self.mean64.data_ptr(), self.std64.data_ptr(), *outs, outside)  # fmt: skip
-
-        native.run_in_parts(run, self.bounds)
+        fixed = self.fixed
+        args = [t.data_ptr() for t in (x_in, x_out, p_in, p_out, grad)] + fixed["terms"] + fixed["step"]
+        args += [half, flags] + fixed["box"] + [fixed["base"]]
+        args += [sums[k].data_ptr() if k in sums else None for k in ("square_in", "square_out", "base_sum")]
+        args.append(sums["base_outside"].data_ptr() if "base_outside" in sums else None)
+        if len(self.bounds) == 2:
+            self.fn(self.bounds[0], self.bounds[1], self.dim, *args)
+            return
+        native.run_in_parts(lambda begin, end: self.fn(begin, end, self.dim, *args), self.bounds)
 
 
 def _log_base(path, base_sum: Tensor, outside: Tensor, batch) -> Tensor:
