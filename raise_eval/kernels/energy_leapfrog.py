@@ -24,7 +24,7 @@ from raise_eval.kernels.energy_state import EnergyState
 from raise_eval.models import native
 from raise_eval.models.energy import GaussianBase
 
-_ROWS_PER_THREAD = 16384  # coordinates per thread below which a pass runs on one thread (a thread's hand-off costs)
+COORDINATES_PER_THREAD = 16384  # a pass splits its rows over threads only where each gets this many (a hand-off costs)
 
 
 def leapfrog_library(x: Tensor, path):
@@ -59,7 +59,7 @@ class _Pass:
         self.bounded = bool(support.bounded)
         self.low, self.high = (support.low, support.high) if self.bounded else (-math.inf, math.inf)
         self.beta = float(beta)
-        threads = max(1, min(torch.get_num_threads(), x.numel() // _ROWS_PER_THREAD))
+        threads = max(1, min(torch.get_num_threads(), x.numel() // COORDINATES_PER_THREAD))
         self.bounds = native.split_rows(self.rows, threads)
         # the arguments that stay for the transition, as ctypes objects (converted once, not at every pass)
         pointer, double = ctypes.c_void_p, ctypes.c_double

@@ -70,6 +70,23 @@ def test_the_native_route_gives_the_pytorch_routes_transitions(dtype, bounded, m
         assert bool(((native[-1][0] >= 0) & (native[-1][0] <= 1)).all())
 
 
+def test_the_native_route_split_over_threads_gives_the_same_transitions(monkeypatch):
+    path = _path(torch.float32, True)
+    if energy_leapfrog.leapfrog_library(torch.zeros(1, *EVENT), path) is None:
+        pytest.skip("the native kernel did not compile here")
+    one = _run(path, True, monkeypatch, transitions=4)
+    monkeypatch.setattr(energy_leapfrog, "COORDINATES_PER_THREAD", 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        split = _run(path, True, monkeypatch, transitions=4)
+    finally:
+        torch.set_num_threads(threads)
+    for got, want in zip(split, one):
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
 def test_the_native_route_reflects_across_the_whole_box_as_fold_does(monkeypatch):
     """Chains whose one step crosses the box several times: the kernel's fold matches `_fold`'s (via the PyTorch
     route's transition)."""
