@@ -10,13 +10,15 @@ thread:
 - native, native-box: `EnergyHMCKernel` transitions by the native kernel (`kernels.energy_leapfrog`), on the
   unbounded real support and on the box [0, 1] (positions reflected at the walls);
 - pytorch, pytorch-box: the same transitions by the PyTorch route (RAISE_EVAL_NATIVE=0 around each call: the
-  route of 1e632c5 and before, which other dtypes and devices still take);
+  transition of 1e632c5 and before, which other dtypes and devices still take; its helpers, such as the energy's
+  forward and backward pass, are this version's);
 
 the five alternating in blocks of 10 transitions (so that a shared machine's changing load falls on all alike), and
 prints each / bare per repetition and the medians, with the share of coordinates reflected per leapfrog step. The
 box's chains start from a base crowding the lower wall (mean 0.1, std 0.3, truncated), as MNIST's mostly-zero
 pixels do; step sizes from a short pilot (`tune_step_sizes`). Where the native kernel is unavailable (no compiler,
-RAISE_EVAL_NATIVE=0 set for the whole run) the script says why and times the PyTorch route and bare only.
+RAISE_EVAL_NATIVE=0 set for the whole run, a version without the kernel) the script says why and times the PyTorch
+route and bare only.
 
 `--profile T` then runs T transitions of each route (and T L bare passes) under torch.profiler and prints each
 aten op's self CPU time per transition against bare's: where the time beyond the passes goes (the profiler adds a
@@ -101,7 +103,8 @@ def main(argv=None) -> None:
     torch.set_num_threads(args.threads)
     dtype = getattr(torch, args.dtype)
     energy = mlp_energy(args.hidden, dtype)
-    have_native = native.library("energy_leapfrog") is not None
+    why_not_native = native_unavailable()
+    have_native = why_not_native is None
     g = torch.Generator().manual_seed(0)
     betas = torch.linspace(0, 1, 201, dtype=torch.float64)
     kernels, states = {}, {}
@@ -146,7 +149,7 @@ def main(argv=None) -> None:
           f"K = {args.steps} transitions of L = {args.leapfrog} leapfrog steps; {args.threads} thread(s); "
           f"torch {torch.__version__}")  # fmt: skip
     if not have_native:
-        print(f"native kernel unavailable ({native.unavailable_reason('energy_leapfrog')}): PyTorch route only")
+        print(f"native kernel unavailable ({why_not_native}): PyTorch route only")
     print(f"box [0, 1]: {share:.2%} of the coordinates outside the box per leapfrog step (before reflection)")
     ratios: dict[str, list[float]] = {name: [] for name in kernels}
     for rep in range(args.repetitions):
@@ -166,6 +169,15 @@ def main(argv=None) -> None:
         print("median native / pytorch: " + ", ".join(f"{w} {statistics.median(r):.3f}" for w, r in speedups.items()))
     if args.profile:
         print_profile({name: (lambda n=name: work[n](0, args.profile)) for name in work}, args.profile)
+
+
+def native_unavailable():
+    """None where the native leapfrog kernel loads, else why not."""
+    try:
+        library = native.library("energy_leapfrog")
+    except ValueError as error:  # a version of raise_eval without the kernel
+        return str(error)
+    return None if library is not None else native.unavailable_reason("energy_leapfrog")
 
 
 def reflected_share(run_kernel, chains: int) -> float:
