@@ -137,12 +137,9 @@ class GaussianBase:
     def log_prob(self, x: Tensor) -> Tensor:
         """log p_0(x) for x (*B, *shape), float64 shaped (*B,) (-inf outside the box). -|z|^2 / 2 plus one constant
         (the coordinates' normalizers summed once): HMC takes it at every transition's ends, so few passes."""
-        if self._log_normalizer is None or self._log_normalizer.device != self.mean.device:
-            terms = torch.log(self.std) + 0.5 * math.log(2 * math.pi)
-            self._log_normalizer = (terms if self._log_mass is None else terms + self._log_mass).sum()
         event_start = x.dim() - self.mean.dim()
         z = x.to(torch.float64, copy=True).sub_(self.mean).div_(self.std)  # a copy: x itself stays
-        out = z.square_().flatten(start_dim=event_start).sum(-1).mul_(-0.5).sub_(self._log_normalizer)
+        out = z.square_().flatten(start_dim=event_start).sum(-1).mul_(-0.5).sub_(self.log_normalizer)
         if self._log_mass is not None:
             if x.device.type != "cpu" or not self.low <= float(x.min()) <= float(x.max()) <= self.high:
                 # (on the CPU, a look at the extremes first: chains inside the box, as HMC's always are, skip the
@@ -154,11 +151,25 @@ class GaussianBase:
     def grad_log_prob(self, x: Tensor, weight: float = 1.0) -> Tensor:
         """`weight` times the gradient of log p_0 at x (*B, *shape), in x's dtype (HMC's every leapfrog step: two
         operations; the weight folds into the precision, shaped like one example)."""
-        key = (x.dtype, x.device)
-        if self._grad_terms is None or self._grad_terms[0] != key:
-            self._grad_terms = (key, self.mean.to(*key[::-1]), (1 / self.std**2).to(*key[::-1]))
-        _, mean, precision = self._grad_terms
+        mean, precision = self.grad_terms(x.dtype, x.device)
         return (mean - x).mul_(precision if weight == 1.0 else precision * weight)
+
+    @property
+    def log_normalizer(self) -> Tensor:
+        """The coordinates' log normalizers summed (truncation included), float64 scalar: log p_0(x) is
+        -|(x - mean) / std|^2 / 2 less this inside the box."""
+        if self._log_normalizer is None or self._log_normalizer.device != self.mean.device:
+            terms = torch.log(self.std) + 0.5 * math.log(2 * math.pi)
+            self._log_normalizer = (terms if self._log_mass is None else terms + self._log_mass).sum()
+        return self._log_normalizer
+
+    def grad_terms(self, dtype: torch.dtype, device) -> tuple[Tensor, Tensor]:
+        """(mean, 1 / std^2) in `dtype` on `device`, shaped like one example: the gradient of log p_0 at x is
+        (mean - x) / std^2. Kept for the last dtype and device asked."""
+        key = (dtype, torch.device(device))
+        if self._grad_terms is None or self._grad_terms[0] != key:
+            self._grad_terms = (key, self.mean.to(device, dtype), (1 / self.std**2).to(device, dtype))
+        return self._grad_terms[1], self._grad_terms[2]
 
     def sample(self, batch_shape: tuple, generator: torch.Generator, dtype=None) -> Tensor:
         """Exact draws shaped (*batch_shape, *shape) (inverse CDF on the box), in `dtype`."""
@@ -426,12 +437,14 @@ class EnergyModel:
             inputs = self.energy_input(state).detach().requires_grad_(True)
             energy = self.energies(inputs)
             differentiable = energy.requires_grad
-            if differentiable:  # the gradient of log f = -E: the sign on the scalar, not on the gradient
-                (grad,) = torch.autograd.grad(-energy.sum(), inputs, allow_unused=True)
+            if differentiable:  # the gradient of log f = -E: the sign in the output's gradient (-1 per example,
+                # no sum or negation to run forward and backward), not on the gradient itself
+                minus_ones = torch.full_like(energy, -1.0, memory_format=torch.contiguous_format)
+                (grad,) = torch.autograd.grad(energy, inputs, grad_outputs=minus_ones, allow_unused=True)
         if not differentiable or grad is None:
             raise ValueError("the energy is not differentiable in its input (no gradient reached x): avoid "
                              ".detach(), .item() and numpy inside it")  # fmt: skip
-        return -energy.detach().double(), grad
+        return energy.detach().to(torch.float64, copy=True).neg_(), grad
 
 
 def _event_shape(event_shape) -> tuple[int, ...]:

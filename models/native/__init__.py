@@ -1,12 +1,15 @@
 """Native (C) kernels for the inner loops that eager PyTorch runs op by op, compiled on first use and cached.
 
-Three kernels so far, each its own shared library, so that one that does not compile here leaves the others usable:
+Four kernels so far, each its own shared library, so that one that does not compile here leaves the others usable:
 
 - "dbn_sweep" (`dbn_sweep.c`, used by `raise_eval.paths.posterior`): a unit-wise Gibbs sweep whose work per unit is
   a few hundred multiply-adds per chain, too small for a tensor op to pay for its dispatch;
 - "step" (`step.c`, used by `raise_eval.models.sampling` and `LayeredBoltzmannMachine.log_ratio_to`): the
   elementwise passes of an annealing step (Bernoulli samples from random bytes, the weight update's log1p terms),
   each in one pass where eager PyTorch makes several;
+- "energy_leapfrog" (`energy_leapfrog.c`, used by `raise_eval.kernels.energy_leapfrog`): an HMC leapfrog step's
+  elementwise work on an energy model (momentum and position updates with the base's gradient, the reflection at a
+  box's walls, the acceptance test's sums) in one pass;
 - "amx_products" (`amx_products.c`, used by `raise_eval.models.boltzmann.products`): the product of 0./1. inputs
   with weights held as integer digits, on the AMX tiles of Intel CPUs that have them (`amx_unavailable_reason`).
 
@@ -96,11 +99,23 @@ def _declare_step(lib: ctypes.CDLL) -> None:
         fn.argtypes = [_c_int64, _c_void_p, _c_void_p, ctypes.c_uint32, ctypes.c_uint32, _c_int64]
 
 
+def _declare_energy_leapfrog(lib: ctypes.CDLL) -> None:
+    for dtype in ("float32", "float64"):
+        fn = getattr(lib, f"energy_leapfrog_{dtype}")
+        fn.restype = None
+        fn.argtypes = [_c_int64] * 3 + [_c_void_p] * 8 + [_c_int64, _c_void_p, _c_double, _c_double, _c_int64]
+        fn.argtypes += [_c_double, _c_double] + [_c_void_p] * 6
+    lib.select_rows.restype = None
+    lib.select_rows.argtypes = [_c_int64, _c_int64] + [_c_void_p] * 4
+
+
 # name -> (source, extra compiler flags, declaration of its functions)
 _KERNELS = {
     "dbn_sweep": ("dbn_sweep.c", [], _declare_dbn_sweep),
     # vectorized clamps (no trapping math) and fused multiply-adds: the same bits on one machine, not across machines
     "step": ("step.c", ["-fno-trapping-math", "-ffp-contract=fast"], _declare_step),
+    # vectorized clamps and selections (no trapping math); no contractions: the PyTorch route's numbers exactly
+    "energy_leapfrog": ("energy_leapfrog.c", ["-fno-trapping-math"], _declare_energy_leapfrog),
     "amx_products": ("amx_products.c", ["-mamx-tile", "-mamx-int8"], _declare_amx_products),
 }
 

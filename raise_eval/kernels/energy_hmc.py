@@ -28,6 +28,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 from raise_eval.contracts import KernelInfo
+from raise_eval.kernels.energy_leapfrog import native_transition
 from raise_eval.kernels.energy_state import EnergyState, batch_sum, select_state
 from raise_eval.kernels.hmc import StepSizeSchedule
 
@@ -113,7 +114,11 @@ class MALAKernel(EnergyHMCKernel):
 def hmc_transition(
     path, state: EnergyState, beta: float, step_size: Tensor, num_leapfrog: int, generator: torch.Generator
 ) -> tuple[EnergyState, KernelInfo]:
-    """One HMC transition at beta (see the module docstring); step_size broadcasts against x (*B, *event_shape)."""
+    """One HMC transition at beta (see the module docstring); step_size broadcasts against x (*B, *event_shape).
+    On the CPU, by the native kernel where it applies (`kernels.energy_leapfrog`: the same numbers in fewer passes)."""
+    done = native_transition(path, state, beta, step_size, num_leapfrog, generator)
+    if done is not None:
+        return done
     support, event_dims = path.model.support, len(path.model.event_shape)
     state = path.with_grad(state)
     scale = path.step_scale().to(dtype=state.x.dtype)

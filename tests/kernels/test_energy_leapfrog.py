@@ -1,0 +1,138 @@
+"""HMC's native route on an energy model (`kernels.energy_leapfrog`) against its PyTorch route: from the same
+generator, the same transitions (positions, log f, gradients and acceptance probabilities to float tolerance, hence
+the same accept decisions), on unbounded and box support (reflections at the walls, some crossing the whole box),
+float32 and float64, chains with a two-dimensional batch and per-chain step sizes; RAISE_EVAL_NATIVE=0 takes the
+PyTorch route."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from raise_eval.models import EnergyModel, GaussianBase
+from torch import nn
+
+from raise_eval.kernels import energy_hmc, energy_leapfrog
+from raise_eval.kernels.energy_hmc import EnergyHMCKernel, hmc_transition
+from raise_eval.paths.energy import EnergyPath
+
+EVENT = (2, 3)
+
+
+def _path(dtype: torch.dtype, bounded: bool) -> EnergyPath:
+    torch.manual_seed(1)
+    net = nn.Sequential(nn.Linear(6, 8), nn.Tanh(), nn.Linear(8, 1)).to(dtype)
+    support = ("real", 0.0, 1.0) if bounded else "real"
+    model = EnergyModel(lambda x: net(x.flatten(1)).squeeze(-1), support=support, event_shape=EVENT, dtype=dtype)
+    mean, std = torch.linspace(0.1, 0.6, 6).reshape(EVENT), torch.linspace(0.2, 0.4, 6).reshape(EVENT)
+    return EnergyPath(model, GaussianBase(mean, std, *((0.0, 1.0) if bounded else (None, None))))
+
+
+def _run(path, native: bool, monkeypatch, transitions: int = 12):
+    """Each transition's (x, log f, grad, acceptance) from one seed, by the native route or the PyTorch one."""
+    monkeypatch.setenv("RAISE_EVAL_NATIVE", "1" if native else "0")
+    generator = torch.Generator().manual_seed(7)
+    state = path.sample_initial(12, generator)
+    state = state._replace(x=state.x.reshape(3, 4, *EVENT), log_f=state.log_f.reshape(3, 4))
+    # per-chain step sizes from small to several times the box: reflections, and folds across the whole box
+    kernel = EnergyHMCKernel(path, torch.linspace(0.05, 6.0, 12, dtype=torch.float64).reshape(3, 4), 4)
+    out = []
+    for t in range(transitions):
+        beta = 0.1 + 0.07 * t
+        if native:
+            state, info = energy_leapfrog.native_transition(
+                path, state, beta, kernel.step_size(beta, state.x), 4, generator
+            )
+        else:
+            state, info = hmc_transition(path, state, beta, kernel.step_size(beta, state.x), 4, generator)
+        out.append((state.x, state.log_f, state.grad, info["acceptance"]))
+    return out
+
+
+@pytest.mark.parametrize("bounded", [False, True], ids=["unbounded", "box"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_native_route_gives_the_pytorch_routes_transitions(dtype, bounded, monkeypatch):
+    path = _path(dtype, bounded)
+    if energy_leapfrog.leapfrog_library(torch.zeros(1, *EVENT, dtype=dtype), path) is None:
+        pytest.skip("the native kernel did not compile here")
+    native, reference = _run(path, True, monkeypatch), _run(path, False, monkeypatch)
+    tolerance = {"rtol": 1e-5, "atol": 1e-5} if dtype == torch.float32 else {"rtol": 1e-11, "atol": 1e-11}
+    moved = []
+    for (x, log_f, grad, acceptance), (x_ref, log_f_ref, grad_ref, acceptance_ref) in zip(native, reference):
+        torch.testing.assert_close(x, x_ref, **tolerance)
+        torch.testing.assert_close(log_f, log_f_ref, **tolerance)
+        torch.testing.assert_close(grad, grad_ref, **tolerance)
+        torch.testing.assert_close(acceptance, acceptance_ref, **tolerance)
+        assert x.dtype == dtype and grad.dtype == dtype and log_f.dtype == torch.float64
+        moved.append(acceptance)
+    acceptance = torch.stack(moved)
+    assert bool((acceptance > 0.9).any()) and bool((acceptance < 0.1).any())  # accepted and rejected proposals
+    if bounded:
+        assert bool(((native[-1][0] >= 0) & (native[-1][0] <= 1)).all())
+
+
+def test_the_native_route_split_over_threads_gives_the_same_transitions(monkeypatch):
+    path = _path(torch.float32, True)
+    if energy_leapfrog.leapfrog_library(torch.zeros(1, *EVENT), path) is None:
+        pytest.skip("the native kernel did not compile here")
+    one = _run(path, True, monkeypatch, transitions=4)
+    monkeypatch.setattr(energy_leapfrog, "COORDINATES_PER_THREAD", 1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(3)
+    try:
+        split = _run(path, True, monkeypatch, transitions=4)
+    finally:
+        torch.set_num_threads(threads)
+    for got, want in zip(split, one):
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_the_native_route_reflects_across_the_whole_box_as_fold_does(monkeypatch):
+    """Chains whose one step crosses the box several times: the kernel's fold matches `_fold`'s (via the PyTorch
+    route's transition)."""
+    path = _path(torch.float64, True)
+    if energy_leapfrog.leapfrog_library(torch.zeros(1, *EVENT, dtype=torch.float64), path) is None:
+        pytest.skip("the native kernel did not compile here")
+    calls = []
+
+    def spy(x, p, low, high):
+        calls.append(int(((x - x.clamp(low, high)).abs() >= high - low).sum()))
+        return energy_hmc._fold(x, p, low, high)
+
+    monkeypatch.setattr(energy_hmc, "reflect", spy)
+    reference = _run(path, False, monkeypatch, transitions=3)
+    assert sum(calls) > 0  # some coordinates crossed the whole box
+    native = _run(path, True, monkeypatch, transitions=3)
+    for got, want in zip(native, reference):
+        for a, b in zip(got, want):
+            torch.testing.assert_close(a, b, rtol=1e-11, atol=1e-11)
+
+
+@pytest.mark.parametrize("setting, native_calls", [("0", 0), ("1", None)])
+def test_raise_eval_native_0_takes_the_pytorch_route(setting, native_calls, monkeypatch):
+    path = _path(torch.float32, True)
+    monkeypatch.setenv("RAISE_EVAL_NATIVE", setting)
+    available = energy_leapfrog.native.library("energy_leapfrog") is not None if setting == "1" else False
+    reflections = []
+
+    def counting(x, p, low, high):
+        reflections.append(1)
+        return energy_hmc._fold(x, p, low, high)
+
+    monkeypatch.setattr(energy_hmc, "reflect", counting)
+    generator = torch.Generator().manual_seed(0)
+    kernel = EnergyHMCKernel(path, 0.5, 3)
+    kernel(path.sample_initial(5, generator), 0.5, generator)
+    assert len(reflections) == (0 if available else 3)  # the PyTorch route reflects once per leapfrog step
+
+
+def test_the_native_route_is_not_taken_off_the_cpu_dtypes_or_for_another_base():
+    path = _path(torch.float32, False)
+    assert energy_leapfrog.leapfrog_library(torch.zeros(2, *EVENT, dtype=torch.float16), path) is None
+
+    class OtherBase(GaussianBase):
+        pass
+
+    other = EnergyPath(path.model, path.base)
+    other.base = OtherBase(path.base.mean, path.base.std)  # a base whose density may be another (a subclass)
+    assert energy_leapfrog.leapfrog_library(torch.zeros(2, *EVENT), other) is None
