@@ -57,7 +57,7 @@ import torch
 from torch import Tensor
 
 from raise_eval.annealing import Kernel, anneal, check_log_weights, continuation
-from raise_eval.contracts import StartsAtTestVector
+from raise_eval.contracts import ResumableState, StartsAtTestVector
 from raise_eval.estimators.control_variates import ControlVariateEstimate, control_variate_mean
 from raise_eval.models.boltzmann.unit_data import check_binary
 from raise_eval.paths.boltzmann import BoltzmannPath
@@ -210,7 +210,7 @@ def raise_log_likelihood(
         article = "an" if what[0] in "aeiou" else "a"
         if unroll is not None or heating_betas is not None or heating_kernel is not None:
             raise ValueError(f"{article} {what} model has no hidden units: unroll and heating do not apply to it")
-        if checkpoint is not None and not hasattr(path, "state_from_record"):  # `contracts.ResumableState`
+        if checkpoint is not None and not isinstance(path, ResumableState):
             raise ValueError(f"resume files do not cover {what} models yet: run without a checkpoint")
         return _raise_from_test_vectors(path, data, betas, num_chains, generator, kernel, progress, checkpoint)
     if unroll is not None and unroll.top.weights[0] is not model.weights[0]:
@@ -343,7 +343,9 @@ def _heat_dbn(
     return path.state_from_layers([top_visible, None]), log_w + log_z0.unsqueeze(1) - path.log_partition_initial
 
 
-def _anneal_heating(heating, state, betas: Tensor, generator, kernel, progress, checkpoint, saved) -> tuple[Any, Tensor]:
+def _anneal_heating(
+    heating, state, betas: Tensor, generator, kernel, progress, checkpoint, saved
+) -> tuple[Any, Tensor]:
     """The heating pass (a DBM's clamped path or a DBN's posterior path) from `state`, continued from `saved`."""
     return anneal(
         heating, state, betas, generator=generator, kernel=kernel, progress=progress, desc="RAISE heating",

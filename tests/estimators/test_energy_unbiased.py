@@ -185,8 +185,6 @@ def test_raise_refuses_what_does_not_apply_to_an_energy_model():
         raise_log_likelihood(path, torch.zeros(2, 4, dtype=torch.float64), betas, 4, generator=g)
     with pytest.raises(ValueError, match="an energy model has no hidden units: unroll and heating do not apply"):
         raise_log_likelihood(path, _test_vectors(model), betas, 4, generator=g, heating_kernel=lambda x, b, g: x)
-    with pytest.raises(ValueError, match="resume files do not cover energy models yet"):
-        raise_log_likelihood(path, _test_vectors(model), betas, 4, generator=g, checkpoint=object())
     with pytest.raises(ValueError, match="an energy model has no layers to clamp"):
         make_path(model, clamped=(0,))
     with pytest.raises(ValueError, match="exact log Z of an energy on real support has no enumeration"):
