@@ -53,6 +53,7 @@ from raise_eval.io.outputs import (
     OutputWriteError,
     check_output_path,
 )
+from raise_eval.io.run_files import OutputSettings  # noqa: F401 (declares {resume_file}, which these messages name)
 from raise_eval.io.writing import write_file
 from raise_eval.runtime import product_routes  # the resumable runs anneal Boltzmann paths
 from raise_eval.runtime.interrupts import deferred_interrupts, interrupt_requested  # noqa: F401 (re-exported)
@@ -254,8 +255,8 @@ class ResumeFile:
                 )
                 warnings.warn(
                     Named(
-                        f"{{resume_file}}: {e}. The run goes on (its results are unaffected) and later saves try again; "
-                        f"until one succeeds, {kept}"
+                        f"{{resume_file}}: {e}. The run goes on (its results are unaffected) and later saves try "
+                        f"again; until one succeeds, {kept}"
                     ),
                     OutputWarning,
                     stacklevel=2,
