@@ -88,3 +88,18 @@ def test_what_an_energy_model_s_certified_run_does_not_take_is_refused_by_name()
         raise_eval.certify(model, test, tolerance=0.1, kernel="metropolis")
     with pytest.raises(ValueError, match="give train_data .* or base, not both"):
         raise_eval.certify(model, test, tolerance=0.1, train_data=test, base=object())
+
+
+def test_a_certified_energy_run_refuses_the_file_of_another_parameter_free_energy(tmp_path):
+    """Two parameter-free energies (2|x|^2 and 3|x|^2) have the same (empty) parameters: the second must not be
+    continued from the first one's certified file."""
+
+    def bowl(c):
+        return lambda x: c * (x**2).sum(-1)
+
+    test = 0.3 * torch.randn(3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    file = str(tmp_path / "cert.json")
+    run = dict(tolerance=0.05, steps=4, max_steps=4, resume_file=file, **QUICK)
+    raise_eval.certify(raise_eval.EnergyModel(bowl(2.0), event_shape=(2,), dtype=torch.float64), test, **run)
+    with pytest.raises(ValueError, match="the energy differs"):
+        raise_eval.certify(raise_eval.EnergyModel(bowl(3.0), event_shape=(2,), dtype=torch.float64), test, **run)

@@ -128,3 +128,30 @@ def test_an_interrupted_certified_energy_run_continues_bit_for_bit(tmp_path, mon
     ]
     assert any(n.startswith("K = 16: continued from") for n in resumed.notes), resumed.notes
     assert not (tmp_path / "cert.json.K16.pt").exists()  # K = 16 is kept in the certified file
+
+
+class _Bowl(torch.nn.Module):
+    """A parameter-free quadratic energy c |x|^2: two of them differ in their energy only, not in parameters."""
+
+    def __init__(self, c: float):
+        super().__init__()
+        self.c = c
+
+    def forward(self, x):
+        return self.c * (x**2).sum(-1)
+
+
+def test_a_resume_file_of_another_parameter_free_energy_is_refused(tmp_path):
+    """Another model file whose energy has no parameters (2|x|^2, then 3|x|^2) was continued from the first one's
+    file, mixing two models' chains; it is refused, naming the energy."""
+    from raise_eval import EnergyModel
+
+    test = 0.3 * torch.randn(3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    settings = EnergySettings(steps=4, ais_chains=8, raise_chains=2, pilot_steps=3, seed=0)
+    file = str(tmp_path / "run.pt")
+    first = EnergyModel(_Bowl(2.0), event_shape=(2,), dtype=torch.float64)
+    evaluate_energy(first, test, settings, resume_file=file)
+    other = EnergyModel(_Bowl(3.0), event_shape=(2,), dtype=torch.float64)
+    with pytest.raises(SettingsError, match="the energy differs"):
+        evaluate_energy(other, test, settings, resume_file=file)
+    evaluate_energy(EnergyModel(_Bowl(2.0), event_shape=(2,), dtype=torch.float64), test, settings, resume_file=file)

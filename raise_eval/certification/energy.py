@@ -29,7 +29,7 @@ from raise_eval.evaluation.energy import (
     energy_names,
     evaluate_energy,
 )
-from raise_eval.evaluation.energy_resume import base_digest
+from raise_eval.evaluation.energy_resume import base_digest, energy_digest
 from raise_eval.evaluation.settings import EvaluateSettings
 from raise_eval.runtime.resume import model_digest, tensor_digest
 
@@ -94,6 +94,7 @@ class EnergyRuns:
             "device": str(model.device),
             "test_data": tensor_digest([torch.as_tensor(test_data)]),
             "parameters": model_digest(model),
+            "energy": energy_digest(model),
             "base": base_digest(model, train_data, base),
         }  # fmt: skip
 

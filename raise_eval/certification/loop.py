@@ -27,6 +27,7 @@ DIGEST_WORDS = {
     "test_data": "the test data differ",
     "train_pixel_means": "the base rates (training data or train_pixel_means) differ",
     "base": "the base differs (other training data, or another base)",
+    "energy": "the energy differs (another function or model file: its values at fixed probe points differ)",
 }
 
 

@@ -270,6 +270,7 @@ _DIGESTS = {
     "start_biases": "the start distribution differs (another {init}, {train_data} or training-set base rates)",
     "schedule_betas": "the explicit schedule's betas differ",
     "base": "the base differs (other training data, or another base)",
+    "energy": "the energy differs (another function or model file: its values at fixed probe points differ)",
 }
 
 
