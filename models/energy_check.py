@@ -145,6 +145,28 @@ def _squeeze_hint(error: Exception) -> str:
     return "; squeeze a trailing dimension of 1" if ", 1)" in str(error) else ""
 
 
+def check_energy_dtype(model) -> None:
+    """Refuse (ValueError) an energy module whose first floating parameter or buffer (what `EnergyModel` took its
+    dtype from, or checked `dtype=` against) is no longer in the model's dtype, or whose first tensor is no longer on
+    its device: the module was changed in place (`energy.double()`, `.to("cuda")`) after the `EnergyModel` was built,
+    and the evaluation would feed it states of the old dtype."""
+    if not isinstance(model.energy, torch.nn.Module):
+        return
+    named = [*model.energy.named_parameters(), *model.energy.named_buffers()]
+    floats = [(name, t) for name, t in named if t.is_floating_point()]
+    changed = [(n, t) for n, t in floats[:1] if t.dtype != model.dtype] or [
+        (n, t) for n, t in named[:1] if t.device != model.device
+    ]
+    for name, t in changed:
+        now = f"{str(t.dtype).replace('torch.', '')} on {t.device}"
+        built = f"{str(model.dtype).replace('torch.', '')} on {model.device}"
+        raise ValueError(
+            f"the energy's {name} is {now}, but the EnergyModel was built for {built}: the module changed after "
+            f"the model was made; build the EnergyModel again (EnergyModel(energy, ..., dtype={t.dtype})) or move "
+            f"the module back"
+        )
+
+
 def _raised(energy, error: BaseException, when: str = "") -> str:
     """'the energy raised Type: message at FILE, line N: SOURCE': the innermost frame in the energy's own file
     (else the innermost frame outside torch and raise-eval)."""
@@ -185,4 +207,4 @@ def _library_file(name: str) -> bool:
     return any(root in path.parents for root in roots)
 
 
-__all__ = ["check_data_energies", "check_energy", "probe_states"]
+__all__ = ["check_data_energies", "check_energy", "check_energy_dtype", "probe_states"]
