@@ -165,3 +165,13 @@ class _Wrapped(torch.nn.Module):
 
     def forward(self, x):
         return self.inner(x) + (x**2).sum(-1)
+
+
+def test_a_monitor_of_real_valued_examples_made_without_energy_says_energy_true():
+    """LikelihoodMonitor(real_examples) without energy=True (the energy model's monitor) was refused only with
+    'binarize it first', advice that is wrong for an energy-based model's examples; the message now names
+    energy=True."""
+    test = torch.randn(4, 2, generator=torch.Generator().manual_seed(0))
+    advice = r"binarize it first.*energy=True: LikelihoodMonitor\(test_examples, energy=True"
+    with pytest.raises(ValueError, match=advice):
+        LikelihoodMonitor(test)
