@@ -103,3 +103,15 @@ def test_a_certified_energy_run_refuses_the_file_of_another_parameter_free_energ
     raise_eval.certify(raise_eval.EnergyModel(bowl(2.0), event_shape=(2,), dtype=torch.float64), test, **run)
     with pytest.raises(ValueError, match="the energy differs"):
         raise_eval.certify(raise_eval.EnergyModel(bowl(3.0), event_shape=(2,), dtype=torch.float64), test, **run)
+
+
+def test_an_energy_certificate_s_json_history_names_the_settings_an_energy_model_has():
+    """The JSON's top-level reasons said 'more test vectors' but each K's reasons_open in its history still named
+    raise_examples, a setting an energy model's certify refuses; both say the energy model's words now."""
+    model, _ = gaussian_energy(3)
+    test = _gaussian_test(model)
+    cert = raise_eval.certify(model, test, tolerance=0.001, steps=4, max_steps=4, **QUICK)
+    d = cert.to_dict()
+    assert any("more test vectors" in r for r in d["reasons"]), d["reasons"]
+    opened = [r for step in d["history"] for r in step["reasons_open"]]
+    assert any("more test vectors" in r for r in opened) and not any("raise_examples" in r for r in opened), opened
