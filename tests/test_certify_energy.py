@@ -115,3 +115,14 @@ def test_an_energy_certificate_s_json_history_names_the_settings_an_energy_model
     assert any("more test vectors" in r for r in d["reasons"]), d["reasons"]
     opened = [r for step in d["history"] for r in step["reasons_open"]]
     assert any("more test vectors" in r for r in opened) and not any("raise_examples" in r for r in opened), opened
+
+
+def test_a_closed_energy_table_says_which_side_each_end_of_its_interval_is():
+    """RAISE above AIS within the noise: the evaluation's table said '(RAISE to AIS, ...)' while the certificate's
+    said 'AIS to RAISE: RAISE came out above AIS, within the noise'; both say the latter now."""
+    model = raise_eval.EnergyModel(lambda x: 2.0 * (x**2).sum(-1), event_shape=(2,))
+    test = 0.5 * torch.randn(5, 2, generator=torch.Generator().manual_seed(0))
+    cert = raise_eval.certify(model, test, tolerance=1.0, steps=10, max_steps=80, ais_chains=32, raise_chains=4)
+    assert cert.closed and cert.report.lower_mean > cert.report.upper_mean  # the case this test is about
+    assert "AIS to RAISE: RAISE came out above AIS" in cert.format_table()
+    assert "(AIS to RAISE: RAISE came out above AIS, within the noise, ±2" in cert.report.format_table()
