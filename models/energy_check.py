@@ -97,7 +97,7 @@ def check_data_energies(model, state: Tensor, what: str) -> None:
             with torch.no_grad():
                 energy = model.energies(model.energy_input(state[start : start + DATA_CHUNK]))
         except Exception as error:
-            raise ValueError(_raised(model.energy, error, f"on {what}")) from error
+            raise ValueError(_raised(model.energy, error, f"on {what}", tried="")) from error
         finite = energy.abs().masked_fill(~torch.isfinite(energy), 0.0)
         if finite.numel() and float(finite.max()) > largest[0]:
             largest = (float(finite.max()), start + int(finite.argmax()), energy.dtype)
@@ -167,7 +167,7 @@ def check_energy_dtype(model) -> None:
         )
 
 
-def _raised(energy, error: BaseException, when: str = "") -> str:
+def _raised(energy, error: BaseException, when: str = "", tried: str = "tried on a probe batch") -> str:
     """'the energy raised Type: message at FILE, line N: SOURCE': the innermost frame in the energy's own file
     (else the innermost frame outside torch and raise-eval)."""
     frames = traceback.extract_tb(error.__traceback__)
@@ -183,7 +183,7 @@ def _raised(energy, error: BaseException, when: str = "") -> str:
         where = f" at {f.filename}, line {f.lineno}" + (f": {f.line.strip()}" if f.line else "")
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""  # one line: its first
     text = f"{type(error).__name__}: {message}" if message else type(error).__name__
-    return f"the energy raised {text}{' ' + when if when else ''}{where} (tried on a probe batch; fix it there)"
+    return f"the energy raised {text}{' ' + when if when else ''}{where} ({tried + '; ' if tried else ''}fix it there)"
 
 
 def _source_file(energy) -> Optional[str]:
