@@ -175,3 +175,17 @@ def test_a_monitor_of_real_valued_examples_made_without_energy_says_energy_true(
     advice = r"binarize it first.*energy=True: LikelihoodMonitor\(test_examples, energy=True"
     with pytest.raises(ValueError, match=advice):
         LikelihoodMonitor(test)
+
+
+@pytest.mark.parametrize(
+    "given, shown", [(lambda m: "x", "'x'"), (lambda m: float("nan"), "nan"), (lambda m: torch.ones(2), "tensor")]
+)
+def test_an_exact_log_z_that_is_not_one_finite_number_is_refused_naming_exact_log_z(given, shown):
+    """exact_log_z returning a string or a vector failed inside float() ('could not convert string to float') without
+    naming exact_log_z, and a NaN was recorded as the exact value; each is refused naming exact_log_z, and None
+    means 'not known' (the record's exact is None)."""
+    model, _ = gaussian_energy(2)
+    test = _gaussian_test(model)
+    with pytest.raises(ValueError, match=rf"exact_log_z\(model\) must return one finite number .*got {shown}"):
+        LikelihoodMonitor(test, energy=CHEAP, exact_log_z=given)(0, model)
+    assert LikelihoodMonitor(test, energy=CHEAP, exact_log_z=lambda m: None)(0, model).exact is None
