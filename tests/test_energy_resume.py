@@ -155,3 +155,20 @@ def test_a_resume_file_of_another_parameter_free_energy_is_refused(tmp_path):
     with pytest.raises(SettingsError, match="the energy differs"):
         evaluate_energy(other, test, settings, resume_file=file)
     evaluate_energy(EnergyModel(_Bowl(2.0), event_shape=(2,), dtype=torch.float64), test, settings, resume_file=file)
+
+
+def test_an_evaluation_s_and_a_certified_run_s_resume_files_are_told_apart(tmp_path):
+    """An evaluation's resume file given to a certified run was refused with "... is not a certified run's resume
+    file ('utf-8' codec can't decode byte 0x80 ...)", and a certified run's given to an evaluation with
+    "(UnpicklingError)"; each now says which kind of run wrote it."""
+    import raise_eval
+
+    model, test, settings = _case("hmc")
+    evaluation_file, certified_file = str(tmp_path / "run.pt"), str(tmp_path / "cert.json")
+    evaluate_energy(model, test, settings, resume_file=evaluation_file)
+    run = dict(tolerance=1.0, steps=4, max_steps=4, ais_chains=16, raise_chains=3, pilot_steps=5, seed=2)
+    raise_eval.certify(model, test, resume_file=certified_file, **run)
+    with pytest.raises(ValueError, match="is the resume file of an evaluation, not of a certified run"):
+        raise_eval.certify(model, test, resume_file=evaluation_file, **run)
+    with pytest.raises(SettingsError, match="is a certified run's resume file"):
+        evaluate_energy(model, test, settings, resume_file=certified_file)
