@@ -97,7 +97,7 @@ def check_data_energies(model, state: Tensor, what: str) -> None:
             with torch.no_grad():
                 energy = model.energies(model.energy_input(state[start : start + DATA_CHUNK]))
         except Exception as error:
-            raise ValueError(_raised(model.energy, error, f"on {what}")) from error
+            raise ValueError(_raised(model.energy, error, f"on {what}", tried="")) from error
         finite = energy.abs().masked_fill(~torch.isfinite(energy), 0.0)
         if finite.numel() and float(finite.max()) > largest[0]:
             largest = (float(finite.max()), start + int(finite.argmax()), energy.dtype)
@@ -145,7 +145,29 @@ def _squeeze_hint(error: Exception) -> str:
     return "; squeeze a trailing dimension of 1" if ", 1)" in str(error) else ""
 
 
-def _raised(energy, error: BaseException, when: str = "") -> str:
+def check_energy_dtype(model) -> None:
+    """Refuse (ValueError) an energy module whose first floating parameter or buffer (what `EnergyModel` took its
+    dtype from, or checked `dtype=` against) is no longer in the model's dtype, or whose first tensor is no longer on
+    its device: the module was changed in place (`energy.double()`, `.to("cuda")`) after the `EnergyModel` was built,
+    and the evaluation would feed it states of the old dtype."""
+    if not isinstance(model.energy, torch.nn.Module):
+        return
+    named = [*model.energy.named_parameters(), *model.energy.named_buffers()]
+    floats = [(name, t) for name, t in named if t.is_floating_point()]
+    changed = [(n, t) for n, t in floats[:1] if t.dtype != model.dtype] or [
+        (n, t) for n, t in named[:1] if t.device != model.device
+    ]
+    for name, t in changed:
+        now = f"{str(t.dtype).replace('torch.', '')} on {t.device}"
+        built = f"{str(model.dtype).replace('torch.', '')} on {model.device}"
+        raise ValueError(
+            f"the energy's {name} is {now}, but the EnergyModel was built for {built}: the module changed after "
+            f"the model was made; build the EnergyModel again (EnergyModel(energy, ..., dtype={t.dtype})) or move "
+            f"the module back"
+        )
+
+
+def _raised(energy, error: BaseException, when: str = "", tried: str = "tried on a probe batch") -> str:
     """'the energy raised Type: message at FILE, line N: SOURCE': the innermost frame in the energy's own file
     (else the innermost frame outside torch and raise-eval)."""
     frames = traceback.extract_tb(error.__traceback__)
@@ -161,7 +183,7 @@ def _raised(energy, error: BaseException, when: str = "") -> str:
         where = f" at {f.filename}, line {f.lineno}" + (f": {f.line.strip()}" if f.line else "")
     message = str(error).strip().splitlines()[0] if str(error).strip() else ""  # one line: its first
     text = f"{type(error).__name__}: {message}" if message else type(error).__name__
-    return f"the energy raised {text}{' ' + when if when else ''}{where} (tried on a probe batch; fix it there)"
+    return f"the energy raised {text}{' ' + when if when else ''}{where} ({tried + '; ' if tried else ''}fix it there)"
 
 
 def _source_file(energy) -> Optional[str]:
@@ -185,4 +207,4 @@ def _library_file(name: str) -> bool:
     return any(root in path.parents for root in roots)
 
 
-__all__ = ["check_data_energies", "check_energy", "probe_states"]
+__all__ = ["check_data_energies", "check_energy", "check_energy_dtype", "probe_states"]

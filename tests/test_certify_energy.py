@@ -88,3 +88,41 @@ def test_what_an_energy_model_s_certified_run_does_not_take_is_refused_by_name()
         raise_eval.certify(model, test, tolerance=0.1, kernel="metropolis")
     with pytest.raises(ValueError, match="give train_data .* or base, not both"):
         raise_eval.certify(model, test, tolerance=0.1, train_data=test, base=object())
+
+
+def test_a_certified_energy_run_refuses_the_file_of_another_parameter_free_energy(tmp_path):
+    """Two parameter-free energies (2|x|^2 and 3|x|^2) have the same (empty) parameters: the second must not be
+    continued from the first one's certified file."""
+
+    def bowl(c):
+        return lambda x: c * (x**2).sum(-1)
+
+    test = 0.3 * torch.randn(3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    file = str(tmp_path / "cert.json")
+    run = dict(tolerance=0.05, steps=4, max_steps=4, resume_file=file, **QUICK)
+    raise_eval.certify(raise_eval.EnergyModel(bowl(2.0), event_shape=(2,), dtype=torch.float64), test, **run)
+    with pytest.raises(ValueError, match="the energy differs"):
+        raise_eval.certify(raise_eval.EnergyModel(bowl(3.0), event_shape=(2,), dtype=torch.float64), test, **run)
+
+
+def test_an_energy_certificate_s_json_history_names_the_settings_an_energy_model_has():
+    """The JSON's top-level reasons said 'more test vectors' but each K's reasons_open in its history still named
+    raise_examples, a setting an energy model's certify refuses; both say the energy model's words now."""
+    model, _ = gaussian_energy(3)
+    test = _gaussian_test(model)
+    cert = raise_eval.certify(model, test, tolerance=0.001, steps=4, max_steps=4, **QUICK)
+    d = cert.to_dict()
+    assert any("more test vectors" in r for r in d["reasons"]), d["reasons"]
+    opened = [r for step in d["history"] for r in step["reasons_open"]]
+    assert any("more test vectors" in r for r in opened) and not any("raise_examples" in r for r in opened), opened
+
+
+def test_a_closed_energy_table_says_which_side_each_end_of_its_interval_is():
+    """RAISE above AIS within the noise: the evaluation's table said '(RAISE to AIS, ...)' while the certificate's
+    said 'AIS to RAISE: RAISE came out above AIS, within the noise'; both say the latter now."""
+    model = raise_eval.EnergyModel(lambda x: 2.0 * (x**2).sum(-1), event_shape=(2,))
+    test = 0.5 * torch.randn(5, 2, generator=torch.Generator().manual_seed(0))
+    cert = raise_eval.certify(model, test, tolerance=1.0, steps=10, max_steps=80, ais_chains=32, raise_chains=4)
+    assert cert.closed and cert.report.lower_mean > cert.report.upper_mean  # the case this test is about
+    assert "AIS to RAISE: RAISE came out above AIS" in cert.format_table()
+    assert "(AIS to RAISE: RAISE came out above AIS, within the noise, ±2" in cert.report.format_table()

@@ -133,3 +133,59 @@ def test_what_does_not_apply_is_refused_before_training(tiny_rbm):
         LikelihoodMonitor(binary)(0, neural_energy("binary", tiny_rbm.n_visible))
     with pytest.raises(TypeError, match="this monitor was made for an energy model"):
         LikelihoodMonitor(binary, energy=True)(0, tiny_rbm)
+
+
+def test_an_energy_module_changed_to_another_dtype_in_training_is_refused_in_one_line(tmp_path):
+    """`energy.double()` in the training loop after an EnergyModel was built in float32: the monitor fed float32
+    states to float64 weights and failed inside torch ('mat1 and mat2 must have the same dtype'), its message
+    pointing at the user's forward and a 'probe batch'; it is refused naming the parameter and both dtypes."""
+    torch.manual_seed(0)
+    energy = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.SiLU(), torch.nn.Linear(8, 1), torch.nn.Flatten(0))
+    model = EnergyModel(_Wrapped(energy), event_shape=(2,))
+    test = torch.randn(3, 2, generator=torch.Generator().manual_seed(1))
+    monitor = LikelihoodMonitor(
+        test, energy=CHEAP, train_data=torch.randn(50, 2, generator=torch.Generator().manual_seed(2))
+    )
+    monitor(0, model)
+    energy.double()
+    message = "energy's inner.0.weight is float64 on cpu, but the EnergyModel was built for float32 on cpu"
+    with pytest.raises(ValueError, match=message):
+        monitor(1, model)
+    with pytest.raises(ValueError, match=message):
+        raise_eval.certify(model, test, tolerance=1.0, steps=4, max_steps=4, ais_chains=4, raise_chains=2)
+    monitor(2, EnergyModel(_Wrapped(energy), event_shape=(2,), dtype=torch.float64))  # built again: it runs
+
+
+class _Wrapped(torch.nn.Module):
+    """E(x) = inner(x) + |x|^2 (confining)."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x) + (x**2).sum(-1)
+
+
+def test_a_monitor_of_real_valued_examples_made_without_energy_says_energy_true():
+    """LikelihoodMonitor(real_examples) without energy=True (the energy model's monitor) was refused only with
+    'binarize it first', advice that is wrong for an energy-based model's examples; the message now names
+    energy=True."""
+    test = torch.randn(4, 2, generator=torch.Generator().manual_seed(0))
+    advice = r"binarize it first.*energy=True: LikelihoodMonitor\(test_examples, energy=True"
+    with pytest.raises(ValueError, match=advice):
+        LikelihoodMonitor(test)
+
+
+@pytest.mark.parametrize(
+    "given, shown", [(lambda m: "x", "'x'"), (lambda m: float("nan"), "nan"), (lambda m: torch.ones(2), "tensor")]
+)
+def test_an_exact_log_z_that_is_not_one_finite_number_is_refused_naming_exact_log_z(given, shown):
+    """exact_log_z returning a string or a vector failed inside float() ('could not convert string to float') without
+    naming exact_log_z, and a NaN was recorded as the exact value; each is refused naming exact_log_z, and None
+    means 'not known' (the record's exact is None)."""
+    model, _ = gaussian_energy(2)
+    test = _gaussian_test(model)
+    with pytest.raises(ValueError, match=rf"exact_log_z\(model\) must return one finite number .*got {shown}"):
+        LikelihoodMonitor(test, energy=CHEAP, exact_log_z=given)(0, model)
+    assert LikelihoodMonitor(test, energy=CHEAP, exact_log_z=lambda m: None)(0, model).exact is None

@@ -128,3 +128,47 @@ def test_an_interrupted_certified_energy_run_continues_bit_for_bit(tmp_path, mon
     ]
     assert any(n.startswith("K = 16: continued from") for n in resumed.notes), resumed.notes
     assert not (tmp_path / "cert.json.K16.pt").exists()  # K = 16 is kept in the certified file
+
+
+class _Bowl(torch.nn.Module):
+    """A parameter-free quadratic energy c |x|^2: two of them differ in their energy only, not in parameters."""
+
+    def __init__(self, c: float):
+        super().__init__()
+        self.c = c
+
+    def forward(self, x):
+        return self.c * (x**2).sum(-1)
+
+
+def test_a_resume_file_of_another_parameter_free_energy_is_refused(tmp_path):
+    """Another model file whose energy has no parameters (2|x|^2, then 3|x|^2) was continued from the first one's
+    file, mixing two models' chains; it is refused, naming the energy."""
+    from raise_eval import EnergyModel
+
+    test = 0.3 * torch.randn(3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    settings = EnergySettings(steps=4, ais_chains=8, raise_chains=2, pilot_steps=3, seed=0)
+    file = str(tmp_path / "run.pt")
+    first = EnergyModel(_Bowl(2.0), event_shape=(2,), dtype=torch.float64)
+    evaluate_energy(first, test, settings, resume_file=file)
+    other = EnergyModel(_Bowl(3.0), event_shape=(2,), dtype=torch.float64)
+    with pytest.raises(SettingsError, match="the energy differs"):
+        evaluate_energy(other, test, settings, resume_file=file)
+    evaluate_energy(EnergyModel(_Bowl(2.0), event_shape=(2,), dtype=torch.float64), test, settings, resume_file=file)
+
+
+def test_an_evaluation_s_and_a_certified_run_s_resume_files_are_told_apart(tmp_path):
+    """An evaluation's resume file given to a certified run was refused with "... is not a certified run's resume
+    file ('utf-8' codec can't decode byte 0x80 ...)", and a certified run's given to an evaluation with
+    "(UnpicklingError)"; each now says which kind of run wrote it."""
+    import raise_eval
+
+    model, test, settings = _case("hmc")
+    evaluation_file, certified_file = str(tmp_path / "run.pt"), str(tmp_path / "cert.json")
+    evaluate_energy(model, test, settings, resume_file=evaluation_file)
+    run = dict(tolerance=1.0, steps=4, max_steps=4, ais_chains=16, raise_chains=3, pilot_steps=5, seed=2)
+    raise_eval.certify(model, test, resume_file=certified_file, **run)
+    with pytest.raises(ValueError, match="is the resume file of an evaluation, not of a certified run"):
+        raise_eval.certify(model, test, resume_file=evaluation_file, **run)
+    with pytest.raises(SettingsError, match="is a certified run's resume file"):
+        evaluate_energy(model, test, settings, resume_file=certified_file)

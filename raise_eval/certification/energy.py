@@ -29,8 +29,9 @@ from raise_eval.evaluation.energy import (
     energy_names,
     evaluate_energy,
 )
-from raise_eval.evaluation.energy_resume import base_digest
+from raise_eval.evaluation.energy_resume import base_digest, energy_digest
 from raise_eval.evaluation.settings import EvaluateSettings
+from raise_eval.models.energy_check import check_energy_dtype
 from raise_eval.runtime.resume import model_digest, tensor_digest
 
 # The evaluation settings an energy model's evaluation reads; any other given is refused by name, never ignored.
@@ -75,6 +76,7 @@ class EnergyRuns:
     def __init__(self, model, test_data: Tensor, settings: CertifySettings, energy: dict[str, Any],
                  train_data: Optional[Tensor] = None, base: Any = None):  # fmt: skip
         refuse_foreign(refused_evaluation_fields(settings.evaluation))
+        check_energy_dtype(model)
         if train_data is not None and base is not None:
             raise ValueError("give train_data (to fit the base to) or base, not both")
         self.model, self.test, self.train_data, self.base = model, test_data, train_data, base
@@ -94,6 +96,7 @@ class EnergyRuns:
             "device": str(model.device),
             "test_data": tensor_digest([torch.as_tensor(test_data)]),
             "parameters": model_digest(model),
+            "energy": energy_digest(model),
             "base": base_digest(model, train_data, base),
         }  # fmt: skip
 

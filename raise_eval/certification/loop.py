@@ -11,6 +11,7 @@ import json
 import os
 import time
 import warnings
+from pathlib import Path
 from typing import Callable, Optional
 
 from raise_eval.certification.report import Certificate, CertifyFailed, CertifyInterrupted, CertifyStep
@@ -27,6 +28,7 @@ DIGEST_WORDS = {
     "test_data": "the test data differ",
     "train_pixel_means": "the base rates (training data or train_pixel_means) differ",
     "base": "the base differs (other training data, or another base)",
+    "energy": "the energy differs (another function or model file: its values at fixed probe points differ)",
 }
 
 
@@ -173,6 +175,13 @@ def _load_progress(
         with open(path, encoding="utf-8") as f:
             doc = json.load(f)
     except (OSError, ValueError) as e:
+        from raise_eval.io.outputs import _is_resume_file
+
+        if _is_resume_file(Path(path)):
+            raise ValueError(
+                f"{path} is the resume file of an evaluation, not of a certified run (--until-gap, "
+                "raise_eval.certify): continue it without --until-gap, or name another file for this certified run"
+            ) from None
         raise ValueError(f"{path} is not a certified run's resume file ({e}); delete it or name another file") from e
     if not isinstance(doc, dict) or doc.get("format") != FILE_FORMAT:
         raise ValueError(f"{path} is not a certified run's resume file (format {doc.get('format')!r})")

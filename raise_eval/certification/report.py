@@ -57,8 +57,10 @@ class CertifyStep:
             return None
         return self.ais_mean - self.raise_mean
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self, names: Optional[dict[str, str]] = None) -> dict[str, Any]:
+        """The step's fields and its gap; its reasons written with `names` (the settings as the caller calls them)."""
         d = dict(vars(self))
+        d["reasons_open"] = [render_names(r, names) for r in self.reasons_open]
         d["gap"] = self.gap
         return d
 
@@ -115,7 +117,7 @@ class Certificate:
             "needed_steps": self.needed_steps,
             "gap_per_doubling": self.gap_per_doubling,
             "seconds": self.seconds,
-            "history": [s.to_dict() for s in self.history],
+            "history": [s.to_dict(names) for s in self.history],
             "notes": [render_names(n, names) for n in self.notes],
             "last_evaluation": None if self.report is None else self.report.to_dict(names),
         }

@@ -30,6 +30,7 @@ from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, Metropolis
 from raise_eval.kernels.hmc import StepSizeSchedule
 from raise_eval.models.contracts import declared_family
 from raise_eval.models.energy import fit_base
+from raise_eval.models.energy_check import check_energy_dtype
 from raise_eval.paths.energy import EnergyPath
 from raise_eval.runtime.interrupts import deferred_interrupts
 from raise_eval.runtime.resume import DEFAULT_INTERVAL
@@ -238,6 +239,7 @@ def evaluate_energy(
     began = time.perf_counter()
     if declared_family(model) != "energy":
         raise TypeError(f"evaluate_energy takes an EnergyModel, got a {type(model).__name__}")
+    check_energy_dtype(model)
     names = [f.name for f in dataclasses.fields(EnergySettings)]
     unknown = sorted(set(overrides) - set(names))
     if unknown:

@@ -5,8 +5,9 @@ bits of an uninterrupted one.
 The file holds the pilot's step sizes (`step_sizes`, once tuned), each finished stage as shard 0 of 'ais' / 'raise'
 (its log-weights and, for RAISE, log f(v); with the stage's recorded acceptance and drift), and the annealing state of
 the stage in progress (`running`: the chains' `EnergyState` as its layers x, log f, gradient; the generator's state;
-the recorder's running totals in its `extra`). A file written with other settings (the model's parameters, the test
-data, the base, K, the chains, the kernel, the seed, the dtype or device) is refused, naming what differs.
+the recorder's running totals in its `extra`). A file written with other settings (the model's parameters, the
+energy's values at fixed probe points, the test data, the base, K, the chains, the kernel, the seed, the dtype or
+device) is refused, naming what differs.
 """
 
 from __future__ import annotations
@@ -30,9 +31,21 @@ def energy_resume_settings(model, test: Tensor, settings, base_digest: str) -> d
         "dtype": str(model.dtype),
         "device": str(model.device),
         "parameters": model_digest(model),
+        "energy": energy_digest(model),
         "test_data": tensor_digest([test]),
         "base": base_digest,
     }
+
+
+def energy_digest(model) -> str:
+    """The energy itself, as a digest of its values on the fixed probe batch `check_energy` tries it on: another
+    function (another model file, a parameter-free energy changed, a plain function) differs here even where the
+    parameters and buffers that `model_digest` covers agree or do not exist."""
+    from raise_eval.models.energy_check import probe_states
+
+    with torch.no_grad():
+        energies = model.energies(model.energy_input(probe_states(model)))
+    return tensor_digest([energies])
 
 
 def base_digest(model, train_data: Optional[Tensor], base: Any) -> str:

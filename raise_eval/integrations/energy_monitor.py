@@ -10,6 +10,7 @@ log Z by enumeration for an energy on discrete support of at most 2^EXACT_UNITS 
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Optional
 
 from torch import Tensor
@@ -70,11 +71,22 @@ def check_energy_keywords(energy: Optional[EnergySettings], given: dict[str, Any
 
 def energy_exact(model, report, exact_log_z: Optional[Callable[[Any], float]]):
     """(the exact average test log-likelihood, the exact log Z), or (None, None) where neither is known: from the
-    user's `exact_log_z(model)`, else by enumeration on a discrete support of at most 2^EXACT_UNITS
-    configurations. The average log f(v) is the report's: upper = log f(v) - log Z-hat."""
+    user's `exact_log_z(model)` (None: not known for this model; anything but one finite number is refused), else
+    by enumeration on a discrete support of at most 2^EXACT_UNITS configurations. The average log f(v) is the
+    report's: upper = log f(v) - log Z-hat."""
     log_z = None
     if exact_log_z is not None:
-        log_z = float(exact_log_z(model))
+        given = exact_log_z(model)
+        try:
+            log_z = float(given)
+        except (TypeError, ValueError, RuntimeError):
+            log_z = None
+        if given is None:
+            return None, None  # not known for this model: the record's exact is None
+        if log_z is None or not math.isfinite(log_z):
+            shown = repr(given) if log_z is None else repr(log_z)
+            raise ValueError(f"exact_log_z(model) must return one finite number (the model's log Z), got "
+                             f"{shown[:80]}: fix the function given as exact_log_z, or leave it out")  # fmt: skip
     elif model.support.discrete:
         if exact_energy.configuration_units(model) <= EXACT_UNITS:
             log_z = exact_energy.log_partition(model, max_units=EXACT_UNITS)

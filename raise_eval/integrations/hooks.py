@@ -532,6 +532,10 @@ def _test_vectors(test_data) -> tuple[Tensor, Optional[ValueError]]:
     except ValueError as error:
         integral = data.dim() == 2 and bool(torch.isfinite(data).all()) and bool((data == data.round()).all())
         if not integral:
+            if data.is_floating_point() and bool(torch.isfinite(data).all()):
+                # Real-valued examples: most likely an energy model's, whose monitor was made without energy=...
+                raise type(error)(f"{error} (or, for your own energy-based model, make the monitor with energy=True: "
+                                  f"LikelihoodMonitor(test_examples, energy=True))") from None  # fmt: skip
             raise
         return data, error
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
+from raise_eval.render.text import _interval_ends
 from raise_eval.settings import render_names
 
 
@@ -27,8 +28,9 @@ def energy_table(report, names: Optional[dict[str, str]] = None) -> str:
     tolerance = f"tolerance {s['tolerance']:g} nats"
     if report.verdict == "closed":
         lo, hi = report.interval
+        ends = _interval_ends(report.lower_mean, report.upper_mean)
         lines.append(f"verdict ({tolerance}): CLOSED: the average test log-likelihood lies in [{lo:.4f}, {hi:.4f}] "
-                     "(RAISE to AIS, ±2 standard errors)")  # fmt: skip
+                     f"({ends}, ±2 standard errors)")  # fmt: skip
     else:
         lines.append(f"verdict ({tolerance}): OPEN")
         lines += [f"  - {render_names(r, names)}" for r in report.reasons]

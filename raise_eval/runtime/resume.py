@@ -35,6 +35,7 @@ save (an interrupted run continues from there). No partial or temporary file is 
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import time
 import warnings
@@ -79,6 +80,16 @@ def model_digest(model) -> str:
     """Digest of a Boltzmann machine's or DBN's parameters (weights, biases, recognition biases)."""
     tensors, scale = model.digest_parts()  # `models.contracts.BoltzmannModel` (a DBN's has its recognition biases)
     return f"{tensor_digest(tensors)}/{float(scale)!r}"
+
+
+def _is_certified_file(path) -> bool:
+    """Whether `path` is a certified run's resume file (`certification.loop`'s JSON with its format mark)."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError):
+        return False
+    return isinstance(doc, dict) and str(doc.get("format", "")).startswith("raise-eval certify")
 
 
 def rank_resume_file(path, rank: int, world: int) -> str:
@@ -150,6 +161,11 @@ class ResumeFile:
             try:
                 loaded = torch.load(str(self.path), map_location="cpu", weights_only=True)
             except Exception as e:  # noqa: BLE001 - any unreadable file gets the same advice
+                if _is_certified_file(self.path):
+                    raise SettingsError(
+                        f"{{resume_file}} {self.path} is a certified run's resume file (--until-gap, or "
+                        "raise_eval.certify): continue it that way, or name another file for this run"
+                    ) from None
                 raise SettingsError(
                     f"{{resume_file}} {self.path} is not a raise-eval resume file ({type(e).__name__}); "
                     "delete it or name another file"
@@ -271,6 +287,7 @@ _DIGESTS = {
     "start_biases": "the start distribution differs (another {init}, {train_data} or training-set base rates)",
     "schedule_betas": "the explicit schedule's betas differ",
     "base": "the base differs (other training data, or another base)",
+    "energy": "the energy differs (another function or model file: its values at fixed probe points differ)",
 }
 
 

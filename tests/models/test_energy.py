@@ -171,6 +171,22 @@ def test_a_base_is_not_fitted_to_training_data_where_the_energy_is_nan():
         fit_base(model, train)
 
 
+def _raises_beyond_two(x):
+    if bool((x.abs() > 2).any()):
+        raise RuntimeError("outside the range I was trained on")
+    return (x**2).sum(-1)
+
+
+def test_an_energy_that_raises_at_a_training_example_is_not_said_to_have_failed_on_the_probe_batch():
+    """A new user's finding (issue 43): an energy that raises only at some training examples was refused with '...
+    on training data at FILE, line N (tried on a probe batch; fix it there)': it was not the probe batch."""
+    model = EnergyModel(_raises_beyond_two, "real", (2,), dtype=torch.float64)
+    train = torch.tensor([[0.0, 0.0], [3.0, 0.0]], dtype=torch.float64)
+    with pytest.raises(ValueError, match="outside the range I was trained on on training data at ") as error:
+        fit_base(model, train)
+    assert "probe batch" not in str(error.value) and str(error.value).endswith("(fix it there)"), str(error.value)
+
+
 @pytest.mark.parametrize("low, high", [(1.0, 0.0), (0.0, None), (None, 1.0), (0.0, math.inf), (0.5, 0.5)])
 def test_a_gaussian_base_with_a_box_that_is_not_one_is_refused(low, high):
     mean, std = torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64)
