@@ -63,6 +63,14 @@ def grow_until_closed(runs, settings: CertifySettings, resume_file: Optional[str
     k = evaluation.steps
     reasons: list[str] = []
     verdict = "open"
+
+    def certificate(**outcome) -> Certificate:  # the fields every ending shares, and this ending's own
+        return Certificate(
+            tolerance=float(tolerance), time_budget=time_budget, max_steps=max_steps, history=history,
+            seconds=time.perf_counter() - start, notes=notes, model=runs.model_label, ais_label=runs.ais_label,
+            own_names=runs.names, **outcome,
+        )  # fmt: skip
+
     while True:
         saved = next((h for h in finished if h["steps"] == k), None)
         if saved is not None:  # finished in an earlier invocation: kept, not recomputed (reasons at this tolerance)
@@ -76,21 +84,12 @@ def grow_until_closed(runs, settings: CertifySettings, resume_file: Optional[str
             try:
                 report, step, report_notes = runs.run(k, inner_resume)
             except Stopped as stop:
-                partial = Certificate(
+                partial = certificate(
                     verdict="failed" if stop.failed else "interrupted",
                     reasons=[f"{stop.reason}; the finished Ks are above"],
                     interval=None,
-                    tolerance=float(tolerance),
-                    time_budget=time_budget,
-                    max_steps=max_steps,
-                    history=history,
                     needed_steps=None,
-                    seconds=time.perf_counter() - start,
                     report=None,
-                    notes=notes,
-                    model=runs.model_label,
-                    ais_label=runs.ais_label,
-                    own_names=runs.names,
                 )
                 if stop.failed:
                     raise CertifyFailed(partial, stop.report) from stop.cause
@@ -143,22 +142,13 @@ def grow_until_closed(runs, settings: CertifySettings, resume_file: Optional[str
         interval = (last.interval_low, last.interval_high)
     if report is None and finished:
         notes.append(f"every K was read back from {resume_file}; the last evaluation's full report is not kept")
-    return Certificate(
+    return certificate(
         verdict=verdict,
         reasons=reasons,
         interval=interval,
-        tolerance=float(tolerance),
-        time_budget=time_budget,
-        max_steps=max_steps,
-        history=history,
         needed_steps=None if verdict == "closed" else trend(history, tolerance),
         gap_per_doubling=None if verdict == "closed" else gap_per_doubling(history, tolerance),
-        seconds=time.perf_counter() - start,
         report=report,
-        notes=notes,
-        model=runs.model_label,
-        ais_label=runs.ais_label,
-        own_names=runs.names,
     )
 
 
