@@ -61,16 +61,17 @@ class LoopOptions:
     products: 'model' (matrix products in the model's dtype) or 'half-split' (binary states, exact in half
         precision, times the weights split into half-precision terms whose sum is the weight to within a bound
         reported by `kernels.split_products.split_error_bound`; float32 models on CUDA).
-    fuse: 'none' (the default), 'compile' (the elementwise work of a step through torch.compile, in few kernels) or
-        'auto' (compile on CUDA for a run of at least FUSE_MIN_CHAIN_STEPS chain-steps, where Triton is present and
-        the compilation succeeds: the first compilation in a process takes about 10 s, which a long run repays);
+    fuse: 'auto' (the default: compile on CUDA for a run of at least FUSE_MIN_CHAIN_STEPS chain-steps, where Triton
+        is present and the compilation succeeds: the first compilation in a process takes about 10 s, which a long
+        run repays; else as 'none'), 'none' (one op at a time), 'compile' (the elementwise work of a step through
+        torch.compile, in few kernels, wherever the program runs);
         'fused' runs the functions compile would compile as they are (to test them where nothing compiles).
     """
 
     programs: str = "cuda"
     steps_per_graph: int = 32
     products: str = "model"
-    fuse: str = "none"
+    fuse: str = "auto"
 
     def __post_init__(self):
         for name, allowed in (("programs", PROGRAMS), ("products", PRODUCTS), ("fuse", FUSE)):

@@ -251,8 +251,36 @@ def benchmark_cuda(device, chains: int, steps: int, repeats: int, dtype: torch.d
 
         return run
 
+    def bare_bf16_f32(n):  # one bfloat16 term into a float32 result (out_dtype): is out_dtype itself the slow part?
+        def run():
+            for _ in range(n):
+                torch.mm(hb, Wb.t(), out_dtype=torch.float32)
+                torch.mm(vb, Wb, out_dtype=torch.float32)
+
+        return run
+
+    h2, v2 = h.repeat(1, 2), v.repeat(1, 2)
+    W2 = torch.cat([W, W], 0)  # (2 n_visible, n_hidden): the shapes of a two-term TF32 split (hi + lo)
+    W2t = torch.cat([W.t(), W.t()], 0).contiguous()
+
+    def bare_tf32_two_terms(n):  # the speed of a two-term TF32 split, stacked along the inner dimension as half-split
+        def run():
+            before = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = True
+            try:
+                for _ in range(n):
+                    torch.mm(h2, W2t)
+                    torch.mm(v2, W2)
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = before
+
+        return run
+
     runs["bare bfloat16 products (bf16 out)"] = (bare_bf16(steps), bare_bf16(5 * steps))
+    if split:
+        runs["bare bfloat16 products, float32 out"] = (bare_bf16_f32(steps), bare_bf16_f32(5 * steps))
     runs["bare TF32 products"] = (bare_tf32(steps), bare_tf32(5 * steps))
+    runs["bare TF32 products, two terms stacked"] = (bare_tf32_two_terms(steps), bare_tf32_two_terms(5 * steps))
     failed = {}
     for name, pair in list(runs.items()):  # warm up (compiles, cuBLAS heuristics); a loop that cannot run is named
         try:

@@ -13,7 +13,9 @@
 #   bash scripts/check_gpu.sh DATA_DIR OUT_DIR
 #
 # DATA_DIR holds mnist_test.npz and mnist_train.npz (binarized MNIST as (N, 784) arrays) and
-# rbm_mnist_sgd_grosse_salakhutdinov_2015.npz (../shared/data/checkpoints). Each step has its own time limit and
+# rbm_mnist_sgd_grosse_salakhutdinov_2015.npz (../shared/data/checkpoints); where it also holds
+# data/binarized_mnist/binarized_mnist_test.amat, the cost model's predictions are timed against its runs
+# (scripts/benchmark_cost_estimate.py; COST_CASES picks the cases). Each step has its own time limit and
 # the script goes on after a failure; the last lines are a table of each step's exit status and wall time.
 set -uo pipefail
 DATA=${1:?DATA_DIR}
@@ -56,6 +58,8 @@ for run in ${PAPER_RUNS:-eager default compile half_split}; do  # PAPER_RUNS: so
       --json "$OUT/paper_scale_half_split.json" ;;
   esac
 done
+step cli_half_split 45 raise-eval evaluate checkpoints/rbm_digits_64-16.pt --device cuda --gpu-products half-split \
+  --no-progress --json "$OUT/half_split_digits.json"
 step cli_dbm 60 raise-eval evaluate checkpoints/dbm_mnist_20-500.pt --device cuda --data "$DATA/mnist_test.npz" \
   --train-data "$DATA/mnist_train.npz" --steps 10000 --raise-examples 100 --raise-chains 20 --exact never --no-progress
 if [ "${SKIP_BDMC:-0}" != 1 ]; then
@@ -65,5 +69,9 @@ if [ "${SKIP_BDMC:-0}" != 1 ]; then
   for device in cuda cpu; do
     step "bdmc_$device" 60 raise-eval "${BDMC[@]}" --device "$device" --json "$OUT/bdmc_$device.json"
   done
+fi
+if [ -d "$DATA/data/binarized_mnist" ]; then  # the cost model against measured times (binarized MNIST's test split)
+  step cost_model 150 env RAISE_EVAL_DATA="$DATA/data" python3 scripts/benchmark_cost_estimate.py --device cuda \
+    --cases ${COST_CASES:-digits rbm500 dbm exact dbn} --json "$OUT/cost_model.json"
 fi
 printf '%s\n' "${SUMMARY[@]}" | tee -a "$LOG"

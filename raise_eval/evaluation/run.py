@@ -373,6 +373,8 @@ def _resume_settings(all_settings: dict, model, test: Tensor, path: BoltzmannPat
     """What a resume file must agree on: the settings that determine the numbers, with digests of the model's
     parameters, the test data, the start distribution and an explicit schedule."""
     out = {k: all_settings.get(k) for k in RESUME_KEYS}
+    if out.get("gpu_fuse") == "auto" and not str(all_settings.get("device", "")).startswith("cuda"):
+        out["gpu_fuse"] = "none"  # off CUDA 'auto' never compiles: a file written with 'none' computes the same bits
     out["parameters"] = model_digest(model)
     out["test_data"] = tensor_digest([test])
     out["start_biases"] = tensor_digest(path.base_biases)

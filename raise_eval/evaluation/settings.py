@@ -229,11 +229,11 @@ class EvaluateSettings:
         kind="choice", numbers="kept", choices=("model", "half-split"), flag="--gpu-products", group="run",
     )  # fmt: skip
     gpu_fuse: str = setting(
-        "none",
+        "auto",
         "the elementwise work of a step program on CUDA: none runs it one operation at a time; compile fuses each "
         "step's into a few kernels with torch.compile (needs Triton; the first compilation in a process takes about "
-        "10 s); auto compiles for runs of at least 2 x 10^8 chain-steps, where that repays it. The same distributions, "
-        "other rounding",
+        "10 s); auto compiles for runs of at least 2 x 10^8 chain-steps, where that repays it, and runs unfused "
+        "(with a note) where compiling fails. The same distributions, other rounding",
         kind="choice", numbers="kept", choices=("none", "auto", "compile"), flag="--gpu-fuse", group="run",
     )  # fmt: skip
     resume_interval: float = setting(
