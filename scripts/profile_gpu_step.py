@@ -1,4 +1,4 @@
-"""Where a GPU annealing step's device time goes: the kernels of AIS steps on a 784-500 RBM, by name, from torch.profiler.
+"""Where a GPU annealing step's device time goes: the kernels of AIS steps on a 784-500 RBM, from torch.profiler.
 
 The steps run as the step program does (the same kernels as in its CUDA graphs), but one at a time
 (`steps_per_graph=0`), so that the profiler sees each kernel; the times are the kernels' own device times, summed
