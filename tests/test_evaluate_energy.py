@@ -52,6 +52,20 @@ def test_evaluate_runs_an_energy_model_and_its_report_holds_the_sandwich():
     assert again.log_z == report.log_z and torch.equal(again.lower, report.lower)
 
 
+def test_threads_are_taken_for_the_call_and_the_report_says_what_the_numbers_were_computed_with():
+    """evaluate(energy, threads=1) was refused ("has no setting threads"), and the JSON's settings did not name the
+    dtype, device and thread count, which the same seed's bits depend on."""
+    model, _ = gaussian_energy(2)
+    test = _gaussian_test(model, n=3)
+    before = torch.get_num_threads()
+    report = raise_eval.evaluate(model, test, steps=5, ais_chains=4, raise_chains=2, pilot_steps=3, threads=1)
+    assert torch.get_num_threads() == before  # the caller's count restored
+    settings = json.loads(json.dumps(report.to_dict()))["settings"]
+    assert settings["threads"] == 1 and settings["dtype"] == "float64" and settings["device"] == "cpu"
+    with pytest.raises(ValueError, match="threads"):
+        raise_eval.evaluate(model, test, steps=5, threads=0)
+
+
 @pytest.mark.parametrize("kernel", ["metropolis", "gibbs-with-gradients"])
 def test_a_binary_energy_against_its_enumeration(kernel):
     model = neural_energy("binary", 5, seed=3)

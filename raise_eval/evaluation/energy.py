@@ -34,6 +34,7 @@ from raise_eval.models.energy_check import check_energy_dtype
 from raise_eval.paths.energy import EnergyPath
 from raise_eval.runtime.interrupts import deferred_interrupts
 from raise_eval.runtime.resume import DEFAULT_INTERVAL
+from raise_eval.runtime.threads import Threads, using_threads
 from raise_eval.schedules import linear_schedule
 from raise_eval.seeds import ENERGY_OFFSETS, stage_seed
 from raise_eval.settings import render_names
@@ -212,6 +213,20 @@ def evaluate_energy(
     test_data: Tensor,
     settings: Optional[EnergySettings] = None,
     *,
+    threads: Threads = None,
+    **keywords,
+) -> EnergyReport:
+    """AIS and RAISE on an `EnergyModel` (`_evaluate_energy`'s arguments), with torch's thread count `threads` for
+    the call ('auto': the idle cores; None, the default: the caller's), the caller's restored on return."""
+    with using_threads(threads) if threads is not None else contextlib.nullcontext():
+        return _evaluate_energy(model, test_data, settings, **keywords)
+
+
+def _evaluate_energy(
+    model,
+    test_data: Tensor,
+    settings: Optional[EnergySettings] = None,
+    *,
     train_data: Optional[Tensor] = None,
     base: Any = None,
     progress: bool = False,
@@ -244,7 +259,7 @@ def evaluate_energy(
     unknown = sorted(set(overrides) - set(names))
     if unknown:
         raise ValueError(f"an energy model's evaluation has no setting {', '.join(unknown)} (its settings: "
-                         f"{', '.join(names)}, and train_data, base, progress)")  # fmt: skip
+                         f"{', '.join(names)}, and train_data, base, progress, threads)")  # fmt: skip
     if settings is not None and not isinstance(settings, EnergySettings):
         raise TypeError(f"settings of an energy model's evaluation are EnergySettings, got {type(settings).__name__}")
     settings = dataclasses.replace(settings or EnergySettings(), **overrides)
@@ -316,7 +331,7 @@ def evaluate_energy(
 
     reasons = closure_reasons(sandwich, settings.tolerance)
     return EnergyReport(
-        model=model.describe(), settings=dataclasses.asdict(settings), kernel=kind, log_z=forward.estimate,
+        model=model.describe(), settings=_report_settings(model, settings), kernel=kind, log_z=forward.estimate,
         log_z_stderr=ais_se, ais_ess=float(forward.ess), upper=upper, lower=lower, upper_mean=upper_mean,
         upper_stderr=_with(upper_se, ais_se), lower_mean=reverse.mean, lower_stderr=reverse.stderr, gap=gap_mean,
         gap_stderr=_with(gap_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
@@ -324,6 +339,12 @@ def evaluate_energy(
         interval=None if reasons else list(sandwich_interval(sandwich)), reasons=reasons, data=data,
         total_seconds=time.perf_counter() - began, notes=notes, cost_estimate=cost_estimate,
     )  # fmt: skip
+
+
+def _report_settings(model, settings: EnergySettings) -> dict:
+    """The settings a report keeps: the fields, and what the numbers were computed with (dtype, device, threads)."""
+    return {**dataclasses.asdict(settings), "dtype": str(model.dtype).replace("torch.", ""),
+            "device": str(model.device), "threads": torch.get_num_threads()}  # fmt: skip
 
 
 def _ais_stage(path, betas: Tensor, settings: EnergySettings, recorder: _Recording, store, progress: bool):
