@@ -34,7 +34,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 PROGRAMS = ("cuda", "always", "never")
-PRODUCTS = ("model", "half-split")
+PRODUCTS = ("model", "half-split", "tf32-split")
 FUSE = ("auto", "none", "compile", "fused")
 
 
@@ -58,7 +58,9 @@ class LoopOptions:
 
     programs: 'cuda' (on CUDA devices only, the default), 'always' (on every device: eagerly off CUDA) or 'never'.
     steps_per_graph: steps captured in one CUDA graph (0: run the program eagerly on CUDA too).
-    products: 'model' (matrix products in the model's dtype) or 'half-split' (binary states, exact in half
+    products: 'model' (matrix products in the model's dtype), 'tf32-split' (float32 binary states times the weights
+        split into two TF32 terms on the TF32 tensor cores, within `kernels.split_products.tf32_split_error_bound`)
+        or 'half-split' (binary states, exact in half
         precision, times the weights split into half-precision terms whose sum is the weight to within a bound
         reported by `kernels.split_products.split_error_bound`; float32 models on CUDA).
     fuse: 'auto' (the default: compile on CUDA for a run of at least FUSE_MIN_CHAIN_STEPS chain-steps, where Triton

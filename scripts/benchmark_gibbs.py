@@ -173,6 +173,7 @@ CUDA_LOOPS = {
     "graphs, half-split products": {"products": "half-split", "fuse": "none"},
     "graphs, compiled elementwise": {"fuse": "compile"},
     "graphs, half-split, compiled": {"products": "half-split", "fuse": "compile"},
+    "graphs, TF32-split, compiled": {"products": "tf32-split", "fuse": "compile"},
 }
 HEADLINE = "graphs, compiled elementwise"
 

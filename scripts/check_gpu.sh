@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # The GPU checks, as one script for a lent GPU machine (about 8 minutes on an H200): the CUDA test module (exact
 # answers and unbiasedness with the model, states and generator on the GPU, the step programs in CUDA graphs of every
-# size that leaves a boundary, half-split products and compiled elementwise work), the AIS step against its bare
-# products for each way of running the loop (scripts/benchmark_gibbs.py --devices cuda), the paper-scale run (AIS with
-# 5,000 chains and RAISE on 100 test vectors x 50 chains at K = 100,000 on the shared 784-500 RBM) with the eager loop
-# as before step programs (--loop eager), with step programs (the default), with their elementwise work compiled
-# (--gpu-fuse compile) and with half-split products too, a DBM on
-# CUDA (heating RAISE through the programs), and, unless SKIP_BDMC=1, BDMC on CUDA (HMC in CUDA graphs, where
-# RAISE_EVAL_STEP_PROGRAMS=always asks for them, and the eager loop) against the machine's CPUs.
-# PAPER_RUNS="default compile" (say) runs only those of the paper-scale runs (eager, default, compile, half_split).
+# size that leaves a boundary, half-split and TF32-split products and compiled elementwise work), the AIS step against
+# its bare products for each way of running the loop (scripts/benchmark_gibbs.py --devices cuda), the paper-scale run
+# (AIS with 5,000 chains and RAISE on 100 test vectors x 50 chains at K = 100,000 on the shared 784-500 RBM) with the
+# eager loop as before step programs (--loop eager), at the defaults (step programs in graphs, elementwise work
+# compiled for a run this long), compiled with TF32-split products and with half-split products, a DBM on CUDA
+# (heating RAISE through the programs), and, unless SKIP_BDMC=1, BDMC on CUDA (HMC in CUDA graphs, the default, and
+# the eager loop, RAISE_EVAL_STEP_PROGRAMS=never) against the machine's CPUs.
+# PAPER_RUNS="default tf32_split" (say) runs only those of the paper-scale runs (eager, default, compile, tf32_split,
+# half_split).
 #
 #   bash scripts/check_gpu.sh DATA_DIR OUT_DIR
 #
@@ -48,7 +49,7 @@ done
 PAPER=(evaluate "$DATA/rbm_mnist_sgd_grosse_salakhutdinov_2015.npz" --device cuda --data "$DATA/mnist_test.npz"
   --train-data "$DATA/mnist_train.npz" --steps 100000 --ais-chains 5000 --raise-examples 100 --raise-chains 50
   --exact never --no-progress)
-for run in ${PAPER_RUNS:-eager default compile half_split}; do  # PAPER_RUNS: some of these, for less device time
+for run in ${PAPER_RUNS:-eager default tf32_split half_split}; do  # PAPER_RUNS: some of these, for less device time
   case $run in
     eager) step paper_scale_eager 120 raise-eval "${PAPER[@]}" --loop eager --json "$OUT/paper_scale_eager.json" ;;
     default) step paper_scale_default 120 raise-eval "${PAPER[@]}" --json "$OUT/paper_scale_default.json" ;;
@@ -56,6 +57,8 @@ for run in ${PAPER_RUNS:-eager default compile half_split}; do  # PAPER_RUNS: so
       --json "$OUT/paper_scale_compile.json" ;;
     half_split) step paper_scale_half_split 120 raise-eval "${PAPER[@]}" --gpu-products half-split --gpu-fuse compile \
       --json "$OUT/paper_scale_half_split.json" ;;
+    tf32_split) step paper_scale_tf32_split 120 raise-eval "${PAPER[@]}" --gpu-products tf32-split --gpu-fuse compile \
+      --json "$OUT/paper_scale_tf32_split.json" ;;
   esac
 done
 step cli_half_split 45 raise-eval evaluate checkpoints/rbm_digits_64-16.pt --device cuda --gpu-products half-split \
@@ -64,8 +67,8 @@ step cli_dbm 60 raise-eval evaluate checkpoints/dbm_mnist_20-500.pt --device cud
   --train-data "$DATA/mnist_train.npz" --steps 10000 --raise-examples 100 --raise-chains 20 --exact never --no-progress
 if [ "${SKIP_BDMC:-0}" != 1 ]; then
   BDMC=(bdmc checkpoints/vae_mnist_z10.pt --examples 20 --chains 10 --steps 1000 --iwae 1 100 --no-progress)
-  step bdmc_cuda_graphs 60 env RAISE_EVAL_STEP_PROGRAMS=always raise-eval "${BDMC[@]}" --device cuda \
-    --json "$OUT/bdmc_cuda_graphs.json"
+  step bdmc_cuda_eager 60 env RAISE_EVAL_STEP_PROGRAMS=never raise-eval "${BDMC[@]}" --device cuda \
+    --json "$OUT/bdmc_cuda_eager.json"
   for device in cuda cpu; do
     step "bdmc_$device" 60 raise-eval "${BDMC[@]}" --device "$device" --json "$OUT/bdmc_$device.json"
   done

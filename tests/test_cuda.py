@@ -189,7 +189,7 @@ GRAPHS = pytest.mark.skipif(torch.device(DEVICE).type != "cuda", reason="CUDA gr
 
 
 @GRAPHS
-@pytest.mark.parametrize("products", ["model", "half-split"])
+@pytest.mark.parametrize("products", ["model", "half-split", "tf32-split"])
 @pytest.mark.parametrize("per_graph", [1, 2, 3, 4])
 @pytest.mark.parametrize("k", [1, 2, 3, 7])
 def test_graphs_of_steps_are_unbiased(tiny_rbm, tiny_dbm, train_vectors, k, per_graph, products):
@@ -259,6 +259,29 @@ def test_half_split_products_are_the_float32_weights_times_the_states():
     reference = x.double() @ model.weights[0].double()
     scale = (x.double() @ model.weights[0].double().abs()).max()
     assert float((out.double() - reference).abs().max()) <= 1e-6 * float(scale)
+
+
+@GRAPHS
+def test_tf32_split_products_are_within_their_bound():
+    """x W through W's two TF32 terms on the TF32 tensor cores differs from x W in float64 by at most the reported
+    bound on the split (per row: sum_ij 2^-10 |lo_ij| covers every row of binary states) plus float32 accumulation."""
+    from raise_eval import RBM
+    from raise_eval.kernels.binary_program import BinaryGibbsProgram
+    from raise_eval.kernels.split_products import tf32_split_error_bound
+
+    g = _generator(6)
+    model = RBM.random(784, 500, weight_std=0.05, generator=g, dtype=torch.float32, device=DEVICE)
+    path = BoltzmannPath(model)
+    program = BinaryGibbsProgram(path, products="tf32-split")
+    program.begin(path.sample_initial(64, g), None, 0.5)
+    x = program.layers[0]
+    out = torch.empty(64, 500, device=DEVICE)
+    program._product(0, 1, out, accumulate=False)
+    reference = x.double() @ model.weights[0].double()
+    scale = (x.double() @ model.weights[0].double().abs()).max()
+    rows = ((out.double() - reference).abs()).sum(-1)  # |x (W - W') y| for the worst +-1 y, per row
+    assert float(rows.max()) <= tf32_split_error_bound(model.weights) + 500 * 1e-6 * float(scale)
+    assert not torch.backends.cuda.matmul.allow_tf32  # the setting is the caller's again
 
 
 @GRAPHS

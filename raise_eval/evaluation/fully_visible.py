@@ -55,11 +55,11 @@ def fully_visible_start(model, init: str, site_frequencies: Optional[Tensor]) ->
 
 
 def check_no_gpu_products(settings) -> None:
-    """Half-split products have nothing to compute on a fully visible model (its scan has no step program)."""
-    if settings.gpu_products == "half-split":
+    """Split products have nothing to compute on a fully visible model (its scan has no step program)."""
+    if settings.gpu_products != "model":
         raise SettingsError(
-            "{gpu_products} half-split has nothing to compute in a fully visible model (its single-site scan has no "
-            "step program)",
+            f"{{gpu_products}} {settings.gpu_products} has nothing to compute in a fully visible model (its "
+            "single-site scan has no step program)",
             ("gpu_products",),
         )
 

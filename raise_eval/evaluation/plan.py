@@ -22,7 +22,7 @@ from raise_eval.evaluation.memory import CostEstimate, check_memory
 from raise_eval.evaluation.settings import ALWAYS_EXACT_LIMIT, EvaluateSettings, evaluate_settings
 from raise_eval.evaluation.stages import plan_memory
 from raise_eval.io.datasets import check_binary
-from raise_eval.kernels.split_products import split_error_bound, terms_needed
+from raise_eval.kernels.split_products import split_error_bound, terms_needed, tf32_split_error_bound
 from raise_eval.models.boltzmann.dbn import DBN
 from raise_eval.models.contracts import declared_family
 from raise_eval.paths.boltzmann import BoltzmannPath, data_base_rates, make_path, uniform_base
@@ -337,8 +337,8 @@ def _layers_label(family: str, model) -> str:
 
 
 def _check_gpu_products(settings, model) -> None:
-    """Refuse half-split products where no step program would use them, naming the setting."""
-    if settings.gpu_products != "half-split":
+    """Refuse split products (half-split, tf32-split) where no step program would use them, naming the setting."""
+    if settings.gpu_products == "model":
         return
     where = None
     if model.typed_layers:
@@ -350,7 +350,9 @@ def _check_gpu_products(settings, model) -> None:
     elif settings.loop == "eager":
         where = "{loop} eager (the eager loop multiplies in the model's dtype)"
     if where is not None:
-        raise SettingsError(f"{{gpu_products}} half-split has nothing to compute in {where}", ("gpu_products",))
+        raise SettingsError(
+            f"{{gpu_products}} {settings.gpu_products} has nothing to compute in {where}", ("gpu_products",)
+        )
 
 
 def plan_loop_options(settings) -> dict[str, Any]:
@@ -360,10 +362,12 @@ def plan_loop_options(settings) -> dict[str, Any]:
 
 
 def _gpu_product_bound(setting: str, path) -> dict[str, Any]:
-    """With half-split products, the bound on how far they move a log-density (`kernels.split_products`)."""
-    if setting != "half-split" or path is None or path.model.typed_layers:
+    """With split products, the bound on how far they move a log-density (`kernels.split_products`)."""
+    if setting == "model" or path is None or path.model.typed_layers:
         return {}
     model = path.model
+    if setting == "tf32-split":
+        return {"gpu_product_error_bound": tf32_split_error_bound(model.weights, model.weight_scale)}
     terms = terms_needed(model.weights)
     return {"gpu_product_error_bound": split_error_bound(model.weights, model.weight_scale, terms)}
 

@@ -224,9 +224,11 @@ class EvaluateSettings:
         "model",
         "the matrix products of a step program on CUDA: model multiplies in the model's dtype; half-split multiplies "
         "the binary states (exact in bfloat16) by the weights split into bfloat16 terms on the tensor cores, "
-        "float32 models only: three terms hold float32 weights exactly, and the JSON gives the bound on how far "
-        "the split can move any log-density (settings.gpu_product_error_bound, 0 where it is exact)",
-        kind="choice", numbers="kept", choices=("model", "half-split"), flag="--gpu-products", group="run",
+        "float32 models only: three terms hold float32 weights exactly; tf32-split multiplies them by the weights "
+        "split into two TF32 terms (faster, not exact). The JSON gives the bound on how far the split can move any "
+        "log-density (settings.gpu_product_error_bound, 0 where it is exact)",
+        kind="choice", numbers="kept", choices=("model", "half-split", "tf32-split"), flag="--gpu-products",
+        group="run",
     )  # fmt: skip
     gpu_fuse: str = setting(
         "auto",

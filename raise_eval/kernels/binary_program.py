@@ -17,7 +17,9 @@ each odd unit's difference as -log1p(expm1(-dz) sigmoid(z')) where |dz| = |(beta
 accurate form for the small steps of a long schedule), as the difference of the softplus functions elsewhere; the
 sum over units in float64, and sigmoid(z(beta')) kept for the next step. The states stay in the model's dtype; the
 products run in it (`products='model'`) or, for float32 models on CUDA, on bfloat16 copies of the states times the
-weights split into bfloat16 terms (`products='half-split'`, `kernels.split_products`).
+weights split into bfloat16 terms (`products='half-split'`, `kernels.split_products`), or on float32 copies of the
+states times the weights' two TF32 terms on the TF32 tensor cores (`products='tf32-split'`: not exact, within a
+reported bound).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from raise_eval.kernels.split_products import (
     out_dtype_products_available,
     split_error_bound,
     terms_needed,
+    tf32_products,
 )
 
 
@@ -118,7 +121,7 @@ class BinaryGibbsProgram:
 
     Args:
         path: the geometric path (model, base biases, clamped even layers).
-        products: 'model' or 'half-split' (module docstring).
+        products: 'model', 'half-split' or 'tf32-split' (module docstring).
         fuse: 'none' (one op at a time), 'compile' (the elementwise work of a step in a few kernels by torch.compile)
             or 'fused' (the functions compile would compile, run as they are: for tests).
     """
@@ -133,13 +136,18 @@ class BinaryGibbsProgram:
         self.drift = [(b - c).contiguous() for b, c in zip(model.biases, path.base_biases)]
         self.odd = list(range(1, self.num_layers, 2))
         self.sampled_even = [l for l in range(0, self.num_layers, 2) if l not in path.clamped]
-        self.half = products == "half-split"
-        if self.half:
+        self.tf32 = products == "tf32-split"
+        self.stacked = products == "half-split" or self.tf32  # the states repeated, times stacked weight terms
+        if self.stacked:
             if self.dtype != torch.float32 or self.device.type != "cuda":
                 raise ValueError(
-                    f"products='half-split' needs a float32 model on a CUDA device; this one is {self.dtype} on "
+                    f"products='{products}' needs a float32 model on a CUDA device; this one is {self.dtype} on "
                     f"{self.device} (use products='model')"
                 )
+        if self.tf32:
+            self.split = [SplitWeight(w, 2, tf32=True) for w in model.weights]
+            self.terms = 2
+        elif self.stacked:
             if not out_dtype_products_available(self.device):
                 raise ValueError(
                     "products='half-split' needs torch.mm(..., out_dtype=torch.float32) for bfloat16 matrices, which "
@@ -184,10 +192,11 @@ class BinaryGibbsProgram:
 
         # uniforms for the sampled even layers (and the odd ones' draws with half-split operands), products' sums
         # for the sampled even layers
-        self.uniform = [scratch(l, l in self.sampled_even or (l % 2 == 1 and self.half)) for l in range(len(sizes))]
+        self.uniform = [scratch(l, l in self.sampled_even or (l % 2 == 1 and self.stacked)) for l in range(len(sizes))]
         self.acc = [scratch(l, l in self.sampled_even) for l in range(len(sizes))]
-        if self.half:
-            self.operand = [torch.empty(rows, self.terms * n, dtype=HALF, device=self.device) for n in sizes]
+        if self.stacked:
+            operand_dtype = self.dtype if self.tf32 else HALF
+            self.operand = [torch.empty(rows, self.terms * n, dtype=operand_dtype, device=self.device) for n in sizes]
             for l in range(0, self.num_layers, 2):
                 self._refresh_operand(l, self.layers[l])
         else:  # the even layers multiply as they are; the odd samples get buffers of their own
@@ -257,7 +266,13 @@ class BinaryGibbsProgram:
         """out (+)= x_l W (into = l + 1) or x_l W^T (into = l - 1), for the sampled layer l."""
         w = min(l, into)
         forward = into > l
-        if self.half:
+        if self.tf32:
+            matrix = self.split[w].forward if forward else self.split[w].backward
+            with tf32_products():
+                if accumulate:
+                    return torch.addmm(out, self.operand[l], matrix, out=out)
+                return torch.mm(self.operand[l], matrix, out=out)
+        if self.stacked:
             matrix = self.split[w].forward if forward else self.split[w].backward
             if accumulate:
                 return torch.addmm(out, self.operand[l], matrix, out_dtype=torch.float32, out=out)
@@ -280,10 +295,10 @@ class BinaryGibbsProgram:
         if l % 2 == 0:
             target = self.layers[l]
         else:
-            target = self.uniform[l] if self.half else self.operand[l]
+            target = self.uniform[l] if self.stacked else self.operand[l]
         torch.rand(target.shape, generator=generator, dtype=target.dtype, device=self.device, out=target)
         target.lt_(probs)
-        if self.half:
+        if self.stacked:
             self._refresh_operand(l, target)
 
     # ------------------------------------------------------------------ the step
@@ -301,7 +316,7 @@ class BinaryGibbsProgram:
                 uniform = self.uniform[l]
                 torch.rand(uniform.shape, generator=generator, dtype=uniform.dtype, device=self.device, out=uniform)
                 self._fused[0](self.layers[l], acc, self.base[l], self.drift[l], self.scale, beta_from, uniform)
-                if self.half:
+                if self.stacked:
                     self._refresh_operand(l, self.layers[l])
         for l in self.odd:
             self._neighbour_input(l, self.inputs[l])

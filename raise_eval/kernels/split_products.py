@@ -13,12 +13,18 @@ What remains, W - W', is computed exactly in float64 (`split_error_bound`): for 
 |x (W - W') y| <= sum_ij |W - W'|_ij, so every log-density the products enter (a joint's, or a marginal's with some
 layers summed out: softplus is 1-Lipschitz) moves by at most s B, s the weight scale, B that sum over the weight
 matrices; log Z by at most the same, and a log-likelihood by at most twice it. The estimators report it.
+
+The TF32 split (`tf32_terms`) is the same idea on the TF32 tensor cores, which read float32 operands to 10
+significant bits: W = hi + lo with hi = W rounded to TF32 (read exactly) and lo = W - hi (read to within
+2^-10 |lo|, whether the hardware rounds or truncates it), two products stacked as above, float32 in and out. It is
+not exact: its bound (`tf32_split_error_bound`) is s sum_ij 2^-10 |lo_ij|, about 2^-21 s sum |W|.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -66,11 +72,55 @@ def out_dtype_products_available(device: torch.device) -> bool:
         return False
 
 
-class SplitWeight:
-    """One weight matrix W (m, k) ready for x W (x: (B, terms m), the state repeated) and y W^T (y: (B, terms k))."""
+# TF32: float32's exponent and 10 explicit significant bits; tensor cores read float32 operands at that precision
+TF32_DROPPED_BITS = 13  # of float32's 23 explicit significant bits
+TF32_RELATIVE_ERROR = 2.0**-10  # |y - tf32(y)| < 2^-10 |y| whether the hardware rounds or truncates
 
-    def __init__(self, weight: Tensor, terms: int):
-        parts = split_terms(weight, terms)
-        self.terms = terms
+
+def tf32_round(weight: Tensor) -> Tensor:
+    """float32 `weight` rounded to TF32 precision (to nearest, ties to even; the low 13 significant bits zero), as
+    float32: exact in TF32, so a tensor core reads it unchanged. Finite inputs of |w| < 3.4e38 stay finite."""
+    bits = weight.float().contiguous().view(torch.int32)
+    keep = (bits >> TF32_DROPPED_BITS) & 1  # ties to even
+    rounded = (bits + (1 << (TF32_DROPPED_BITS - 1)) - 1 + keep) & ~((1 << TF32_DROPPED_BITS) - 1)
+    return rounded.view(torch.float32)
+
+
+def tf32_terms(weight: Tensor) -> list[Tensor]:
+    """The two float32 terms [hi, lo] of the TF32 split: hi = tf32_round(W), lo = W - hi (exact in float32, since hi
+    is W's rounding: lo holds W's low bits). A TF32 product reads hi exactly and lo to within 2^-10 |lo|."""
+    w = weight.float()
+    hi = tf32_round(w)
+    return [hi, w - hi]
+
+
+def tf32_split_error_bound(weights: Sequence[Tensor], scale: float = 1.0) -> float:
+    """|s| sum over the weight matrices of sum_ij 2^-10 |lo_ij|, in float64: the largest change the TF32-split
+    products (states times [hi; lo] on TF32 tensor cores) can make to a log-density of binary states, whether the
+    tensor cores round lo or truncate it (module docstring's argument, with |lo - tf32(lo)| < 2^-10 |lo|)."""
+    total = 0.0
+    for w in weights:
+        total += float(tf32_terms(w)[1].double().abs().sum()) * TF32_RELATIVE_ERROR
+    return abs(float(scale)) * total if math.isfinite(total) else math.inf
+
+
+@contextmanager
+def tf32_products():
+    """float32 matrix products on CUDA through the TF32 tensor cores inside the block, torch's setting restored."""
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = True
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+
+
+class SplitWeight:
+    """One weight matrix W (m, k) ready for x W (x: (B, terms m), the state repeated) and y W^T (y: (B, terms k)):
+    its bfloat16 terms (`split_terms`), or its two float32 TF32 terms (`tf32_terms`, with tf32=True)."""
+
+    def __init__(self, weight: Tensor, terms: int, tf32: bool = False):
+        parts = tf32_terms(weight) if tf32 else split_terms(weight, terms)
+        self.terms = len(parts)
         self.forward = torch.cat(parts, 0).contiguous()  # (terms m, k)
         self.backward = torch.cat([p.t() for p in parts], 0).contiguous()  # (terms k, m)

@@ -13,7 +13,14 @@ import torch
 
 from raise_eval import BoltzmannPath, ais, anneal, exact, linear_schedule, raise_log_likelihood
 from raise_eval.kernels.binary_program import BinaryGibbsProgram
-from raise_eval.kernels.split_products import split_error_bound, split_terms, terms_needed
+from raise_eval.kernels.split_products import (
+    split_error_bound,
+    split_terms,
+    terms_needed,
+    tf32_round,
+    tf32_split_error_bound,
+    tf32_terms,
+)
 from raise_eval.step_programs import LoopOptions, current_loop_options, loop_options
 from tests.statistics import assert_unbiased
 
@@ -135,7 +142,7 @@ def test_programs_run_where_the_options_say():
     assert LoopOptions(fuse="auto").fuse_for(torch.device("cpu"), 10**12) == "none"
     assert LoopOptions(fuse="auto").fuse_for(torch.device("cuda"), 1000) == "none"
     assert LoopOptions(fuse="compile").fuse_for(torch.device("cpu"), 1) == "compile"
-    with pytest.raises(ValueError, match="products must be one of model, half-split; got 'fp8'"):
+    with pytest.raises(ValueError, match="products must be one of model, half-split, tf32-split; got 'fp8'"):
         LoopOptions(products="fp8")
     with pytest.raises(ValueError, match="steps_per_graph must be a non-negative integer"):
         LoopOptions(steps_per_graph=-1)
@@ -159,6 +166,39 @@ def test_three_bfloat16_terms_hold_float32_weights_exactly():
     one = split_error_bound([w], 2.0, 1)
     assert one == pytest.approx(2.0 * float((w.double() - w.to(torch.bfloat16).double()).abs().sum()))
     assert 0 < split_error_bound([w], 1.0, 2) < one
+
+
+def test_two_tf32_terms_hold_float32_weights_to_within_their_bound():
+    """hi = W rounded to TF32 (its low 13 significant bits zero, within 2^-11 |W|), lo = W - hi exact in float32; the
+    bound holds for binary states whether the tensor cores round lo to TF32 or truncate it."""
+    g = _gen(9)
+    w = torch.randn(60, 40, generator=g) * torch.logspace(-4, 1, 40)
+    hi, lo = tf32_terms(w)
+    assert hi.dtype == lo.dtype == torch.float32
+    assert int((hi.view(torch.int32) & 0x1FFF).abs().sum()) == 0  # exact in TF32
+    assert torch.equal(hi + lo, w) and torch.equal(hi.double() + lo.double(), w.double())
+    assert bool(((w - hi).abs() <= 2.0**-11 * w.abs()).all())
+    assert tf32_round(torch.tensor([1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11])).tolist() == [1.0, 1.0 + 2.0**-9]  # ties even
+    bound = tf32_split_error_bound([w], 2.0)
+    assert bound == pytest.approx(2.0 * 2.0**-10 * float(lo.double().abs().sum()))
+    bits = lo.view(torch.int32)
+    truncated = (bits & ~0x1FFF).view(torch.float32)
+    for read in (truncated, tf32_round(lo)):  # what a tensor core may read for lo
+        error = w.double() - hi.double() - read.double()
+        x = (torch.rand(500, 60, generator=g) < 0.5).double()
+        y = (torch.rand(500, 40, generator=g) < 0.5).double() * 2 - 1  # 0/1 and -1/+1 states
+        assert float(((x @ error) * y).sum(-1).abs().max()) <= bound / 2.0
+
+
+def test_tf32_split_products_are_refused_off_cuda_naming_the_setting(tiny_rbm):
+    from raise_eval.evaluation.plan import _check_gpu_products
+    from raise_eval.evaluation.settings import EvaluateSettings
+    from raise_eval.settings import SettingsError
+
+    with pytest.raises(ValueError, match="products='tf32-split' needs a float32 model on a CUDA device"):
+        BinaryGibbsProgram(BoltzmannPath(tiny_rbm.to(dtype=torch.float32)), products="tf32-split")
+    with pytest.raises(SettingsError, match="gpu_products tf32-split has nothing to compute in a run on cpu"):
+        _check_gpu_products(EvaluateSettings(gpu_products="tf32-split"), tiny_rbm.to(dtype=torch.float32))
 
 
 def test_half_split_products_where_nothing_would_use_them_are_refused_naming_the_setting(tiny_rbm):
