@@ -33,6 +33,7 @@ from raise_eval.paths.directed import DirectedPath
 from raise_eval.runtime.threads import using_threads
 from raise_eval.schedules import make_schedule
 from raise_eval.settings import SettingsError, with_overrides
+from raise_eval.step_programs import current_loop_options, describe_per_graph
 
 
 def evaluate_bdmc(
@@ -167,6 +168,8 @@ def _run(model, settings: BDMCSettings, real_data: Optional[Tensor], simulated, 
         "iwae_samples": list(iwae_samples),
         "elbo_samples": elbo_samples,
         "threads": torch.get_num_threads(),
+        # how HMC's transitions ran (a decoder that cannot be captured runs eagerly, with a warning)
+        "loop": "eager loop" if model.latent_type == "binary" else describe_per_graph(current_loop_options(), device),
     }
     if aide_plan is not None:
         all_settings["aide_steps"] = aide_plan["steps"]

@@ -64,3 +64,17 @@ def test_the_program_computes_what_the_eager_loop_computes(weak_lg):
         assert torch.allclose(row, schedule(beta), rtol=1e-12, atol=0)
     kernel = HMCKernel(path, schedule, 3)
     assert kernel.step_sizes_at(betas, x).shape == (8, 3, 1, 1)
+
+
+def test_bdmc_settings_say_how_hmc_ran():
+    """The JSON's settings.loop: the eager loop on the CPU by default; the step program where programs are asked
+    for everywhere (on CUDA: in CUDA graphs, the default there)."""
+    from raise_eval import VAE, VAEConfig
+    from raise_eval.bidirectional import evaluate_bdmc
+
+    torch.manual_seed(0)  # parameter initialization only
+    vae = VAE(VAEConfig(data_dim=6, latent_dim=2, hidden=[4]))
+    small = {"num_examples": 2, "chains": 2, "steps": (3,), "iwae_samples": (1,), "elbo_samples": 2}
+    assert evaluate_bdmc(vae, **small).settings["loop"] == "eager loop"
+    with loop_options(programs="always"):
+        assert evaluate_bdmc(vae, **small).settings["loop"] == "step program, eager"
