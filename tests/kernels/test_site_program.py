@@ -19,7 +19,7 @@ from raise_eval.exact import fully_visible as exact_fv
 from raise_eval.kernels.site_program import SiteScanProgram
 from raise_eval.paths.fully_visible import FullyVisiblePath, data_base_fields
 from raise_eval.step_programs import LoopOptions, loop_options
-from tests.fully_visible_models import random_model
+from tests.fully_visible_models import random_model, spin_ring
 from tests.statistics import assert_unbiased
 
 CHAINS = 40_000
@@ -30,20 +30,11 @@ def _gen(seed: int) -> torch.Generator:
     return torch.Generator().manual_seed(seed)
 
 
-def _spin_ring(size: int = 8) -> FullyVisibleModel:
-    """A ring of spins: sparse couplings, so that the kernel scans it by colour (two colours)."""
-    g = _gen(5)
-    j = torch.zeros(size, size, dtype=torch.float64)
-    for i in range(size):
-        j[i, (i + 1) % size] = j[(i + 1) % size, i] = float(torch.randn(1, generator=g, dtype=torch.float64))
-    return FullyVisibleModel(torch.randn(size, generator=g, dtype=torch.float64), j, "spin")
-
-
 def _path(kind: str, method: str, dtype=torch.float64) -> FullyVisiblePath:
     """A tiny Potts (3 sites, 3 states) or Ising (4 spins) model with a base fitted to random training data (as
     tests/estimators/test_fully_visible_unbiased.py's), or the ring of spins with a uniform base."""
     if kind == "ring":
-        return FullyVisiblePath(_spin_ring().to(dtype=dtype), None, method)
+        return FullyVisiblePath(spin_ring().to(dtype=dtype), None, method)
     sites, size, q = {"potts": ("categorical", 3, 3), "ising": ("spin", 4, 2)}[kind]
     model = random_model(sites, size, q, seed=11, scale=0.8).to(dtype=dtype)
     train = model.sites_from_codes(torch.randint(0, q, (30, size), generator=_gen(12)))
