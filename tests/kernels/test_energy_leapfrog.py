@@ -7,6 +7,8 @@ a Gaussian p_beta keep its moments (float32 and float64), and AIS through it is 
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 from raise_eval.models import EnergyModel, GaussianBase
@@ -215,3 +217,21 @@ def test_ais_through_the_native_route_is_unbiased_for_z(dtype, k, monkeypatch):
     assert routes == [True] * k  # the K transitions, each by the native kernel
     log_z = float(0.5 * torch.log(2 * torch.pi / PRECISION).sum())
     assert_unbiased(result.log_weights, log_z)
+
+
+@pytest.mark.parametrize("shape", [(3,), (8, 3)], ids=["per-coordinate", "per-chain-and-coordinate"])
+def test_step_sizes_varying_over_the_event_take_the_pytorch_route(shape, monkeypatch):
+    """`hmc_transition`'s step sizes broadcast against x (*B, *event_shape); the kernel takes one per chain, so those
+    varying over the event's coordinates go by the PyTorch route (where the native one raised a RuntimeError)."""
+    path = _quadratic_path(torch.float64)
+    if energy_leapfrog.leapfrog_library(torch.zeros(1, 3, dtype=torch.float64), path) is None:
+        pytest.skip("the native kernel did not compile here")
+    state = path.sample_initial(8, torch.Generator().manual_seed(5))
+    eps = torch.linspace(0.1, 0.9, math.prod(shape), dtype=torch.float64).reshape(shape)
+    routes = _count_routes(monkeypatch)
+    got, info = hmc_transition(path, state, 0.5, eps, 3, torch.Generator().manual_seed(6))
+    assert routes == [False]
+    monkeypatch.setenv("RAISE_EVAL_NATIVE", "0")
+    want, info_want = hmc_transition(path, state, 0.5, eps, 3, torch.Generator().manual_seed(6))
+    torch.testing.assert_close(got.x, want.x, rtol=0, atol=0)
+    torch.testing.assert_close(info["acceptance"], info_want["acceptance"], rtol=0, atol=0)
