@@ -125,7 +125,9 @@ def native_transition(
     new = state
     for i in range(num_leapfrog):
         new = path.state_with_grad(x)
-        grad = new.grad.to(x.dtype).contiguous()
+        grad = new.grad
+        if grad.dtype != x.dtype or not grad.is_contiguous():
+            grad = grad.to(x.dtype).contiguous()
         last = i == num_leapfrog - 1
         kernel(x, x, p, p, grad, 0.5 if last else 1.0, not last, end if last else {})
         new = new._replace(grad=grad)
