@@ -405,7 +405,7 @@ class EnergyModel:
         site values; categorical: one-hot floats (*B, *event_shape, q); in the model's dtype."""
         kind = self.support.kind
         if kind == "real":
-            return state.to(self.dtype)
+            return state if state.dtype == self.dtype else state.to(self.dtype)
         if kind == "categorical":
             return torch.nn.functional.one_hot(state, self.num_states).to(self.dtype)
         return self.data_from_state(state)
@@ -414,12 +414,13 @@ class EnergyModel:
     def energies(self, inputs: Tensor) -> Tensor:
         """E of energy inputs (*B, *input_shape), shaped (*B,) (the energy is called on the flattened batch)."""
         batch = inputs.shape[: inputs.dim() - len(self.input_shape)]
-        flat = inputs.reshape(-1, *self.input_shape)
+        # one batch dimension (HMC's chains) goes in and out as it is: a view each way costs a node in the graph
+        flat = inputs if len(batch) == 1 else inputs.reshape(-1, *self.input_shape)
         out = self.energy(flat)
-        if not isinstance(out, Tensor) or tuple(out.shape) != (flat.shape[0],):
+        if not isinstance(out, Tensor) or out.shape != flat.shape[:1]:
             got = tuple(out.shape) if isinstance(out, Tensor) else type(out).__name__
             raise ValueError(f"the energy must return one energy per example, shaped ({flat.shape[0]},), got {got}")
-        return out.reshape(batch)
+        return out if len(batch) == 1 else out.reshape(batch)
 
     def log_unnormalized_state(self, state: Tensor) -> Tensor:
         """log f = -E of chain states (*B, *event_shape), float64 shaped (*B,) (no gradient kept)."""
@@ -439,7 +440,7 @@ class EnergyModel:
             differentiable = energy.requires_grad
             if differentiable:  # the gradient of log f = -E: the sign in the output's gradient (-1 per example,
                 # no sum or negation to run forward and backward), not on the gradient itself
-                minus_ones = torch.full_like(energy, -1.0, memory_format=torch.contiguous_format)
+                minus_ones = torch.full(energy.shape, -1.0, dtype=energy.dtype, device=energy.device)
                 (grad,) = torch.autograd.grad(energy, inputs, grad_outputs=minus_ones, allow_unused=True)
         if not differentiable or grad is None:
             raise ValueError("the energy is not differentiable in its input (no gradient reached x): avoid "

@@ -183,7 +183,7 @@ def benchmark_cuda(device, chains: int, steps: int, repeats: int, dtype: torch.d
     step: (time of 5 * steps - time of steps) / (4 * steps), so that what a run pays once (a graph's capture, the
     first eager step) is left out; and the bare products: two float32 torch.mm, and the two half-split products
     (bfloat16 states times the stacked bfloat16 terms of W, `kernels.split_products`)."""
-    from raise_eval.kernels.split_products import HALF, SplitWeight, out_dtype_products_available
+    from raise_eval.kernels.split_products import HALF, SplitWeight, out_dtype_products_available, split_terms
     from raise_eval.step_programs import loop_options
 
     g = torch.Generator(device=device).manual_seed(0)
@@ -219,7 +219,7 @@ def benchmark_cuda(device, chains: int, steps: int, repeats: int, dtype: torch.d
         runs[name] = (ais(options, steps), ais(options, 5 * steps))
     runs["bare torch.mm products"] = (bare(steps), bare(5 * steps))
     if split:
-        sw = SplitWeight(W, 3)
+        sw = SplitWeight(split_terms(W, 3))
         hs, vs = h.to(HALF).repeat(1, 3), v.to(HALF).repeat(1, 3)
 
         def bare_split(n):

@@ -239,25 +239,33 @@ def test_a_graph_draws_what_the_same_steps_draw_eagerly(tiny_dbm):
         assert torch.equal(weights, runs[0][0]) and torch.equal(after, runs[0][1])
 
 
-@GRAPHS
-def test_half_split_products_are_the_float32_weights_times_the_states():
-    """x W through three bfloat16 terms equals x W in float64 to float32 accumulation (the split is exact)."""
+def _split_product(products: str, seed: int):
+    """x W of a random float32 784-500 RBM's program with `products`, for 64 of its base's samples: (the product
+    (64, 500), x W in float64, max over rows of x |W| in float64, the model)."""
     from raise_eval import RBM
     from raise_eval.kernels.binary_program import BinaryGibbsProgram
-    from raise_eval.kernels.split_products import out_dtype_products_available
 
-    if not out_dtype_products_available(torch.device(DEVICE)):
-        pytest.skip(f"torch {torch.__version__} has no bfloat16 products into float32 (mm's out_dtype)")
-    g = _generator(5)
+    g = _generator(seed)
     model = RBM.random(784, 500, weight_std=0.05, generator=g, dtype=torch.float32, device=DEVICE)
     path = BoltzmannPath(model)
-    program = BinaryGibbsProgram(path, products="half-split")
+    program = BinaryGibbsProgram(path, products=products)
     program.begin(path.sample_initial(64, g), None, 0.5)
     x = program.layers[0]
     out = torch.empty(64, 500, device=DEVICE)
     program._product(0, 1, out, accumulate=False)
     reference = x.double() @ model.weights[0].double()
     scale = (x.double() @ model.weights[0].double().abs()).max()
+    return out, reference, scale, model
+
+
+@GRAPHS
+def test_half_split_products_are_the_float32_weights_times_the_states():
+    """x W through three bfloat16 terms equals x W in float64 to float32 accumulation (the split is exact)."""
+    from raise_eval.kernels.split_products import out_dtype_products_available
+
+    if not out_dtype_products_available(torch.device(DEVICE)):
+        pytest.skip(f"torch {torch.__version__} has no bfloat16 products into float32 (mm's out_dtype)")
+    out, reference, scale, _ = _split_product("half-split", 5)
     assert float((out.double() - reference).abs().max()) <= 1e-6 * float(scale)
 
 
@@ -265,20 +273,9 @@ def test_half_split_products_are_the_float32_weights_times_the_states():
 def test_tf32_split_products_are_within_their_bound():
     """x W through W's two TF32 terms on the TF32 tensor cores differs from x W in float64 by at most the reported
     bound on the split (per row: sum_ij 2^-10 |lo_ij| covers every row of binary states) plus float32 accumulation."""
-    from raise_eval import RBM
-    from raise_eval.kernels.binary_program import BinaryGibbsProgram
     from raise_eval.kernels.split_products import tf32_split_error_bound
 
-    g = _generator(6)
-    model = RBM.random(784, 500, weight_std=0.05, generator=g, dtype=torch.float32, device=DEVICE)
-    path = BoltzmannPath(model)
-    program = BinaryGibbsProgram(path, products="tf32-split")
-    program.begin(path.sample_initial(64, g), None, 0.5)
-    x = program.layers[0]
-    out = torch.empty(64, 500, device=DEVICE)
-    program._product(0, 1, out, accumulate=False)
-    reference = x.double() @ model.weights[0].double()
-    scale = (x.double() @ model.weights[0].double().abs()).max()
+    out, reference, scale, model = _split_product("tf32-split", 6)
     rows = ((out.double() - reference).abs()).sum(-1)  # |x (W - W') y| for the worst +-1 y, per row
     assert float(rows.max()) <= tf32_split_error_bound(model.weights) + 500 * 1e-6 * float(scale)
     assert not torch.backends.cuda.matmul.allow_tf32  # the setting is the caller's again

@@ -24,6 +24,7 @@ reported bound).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import warnings
 from typing import Optional
@@ -38,8 +39,10 @@ from raise_eval.kernels.split_products import (
     SplitWeight,
     out_dtype_products_available,
     split_error_bound,
+    split_terms,
     terms_needed,
     tf32_products,
+    tf32_terms,
 )
 
 
@@ -145,7 +148,7 @@ class BinaryGibbsProgram:
                     f"{self.device} (use products='model')"
                 )
         if self.tf32:
-            self.split = [SplitWeight(w, 2, tf32=True) for w in model.weights]
+            self.split = [SplitWeight(tf32_terms(w)) for w in model.weights]
             self.terms = 2
         elif self.stacked:
             if not out_dtype_products_available(self.device):
@@ -159,7 +162,7 @@ class BinaryGibbsProgram:
                     "products='half-split' cannot hold these weights: some are too large for bfloat16 terms "
                     "(|W| >= 3.39e38); use products='model'"
                 )
-            self.split = [SplitWeight(w, self.terms) for w in model.weights]
+            self.split = [SplitWeight(split_terms(w, self.terms)) for w in model.weights]
         else:
             self.terms = 1
             self.weights = list(model.weights)
@@ -266,17 +269,14 @@ class BinaryGibbsProgram:
         """out (+)= x_l W (into = l + 1) or x_l W^T (into = l - 1), for the sampled layer l."""
         w = min(l, into)
         forward = into > l
-        if self.tf32:
-            matrix = self.split[w].forward if forward else self.split[w].backward
-            with tf32_products():
-                if accumulate:
-                    return torch.addmm(out, self.operand[l], matrix, out=out)
-                return torch.mm(self.operand[l], matrix, out=out)
         if self.stacked:
             matrix = self.split[w].forward if forward else self.split[w].backward
-            if accumulate:
-                return torch.addmm(out, self.operand[l], matrix, out_dtype=torch.float32, out=out)
-            return torch.mm(self.operand[l], matrix, out_dtype=torch.float32, out=out)
+            # TF32 terms: float32 in and out on the TF32 cores; bfloat16 terms: a float32 result (out_dtype)
+            options = {} if self.tf32 else {"out_dtype": torch.float32}
+            with tf32_products() if self.tf32 else contextlib.nullcontext():
+                if accumulate:
+                    return torch.addmm(out, self.operand[l], matrix, out=out, **options)
+                return torch.mm(self.operand[l], matrix, out=out, **options)
         matrix = self.weights[w] if forward else self.weights[w].t()
         if accumulate:
             return torch.addmm(out, self.operand[l], matrix, out=out)

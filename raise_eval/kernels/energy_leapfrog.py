@@ -6,8 +6,9 @@ acceptance test), where eager PyTorch makes about ten per leapfrog step and twen
 
 It draws the same random numbers in the same order and does the same arithmetic as the PyTorch route (sums in
 double may differ in their last bits), so the two give the same transition. Taken for float32 and float64 chains on
-the CPU whose path's base is a `GaussianBase` (the geometric path's density, as `EnergyPath`'s), where the kernel
-compiled and RAISE_EVAL_NATIVE is not 0; `native_transition` returns None elsewhere and the PyTorch route runs.
+the CPU whose path's base is a `GaussianBase` (the geometric path's density, as `EnergyPath`'s), with one step size
+per chain (or one in all), where the kernel compiled and RAISE_EVAL_NATIVE is not 0; `native_transition` returns
+None elsewhere and the PyTorch route runs.
 """
 
 from __future__ import annotations
@@ -93,12 +94,20 @@ def _log_base(path, base_sum: Tensor, outside: Tensor, batch) -> Tensor:
     return out.reshape(batch)
 
 
+def _per_chain(step_size: Tensor, event_dims: int) -> bool:
+    """Whether the step sizes are one per chain (or one in all), as the kernel takes them: size 1 along the event's
+    dimensions (step sizes that vary over the coordinates, which `hmc_transition` also takes, go by PyTorch)."""
+    return step_size.numel() == 1 or (
+        step_size.dim() >= event_dims and all(n == 1 for n in step_size.shape[step_size.dim() - event_dims :])
+    )
+
+
 def native_transition(
     path, state: EnergyState, beta: float, step_size: Tensor, num_leapfrog: int, generator: torch.Generator
 ) -> Optional[tuple[EnergyState, KernelInfo]]:
     """`hmc_transition` by the native kernel, or None where it does not apply (see the module docstring)."""
     lib = leapfrog_library(state.x, path)
-    if lib is None:
+    if lib is None or not _per_chain(step_size, len(path.model.event_shape)):
         return None
     state = path.with_grad(state)
     x0, g0 = state.x.contiguous(), state.grad.to(state.x.dtype).contiguous()
@@ -116,7 +125,9 @@ def native_transition(
     new = state
     for i in range(num_leapfrog):
         new = path.state_with_grad(x)
-        grad = new.grad.to(x.dtype).contiguous()
+        grad = new.grad
+        if grad.dtype != x.dtype or not grad.is_contiguous():
+            grad = grad.to(x.dtype).contiguous()
         last = i == num_leapfrog - 1
         kernel(x, x, p, p, grad, 0.5 if last else 1.0, not last, end if last else {})
         new = new._replace(grad=grad)

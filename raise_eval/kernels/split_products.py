@@ -116,11 +116,10 @@ def tf32_products():
 
 
 class SplitWeight:
-    """One weight matrix W (m, k) ready for x W (x: (B, terms m), the state repeated) and y W^T (y: (B, terms k)):
-    its bfloat16 terms (`split_terms`), or its two float32 TF32 terms (`tf32_terms`, with tf32=True)."""
+    """One weight matrix W (m, k), given as its terms `parts` (each (m, k): `split_terms` or `tf32_terms`), ready for
+    x W (x: (B, terms m), the state repeated) and y W^T (y: (B, terms k))."""
 
-    def __init__(self, weight: Tensor, terms: int, tf32: bool = False):
-        parts = tf32_terms(weight) if tf32 else split_terms(weight, terms)
+    def __init__(self, parts: Sequence[Tensor]):
         self.terms = len(parts)
         self.forward = torch.cat(parts, 0).contiguous()  # (terms m, k)
         self.backward = torch.cat([p.t() for p in parts], 0).contiguous()  # (terms k, m)

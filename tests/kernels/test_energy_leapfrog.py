@@ -2,18 +2,23 @@
 generator, the same transitions (positions, log f, gradients and acceptance probabilities to float tolerance, hence
 the same accept decisions), on unbounded and box support (reflections at the walls, some crossing the whole box),
 float32 and float64, chains with a two-dimensional batch and per-chain step sizes; RAISE_EVAL_NATIVE=0 takes the
-PyTorch route."""
+PyTorch route. The native route's own statistics (every transition taken by it, checked by a spy): exact draws of
+a Gaussian p_beta keep its moments (float32 and float64), and AIS through it is unbiased for Z at K = 1, 2, 3."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 from raise_eval.models import EnergyModel, GaussianBase
 from torch import nn
 
+from raise_eval import ais
 from raise_eval.kernels import energy_hmc, energy_leapfrog
 from raise_eval.kernels.energy_hmc import EnergyHMCKernel, hmc_transition
 from raise_eval.paths.energy import EnergyPath
+from tests.statistics import assert_unbiased
 
 EVENT = (2, 3)
 
@@ -136,3 +141,97 @@ def test_the_native_route_is_not_taken_off_the_cpu_dtypes_or_for_another_base():
     other = EnergyPath(path.model, path.base)
     other.base = OtherBase(path.base.mean, path.base.std)  # a base whose density may be another (a subclass)
     assert energy_leapfrog.leapfrog_library(torch.zeros(2, *EVENT), other) is None
+
+
+# ---------------------------------------------------------------- the native route's own statistics
+# A diagonal quadratic energy E(x) = sum a (x - m)^2 / 2 (log Z = sum log(2 pi / a) / 2) on a diagonal Gaussian base
+# that is not it: p_beta is the diagonal Gaussian of precision (1 - beta) / s0^2 + beta a, in closed form.
+PRECISION, CENTRE = torch.tensor([2.0, 0.5, 1.0], dtype=torch.float64), torch.tensor([0.5, -1.0, 0.2])
+BASE_MEAN, BASE_STD = torch.tensor([0.2, -0.6, 0.0]), torch.tensor([0.9, 1.6, 1.1])
+
+
+def _quadratic_path(dtype: torch.dtype) -> EnergyPath:
+    a, m = PRECISION.to(dtype), CENTRE.to(dtype)
+    model = EnergyModel(lambda x: 0.5 * (a * (x - m) ** 2).sum(-1), support="real", event_shape=(3,), dtype=dtype)
+    return EnergyPath(model, GaussianBase(BASE_MEAN, BASE_STD))
+
+
+def _p_beta(beta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean, variance) per coordinate of p_beta, float64."""
+    prior = 1 / BASE_STD.double() ** 2
+    precision = (1 - beta) * prior + beta * PRECISION
+    return ((1 - beta) * prior * BASE_MEAN.double() + beta * PRECISION * CENTRE.double()) / precision, 1 / precision
+
+
+def _count_routes(monkeypatch) -> list:
+    """Records, per HMC transition, whether the native route took it (True) or returned None (False)."""
+    routes = []
+
+    def spy(*args):
+        done = energy_leapfrog.native_transition(*args)
+        routes.append(done is not None)
+        return done
+
+    monkeypatch.setattr(energy_hmc, "native_transition", spy)
+    return routes
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_the_native_route_leaves_a_gaussian_p_beta_invariant(dtype, monkeypatch):
+    """Exact draws of p_beta, five native HMC transitions: each coordinate's mean and variance within 4 standard
+    errors of p_beta's (the transitions taken by the kernel, checked by a spy)."""
+    path = _quadratic_path(dtype)
+    if energy_leapfrog.leapfrog_library(torch.zeros(1, 3, dtype=dtype), path) is None:
+        pytest.skip("the native kernel did not compile here")
+    routes = _count_routes(monkeypatch)
+    beta, n = 0.6, 20_000
+    mean, var = _p_beta(beta)
+    g = torch.Generator().manual_seed(21)
+    draws = mean + var.sqrt() * torch.randn(n, 3, generator=g, dtype=torch.float64)
+    state = path.state_from_x(draws.to(dtype))
+    kernel = EnergyHMCKernel(path, 0.5, 4)
+    accepted = []
+    for _ in range(5):
+        state, info = kernel.step(state, beta, g)
+        accepted.append(float(info["acceptance"].mean()))
+    assert routes == [True] * 5
+    x = state.x.double()
+    assert 0.3 < min(accepted) and max(accepted) < 0.999  # moved, with rejections (the test is not vacuous)
+    assert float((x - draws).abs().mean()) > 0.1
+    se, var_se = (var / n).sqrt(), var * (2 / n) ** 0.5  # a normal sample variance's s.e.: var sqrt(2 / n)
+    assert bool(((x.mean(0) - mean).abs() < 4 * se).all()), (x.mean(0) - mean) / se
+    assert bool(((x.var(0) - var).abs() < 4 * var_se).all()), (x.var(0) - var) / var_se
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ais_through_the_native_route_is_unbiased_for_z(dtype, k, monkeypatch):
+    """AIS with K = 1, 2, 3 native HMC transitions: the mean of exp(log w - log Z) within 4 s.e. of 1."""
+    path = _quadratic_path(dtype)
+    if energy_leapfrog.leapfrog_library(torch.zeros(1, 3, dtype=dtype), path) is None:
+        pytest.skip("the native kernel did not compile here")
+    routes = _count_routes(monkeypatch)
+    betas = torch.linspace(0, 1, k + 1, dtype=torch.float64)
+    kernel = EnergyHMCKernel(path, 0.6, 3)
+    result = ais(path, betas, 20_000, generator=torch.Generator().manual_seed(40 + k), kernel=kernel)
+    assert routes == [True] * k  # the K transitions, each by the native kernel
+    log_z = float(0.5 * torch.log(2 * torch.pi / PRECISION).sum())
+    assert_unbiased(result.log_weights, log_z)
+
+
+@pytest.mark.parametrize("shape", [(3,), (8, 3)], ids=["per-coordinate", "per-chain-and-coordinate"])
+def test_step_sizes_varying_over_the_event_take_the_pytorch_route(shape, monkeypatch):
+    """`hmc_transition`'s step sizes broadcast against x (*B, *event_shape); the kernel takes one per chain, so those
+    varying over the event's coordinates go by the PyTorch route (where the native one raised a RuntimeError)."""
+    path = _quadratic_path(torch.float64)
+    if energy_leapfrog.leapfrog_library(torch.zeros(1, 3, dtype=torch.float64), path) is None:
+        pytest.skip("the native kernel did not compile here")
+    state = path.sample_initial(8, torch.Generator().manual_seed(5))
+    eps = torch.linspace(0.1, 0.9, math.prod(shape), dtype=torch.float64).reshape(shape)
+    routes = _count_routes(monkeypatch)
+    got, info = hmc_transition(path, state, 0.5, eps, 3, torch.Generator().manual_seed(6))
+    assert routes == [False]
+    monkeypatch.setenv("RAISE_EVAL_NATIVE", "0")
+    want, info_want = hmc_transition(path, state, 0.5, eps, 3, torch.Generator().manual_seed(6))
+    torch.testing.assert_close(got.x, want.x, rtol=0, atol=0)
+    torch.testing.assert_close(info["acceptance"], info_want["acceptance"], rtol=0, atol=0)
