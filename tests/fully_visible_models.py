@@ -23,6 +23,16 @@ def random_model(sites: str, size: int, q: int = 3, *, seed: int = 0, scale: flo
     return FullyVisibleModel(torch.randn(size, generator=g, dtype=torch.float64), j, sites)
 
 
+def spin_ring(size: int = 8, *, seed: int = 5) -> FullyVisibleModel:
+    """A ring of spins with standard normal fields and couplings, float64: sparse couplings, so that the kernel scans
+    it by colour (two colours)."""
+    g = torch.Generator().manual_seed(seed)
+    j = torch.zeros(size, size, dtype=torch.float64)
+    for i in range(size):
+        j[i, (i + 1) % size] = j[(i + 1) % size, i] = float(torch.randn(1, generator=g, dtype=torch.float64))
+    return FullyVisibleModel(torch.randn(size, generator=g, dtype=torch.float64), j, "spin")
+
+
 def states(model: FullyVisibleModel) -> list[float]:
     return {"categorical": list(range(model.num_states)), "spin": [-1.0, 1.0], "bernoulli": [0.0, 1.0]}[model.sites]
 

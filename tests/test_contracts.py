@@ -180,6 +180,16 @@ def test_fully_visible_models_and_their_paths_conform(name, model):
     assert copy is not path and copy.clamped == () and torch.equal(copy.base_biases[0], path.base_biases[0])
     with pytest.raises(ValueError, match="no layers to clamp"):
         path.with_clamped((0,))
+    # a step program (the site scan and its weight update), none where the options run none
+    from raise_eval.step_programs import LoopOptions
+
+    program = path.step_program(LoopOptions(programs="always"))
+    assert isinstance(path, contracts.OffersStepProgram) and isinstance(program, contracts.StepProgram)
+    assert path.step_program(LoopOptions(programs="never")) is None
+    program.begin(state, None, 0.5)
+    program.step(*(torch.tensor(b, dtype=torch.float64) for b in (0.5, 0.75)), _g(2))
+    assert program.state(0.75).shape == state.shape and program.log_weights.shape == (3,)
+    assert program.log_weights.dtype == torch.float64 and program.device == model.device
 
 
 @pytest.mark.parametrize("name, model", energy_models(), ids=[m[0] for m in energy_models()])

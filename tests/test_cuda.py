@@ -343,3 +343,66 @@ def test_the_ladder_reads_its_rungs_between_graphs(tiny_rbm, per_graph):
     cpu_path = BoltzmannPath(tiny_rbm.to(dtype=torch.float32))
     for r, index in enumerate(result.rungs[1:], start=1):  # (rung 0 is the base's exact log Z)
         assert_unbiased(_cpu(result.log_weights[r]), exact.log_partition(cpu_path.at(float(betas[index]))))
+
+
+# The fully visible models' site scan as a step program (`kernels.site_program`): graphs of 1, 2 and 3 steps at
+# K = 1, 2, 3 and 7 (every kind of boundary: the first step eager, whole graphs, an eager remainder), Gibbs and
+# Metropolis, on a tiny Potts model and a tiny Ising model with bases fitted to data, float64 (the truths enumerated on
+# the CPU); a step that cannot be captured (a host read in the scan) fails these rather than running eagerly.
+def _fully_visible_path(kind: str, method: str, device: str = DEVICE, dtype=torch.float64):
+    from raise_eval.paths.fully_visible import FullyVisiblePath, data_base_fields
+    from tests.fully_visible_models import random_model, spin_ring
+
+    if kind == "ring":
+        return FullyVisiblePath(spin_ring().to(device=device, dtype=dtype), None, method)
+    sites, size, q = {"potts": ("categorical", 3, 3), "ising": ("spin", 4, 2)}[kind]
+    model = random_model(sites, size, q, seed=11, scale=0.8)
+    train = model.sites_from_codes(torch.randint(0, q, (30, size), generator=torch.Generator().manual_seed(12)))
+    base = data_base_fields(model, train, pseudocount=0.05)
+    return FullyVisiblePath(model.to(device=device, dtype=dtype), base.to(device=device, dtype=dtype), method)
+
+
+@GRAPHS
+@pytest.mark.filterwarnings("error:.*could not be captured:RuntimeWarning")
+@pytest.mark.parametrize("method", ["gibbs", "metropolis"])
+@pytest.mark.parametrize("per_graph", [1, 2, 3])
+@pytest.mark.parametrize("k", [1, 2, 3, 7])
+def test_fully_visible_graphs_of_steps_are_unbiased(k, per_graph, method):
+    from raise_eval.exact import fully_visible as exact_fv
+    from raise_eval.step_programs import loop_options
+
+    betas = linear_schedule(k)
+    for kind in ("potts", "ising"):
+        path = _fully_visible_path(kind, method)
+        cpu_path = _fully_visible_path(kind, method, device="cpu")
+        model = cpu_path.model
+        codes = exact_fv.site_configurations(model.n_visible, model.num_states)
+        v = model.sites_from_codes(codes[[0, 5, codes.shape[0] - 2]])
+        with loop_options(steps_per_graph=per_graph):
+            result = ais(path, betas, CHAINS, generator=_generator(1000 + k))
+            raised = raise_log_likelihood(path, v.to(DEVICE), betas, CHAINS, generator=_generator(1100 + k))
+        assert_unbiased(_cpu(result.log_weights), exact.log_partition(model))
+        truth = exact_fv.log_annealing_model(model, cpu_path.base_biases, betas, v, method=method)
+        assert raised.start == "test vector"
+        assert_unbiased(_cpu(raised.log_weights), truth)
+
+
+@GRAPHS
+@pytest.mark.filterwarnings("error:.*could not be captured:RuntimeWarning")
+@pytest.mark.parametrize("method", ["gibbs", "metropolis"])
+@pytest.mark.parametrize("kind", ["potts", "ring"])
+def test_fully_visible_graphs_draw_what_the_same_steps_draw_eagerly(kind, method):
+    """The same seed gives the same bits from graphs of 4 steps, of 7, and from the program run eagerly, for a dense
+    scan and a scan by colour, float32 (the generator registered with each graph)."""
+    from raise_eval.step_programs import loop_options
+
+    path = _fully_visible_path(kind, method, dtype=torch.float32)
+    betas = linear_schedule(30)
+    runs = []
+    for per_graph in (0, 4, 7, 4):
+        with loop_options(steps_per_graph=per_graph):
+            generator = _generator(9)
+            weights = ais(path, betas, 5_000, generator=generator).log_weights
+            runs.append((weights, torch.rand(3, generator=generator, device=DEVICE)))
+    for weights, after in runs[1:]:
+        assert torch.equal(weights, runs[0][0]) and torch.equal(after, runs[0][1])

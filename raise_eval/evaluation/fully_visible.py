@@ -55,11 +55,11 @@ def fully_visible_start(model, init: str, site_frequencies: Optional[Tensor]) ->
 
 
 def check_no_gpu_products(settings) -> None:
-    """Split products have nothing to compute on a fully visible model (its scan has no step program)."""
+    """Split products have nothing to compute on a fully visible model (its scan has no matrix products)."""
     if settings.gpu_products != "model":
         raise SettingsError(
             f"{{gpu_products}} {settings.gpu_products} has nothing to compute in a fully visible model (its "
-            "single-site scan has no step program)",
+            "single-site scan has no matrix products)",
             ("gpu_products",),
         )
 

@@ -152,63 +152,64 @@ def site_scan(
     """
     if method not in METHODS:
         raise ValueError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
-    size, q = fields.shape
+    size = fields.shape[0]
     batch = codes.shape[:-1]
     codes = codes.reshape(-1, size).clone()  # (C, L): the chains flattened
-    if tables.colours is not None:
-        codes, acceptance = _colour_scan(codes, fields, tables, coupling_scale, generator, method)
-        return codes.reshape(*batch, size), None if acceptance is None else acceptance.reshape(batch)
-    rows = tables.row_index(codes)
     acceptance = None if method == "gibbs" else torch.zeros(codes.shape[0], dtype=fields.dtype, device=fields.device)
-    order = palindromic_order(size)
-    for i in order:
-        logits = torch.add(fields[i], tables.coupling_input(i, rows), alpha=coupling_scale)  # (C, q)
-        old = codes[:, i]
-        if method == "gibbs":
-            new = _sample_categorical(logits, generator)
-        else:
-            u = torch.rand((2, codes.shape[0]), generator=generator, device=fields.device, dtype=fields.dtype)
-            shift = 1 + (u[0] * (q - 1)).long().clamp_(max=q - 2)  # uniform over the q - 1 other states
-            proposal = (old + shift) % q
-            log_ratio = logits.gather(-1, proposal.unsqueeze(-1)) - logits.gather(-1, old.unsqueeze(-1))
-            accept_prob = torch.exp(log_ratio.squeeze(-1).clamp(max=0.0))
-            acceptance += accept_prob
-            new = torch.where(u[1] < accept_prob, proposal, old)
+    scan_(codes, fields, tables, coupling_scale, generator, method, acceptance)
+    if acceptance is not None:
+        acceptance = (acceptance / (2 * size)).reshape(batch)
+    return codes.reshape(*batch, size), acceptance
+
+
+def scan_(
+    codes: Tensor, fields: Tensor, tables: CouplingTables, coupling_scale, generator: torch.Generator, method: str,
+    acceptance: Optional[Tensor] = None,
+) -> Tensor:  # fmt: skip
+    """`site_scan` on the flattened chains' codes (C, L), updated in place (by colour where `tables` has colours),
+    with no host synchronisation: the step program's scan (`kernels.site_program`) as well as the eager one's.
+    coupling_scale: a float, or a 0-d tensor on the device (beta read from a schedule, which a CUDA graph can
+    capture). acceptance: None, or (C,) to which each update's acceptance probability is added ('metropolis')."""
+    if tables.colours is not None:
+        order = [*range(len(tables.colours)), *reversed(range(len(tables.colours)))]
+        for k in order:
+            colour = tables.colours[k]
+            logits = _scaled_add(fields[colour], tables.colour_input(k, codes), coupling_scale)  # (C, s, q)
+            new = _update(logits, codes[:, colour], generator, method, acceptance)
+            codes[:, colour] = new
+        return codes
+    q = fields.shape[1]
+    rows = tables.row_index(codes)
+    for i in palindromic_order(fields.shape[0]):
+        logits = _scaled_add(fields[i], tables.coupling_input(i, rows), coupling_scale)  # (C, q)
+        new = _update(logits, codes[:, i], generator, method, acceptance)
         codes[:, i] = new
         rows[:, i] = new + i * q
-    codes = codes.reshape(*batch, size)
-    if acceptance is not None:
-        acceptance = (acceptance / len(order)).reshape(batch)
-    return codes, acceptance
+    return codes
 
 
-def _colour_scan(
-    codes: Tensor, fields: Tensor, tables: CouplingTables, coupling_scale: float, generator: torch.Generator,
-    method: str,
-) -> tuple[Tensor, Optional[Tensor]]:  # fmt: skip
-    """`site_scan` by colour on the flattened chains (C, L) (updated in place): every site of a colour drawn at
-    once, the colours in palindromic order. Returns (codes, the mean acceptance probability per chain (C,) or None)."""
-    q = fields.shape[1]
-    acceptance = None if method == "gibbs" else torch.zeros(codes.shape[0], dtype=fields.dtype, device=fields.device)
-    order = [*range(len(tables.colours)), *reversed(range(len(tables.colours)))]
-    for k in order:
-        colour = tables.colours[k]
-        logits = torch.add(fields[colour], tables.colour_input(k, codes), alpha=coupling_scale)  # (C, s, q)
-        old = codes[:, colour]
-        if method == "gibbs":
-            new = _sample_categorical(logits, generator)
-        else:
-            u = torch.rand((2, *old.shape), generator=generator, device=fields.device, dtype=fields.dtype)
-            shift = 1 + (u[0] * (q - 1)).long().clamp_(max=q - 2)  # uniform over the q - 1 other states
-            proposal = (old + shift) % q
-            log_ratio = logits.gather(-1, proposal.unsqueeze(-1)) - logits.gather(-1, old.unsqueeze(-1))
-            accept_prob = torch.exp(log_ratio.squeeze(-1).clamp(max=0.0))
-            acceptance += accept_prob.sum(1)
-            new = torch.where(u[1] < accept_prob, proposal, old)
-        codes[:, colour] = new
+def _scaled_add(fields: Tensor, inputs: Tensor, scale) -> Tensor:
+    """fields + scale * inputs, scale a float or a 0-d tensor (the same bits on the CPU: one fused multiply-add)."""
+    if isinstance(scale, Tensor):
+        return torch.addcmul(fields, inputs, scale)
+    return torch.add(fields, inputs, alpha=scale)
+
+
+def _update(logits: Tensor, old: Tensor, generator: torch.Generator, method: str, acceptance: Optional[Tensor]):
+    """The new states of the sites whose conditional logits are `logits` (*B, q) and states `old` (*B,): a Gibbs
+    draw, or a Metropolis step proposing one of the q - 1 other states uniformly (its acceptance probability, summed
+    over the sites, added to `acceptance` (C,) where given)."""
+    if method == "gibbs":
+        return _sample_categorical(logits, generator)
+    q = logits.shape[-1]
+    u = torch.rand((2, *old.shape), generator=generator, device=logits.device, dtype=logits.dtype)
+    shift = 1 + (u[0] * (q - 1)).long().clamp_(max=q - 2)  # uniform over the q - 1 other states
+    proposal = (old + shift) % q
+    log_ratio = logits.gather(-1, proposal.unsqueeze(-1)) - logits.gather(-1, old.unsqueeze(-1))
+    accept_prob = torch.exp(log_ratio.squeeze(-1).clamp(max=0.0))
     if acceptance is not None:
-        acceptance = acceptance / (2 * codes.shape[1])
-    return codes, acceptance
+        acceptance += accept_prob if accept_prob.dim() == 1 else accept_prob.sum(1)
+    return torch.where(u[1] < accept_prob, proposal, old)
 
 
 def _sample_categorical(logits: Tensor, generator: torch.Generator) -> Tensor:

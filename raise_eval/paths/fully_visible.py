@@ -22,6 +22,7 @@ import torch
 from torch import Tensor
 
 from raise_eval.kernels.site_gibbs import CouplingTables, site_scan
+from raise_eval.kernels.site_program import SiteScanProgram
 from raise_eval.models.fully_visible import SITE_VALUES, FullyVisibleModel, log_sum_exp_fields
 
 
@@ -221,6 +222,15 @@ class FullyVisiblePath:
         modified."""
         fields, tables, scale = self.site_parameters(beta)
         return site_scan(state, fields, tables, scale, generator, self.method)[0]
+
+    def step_program(self, options) -> Optional[SiteScanProgram]:
+        """The scan and weight update as a `kernels.site_program.SiteScanProgram` where `options`
+        (`step_programs.LoopOptions`) run step programs on the model's device (CUDA by default), else None. The
+        programs' product and fusion options have nothing to change here: the scan has no matrix products and its
+        updates are not fused."""
+        if not options.runs_on(self.model.device):
+            return None
+        return SiteScanProgram(self)
 
 
 def fully_visible_path(
