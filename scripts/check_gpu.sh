@@ -7,7 +7,9 @@
 # eager loop as before step programs (--loop eager), at the defaults (step programs in graphs, elementwise work
 # compiled for a run this long), compiled with TF32-split products and with half-split products, a DBM on CUDA
 # (heating RAISE through the programs), and, unless SKIP_BDMC=1, BDMC on CUDA (HMC in CUDA graphs, the default, and
-# the eager loop, RAISE_EVAL_STEP_PROGRAMS=never) against the machine's CPUs.
+# the eager loop, RAISE_EVAL_STEP_PROGRAMS=never) against the machine's CPUs; where DATA_DIR holds ising_torus/ (written
+# by `python scripts/examples/ising_torus.py --out DATA_DIR/ising_torus`), the 32 x 32 Ising torus (a fully visible
+# model) at K = 3,000 on CUDA, eagerly and at the defaults (its site scan in CUDA graphs).
 # PAPER_RUNS="default tf32_split" (say) runs only those of the paper-scale runs (eager, default, compile, tf32_split,
 # half_split).
 #
@@ -65,6 +67,12 @@ step cli_half_split 45 raise-eval evaluate checkpoints/rbm_digits_64-16.pt --dev
   --no-progress --json "$OUT/half_split_digits.json"
 step cli_dbm 60 raise-eval evaluate checkpoints/dbm_mnist_20-500.pt --device cuda --data "$DATA/mnist_test.npz" \
   --train-data "$DATA/mnist_train.npz" --steps 10000 --raise-examples 100 --raise-chains 20 --exact never --no-progress
+if [ -f "$DATA/ising_torus/ising.npz" ]; then  # a fully visible model: its site scan in CUDA graphs against eagerly
+  ISING=(evaluate "$DATA/ising_torus/ising.npz" --data "$DATA/ising_torus/test.npy" --device cuda --steps 3000
+    --ais-chains 300 --raise-examples 50 --raise-chains 4 --no-progress)
+  step ising_eager 120 raise-eval "${ISING[@]}" --loop eager --json "$OUT/ising_eager.json"
+  step ising_default 120 raise-eval "${ISING[@]}" --json "$OUT/ising_default.json"
+fi
 if [ "${SKIP_BDMC:-0}" != 1 ]; then
   BDMC=(bdmc checkpoints/vae_mnist_z10.pt --examples 20 --chains 10 --steps 1000 --iwae 1 100 --no-progress)
   step bdmc_cuda_eager 60 env RAISE_EVAL_STEP_PROGRAMS=never raise-eval "${BDMC[@]}" --device cuda \

@@ -214,10 +214,10 @@ class EvaluateSettings:
     )  # fmt: skip
     loop: str = setting(
         "auto",
-        "how the annealing loops run: auto runs the AIS and RAISE steps of binary Boltzmann paths as step programs "
-        "on CUDA (many steps captured in one CUDA graph, no host work between them) and the eager loop elsewhere; "
-        "eager runs every step from Python, as before step programs; program runs the step programs on every device "
-        "(eagerly off CUDA). The same distributions; other random numbers",
+        "how the annealing loops run: auto runs the AIS and RAISE steps of binary Boltzmann paths and fully visible "
+        "models as step programs on CUDA (many steps captured in one CUDA graph, no host work between them) and the "
+        "eager loop elsewhere; eager runs every step from Python, as before step programs; program runs the step "
+        "programs on every device (eagerly off CUDA). The same distributions; other random numbers",
         kind="choice", numbers="kept", choices=("auto", "eager", "program"), flag="--loop", group="run",
     )  # fmt: skip
     gpu_products: str = setting(
