@@ -174,3 +174,35 @@ def test_an_improper_energy_is_named_as_such_with_advice_a_larger_k_cannot_repla
     proper = evaluate_energy(gaussian, _gaussian_test(gaussian), EnergySettings(steps=100, ais_chains=32,
                              raise_chains=2, pilot_steps=20), base=far)  # fmt: skip
     assert "improper-energy" not in [w.code for w in proper.warnings]
+
+
+class _HoledEnergy(torch.nn.Module):
+    """A standard Gaussian energy that is NaN where x0 > 1.5 (a log of a negative number, say): about 7% of the
+    Gaussian's mass."""
+
+    def forward(self, x):
+        return torch.where(x[:, 0] > 1.5, torch.nan, 0.5 * (x**2).sum(-1))
+
+
+@pytest.mark.parametrize("kernel", ["hmc", "mala"])
+def test_proposals_rejected_for_a_nan_energy_are_reported_not_silent(kernel):
+    """Before, a proposal where the energy is NaN was rejected silently: the estimates were those of another density
+    (zero there) and the report said nothing. The kernels' info now counts such proposals and the report names them
+    ('non-finite-proposals', with each stage's share); the same Gaussian without the hole gets no such warning."""
+    from raise_eval.models import EnergyModel
+
+    g = torch.Generator().manual_seed(3)
+    # the data (checked before any work: a NaN energy there is refused) stay below the hole
+    train = torch.randn(300, 2, generator=g, dtype=torch.float64).clamp(max=1.0)
+    test = torch.randn(6, 2, generator=g, dtype=torch.float64).clamp(max=1.0)
+    settings = EnergySettings(steps=50, ais_chains=32, raise_chains=2, pilot_steps=10, kernel=kernel)
+    holed = EnergyModel(_HoledEnergy(), support="real", event_shape=(2,))
+    report = evaluate_energy(holed, test, settings, train_data=train)
+    warning = next(w for w in report.warnings if w.code == "non-finite-proposals")
+    assert "(share of the proposals: AIS " in warning.message and ", RAISE " in warning.message
+    assert "find where the energy is NaN" in report.format_table({})
+    assert "non-finite-proposals" in [w["code"] for w in report.to_dict()["warnings"]]
+
+    whole = EnergyModel(lambda x: 0.5 * (x**2).sum(-1), support="real", event_shape=(2,))
+    report = evaluate_energy(whole, test, settings, train_data=train)
+    assert "non-finite-proposals" not in [w.code for w in report.warnings]

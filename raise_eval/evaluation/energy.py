@@ -23,7 +23,13 @@ from torch import Tensor
 from raise_eval.diagnostics import GAP_NATS, SandwichNumbers, diagnose
 from raise_eval.estimators.ais import AISResult, ais
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
-from raise_eval.evaluation.energy_checks import DriftWatch, data_distance, improper_warning, watches_drift
+from raise_eval.evaluation.energy_checks import (
+    DriftWatch,
+    data_distance,
+    improper_warning,
+    non_finite_warning,
+    watches_drift,
+)
 from raise_eval.evaluation.energy_resume import StageCheckpoint, base_digest, energy_resume_settings, open_store
 from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
 from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, MetropolisScanKernel
@@ -173,18 +179,25 @@ class _Sandwich:
 
 
 class _Recording:
-    """A kernel whose calls record its mean acceptance (an `InfoKernel` run as a plain transition). The sum stays on
-    the kernel's device: no host-device synchronisation per annealing step, one when `mean` is read. `live` holds the
-    running totals (what a resume file's save keeps, `energy_resume.StageCheckpoint`); `load` restores them."""
+    """A kernel whose calls record its mean acceptance and its share of proposals rejected for a non-finite log
+    acceptance (info 'non_finite', where the kernel gives it) (an `InfoKernel` run as a plain transition). The sums
+    stay on the kernel's device: no host-device synchronisation per annealing step, one when `mean` is read. `live`
+    holds the running totals (what a resume file's save keeps, `energy_resume.StageCheckpoint`); `load` restores
+    them."""
 
     def __init__(self, kernel, watch=None):
         self.kernel, self.total, self.count, self.watch = kernel, None, 0, watch
+        self.non_finite_total: Optional[Tensor] = None
         self.live: dict[str, Any] = {}
 
     def __call__(self, state, beta: float, generator: torch.Generator):
         state, info = self.kernel.step(state, beta, generator)
         step_mean = info["acceptance"].double().mean()
         self.total = step_mean if self.total is None else self.total.add_(step_mean)
+        non_finite = info.get("non_finite")
+        if non_finite is not None:
+            share = non_finite.double().mean()
+            self.non_finite_total = share if self.non_finite_total is None else self.non_finite_total.add_(share)
         self.count += 1
         if self.watch is not None:
             self.watch(self.count, state)
@@ -194,18 +207,26 @@ class _Recording:
     def record(self) -> dict[str, Any]:
         """The running totals: the acceptance sum (a scalar tensor) and count, the drift watch's distances."""
         drift = {} if self.watch is None else {str(f): d for f, d in self.watch.recorded.items()}
-        return {"acceptance_total": self.total, "acceptance_count": self.count, "drift": drift}
+        return {"acceptance_total": self.total, "acceptance_count": self.count, "drift": drift,
+                "non_finite_total": self.non_finite_total}
 
     def load(self, totals: dict[str, Any]) -> None:
         total = totals.get("acceptance_total")
         self.total = None if total is None else total.to(torch.float64).clone()
         self.count = int(totals.get("acceptance_count", 0))
+        non_finite = totals.get("non_finite_total")
+        self.non_finite_total = None if non_finite is None else non_finite.to(torch.float64).clone()
         if self.watch is not None:
             self.watch.recorded = {float(f): d for f, d in totals.get("drift", {}).items()}
 
     @property
     def mean(self) -> float:
         return float(self.total) / self.count if self.count else math.nan
+
+    @property
+    def non_finite_share(self) -> float:
+        """The mean share of proposals rejected for a non-finite log acceptance (0 where none, or not reported)."""
+        return float(self.non_finite_total) / self.count if self.count and self.non_finite_total is not None else 0.0
 
 
 def evaluate_energy(
@@ -323,6 +344,8 @@ def _evaluate_energy(
         improper = improper_warning(drift.distances, data_distance(path.base, test))
         # First: it says why the other warnings' advice (a larger K) cannot help.
         warnings = warnings if improper is None else [improper, *warnings]
+    non_finite = non_finite_warning({stage: r.non_finite_share for stage, r in recorders.items()})
+    warnings += [] if non_finite is None else [non_finite]
     sandwich = _Sandwich(ais=forward, ais_mean=upper_mean, raise_mean=reverse.mean, raise_stderr=reverse.stderr,
                          gap=gap_mean, warnings=warnings)  # fmt: skip
     # Imported here: raise_eval.certification's package imports this one (through evaluation.run), so a module-level

@@ -80,6 +80,23 @@ def improper_warning(distances: dict[float, float], test_distance: float) -> Opt
     )
 
 
+def non_finite_warning(shares: dict[str, float]) -> Optional[Warning]:
+    """The 'non-finite-proposals' warning where a stage's kernel rejected proposals for a NaN or +inf log acceptance
+    (`shares`: stage name -> the mean share of its proposals; the warning where any is above 0), else None."""
+    seen = {stage: share for stage, share in shares.items() if share > 0}
+    if not seen:
+        return None
+    listed = ", ".join(f"{stage} {share:.3g}" for stage, share in seen.items())
+    return Warning(
+        "non-finite-proposals",
+        f"some proposals had a log acceptance probability that is not a number or +inf, and were rejected (share of "
+        f"the proposals: {listed}): the energy returned NaN (or -inf) there, or a trajectory overflowed. Rejecting "
+        "them treats those points as having zero density, so the estimates are those of the energy with them "
+        "removed. Where this is more than a rare overflow, find where the energy is NaN (e.g. a log or square root "
+        "of a negative number, a division by zero) and guard it.",
+    )
+
+
 def data_distance(base, data: Tensor) -> float:
     """Vectors' (N, *event_shape) median `standardized_distance` from the base's mean."""
     return float(standardized_distance(data, base.mean, base.std).median())

@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 
 from raise_eval.contracts import KernelInfo
 from raise_eval.kernels.energy_leapfrog import native_transition
-from raise_eval.kernels.energy_state import EnergyState, batch_sum, select_state
+from raise_eval.kernels.energy_state import EnergyState, batch_sum, non_finite_share, select_state
 from raise_eval.kernels.hmc import StepSizeSchedule
 
 StepSizes = Union[float, Tensor, StepSizeSchedule]
@@ -97,7 +97,8 @@ class EnergyHMCKernel:
         return eps.reshape(eps.shape + (1,) * len(self.path.model.event_shape))
 
     def step(self, state: EnergyState, beta: float, generator: torch.Generator) -> tuple[EnergyState, KernelInfo]:
-        """The transition and KernelInfo(acceptance=min(1, exp(H_0 - H_L)) per chain, shaped (*B,))."""
+        """The transition and KernelInfo(acceptance=min(1, exp(H_0 - H_L)), non_finite=1 where H_0 - H_L was NaN
+        or +inf and the proposal rejected for it, else 0), each per chain shaped (*B,)."""
         return hmc_transition(self.path, state, beta, self.step_size(beta, state.x), self.num_leapfrog, generator)
 
     def __call__(self, state: EnergyState, beta: float, generator: torch.Generator) -> EnergyState:
@@ -138,10 +139,12 @@ def hmc_transition(
     kinetic0 = 0.5 * batch_sum(p0.double() ** 2, event_dims)
     kinetic1 = 0.5 * batch_sum(p.double() ** 2, event_dims)
     log_accept = (path.log_density(new, beta) - kinetic1) - (path.log_density(state, beta) - kinetic0)
+    non_finite = non_finite_share(log_accept)
     log_accept = torch.nan_to_num(log_accept, nan=-math.inf, posinf=-math.inf)  # divergent trajectories: rejected
     u = torch.rand(log_accept.shape, generator=generator, dtype=torch.float64, device=log_accept.device)
     accept = torch.log(u) < log_accept
-    return select_state(accept, new, state), KernelInfo(acceptance=log_accept.clamp(max=0.0).exp())
+    info = KernelInfo(acceptance=log_accept.clamp(max=0.0).exp(), non_finite=non_finite)
+    return select_state(accept, new, state), info
 
 
 def tune_step_sizes(

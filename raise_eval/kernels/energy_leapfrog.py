@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from raise_eval.contracts import KernelInfo
-from raise_eval.kernels.energy_state import EnergyState
+from raise_eval.kernels.energy_state import EnergyState, non_finite_share
 from raise_eval.models import native
 from raise_eval.models.energy import GaussianBase
 
@@ -135,6 +135,7 @@ def native_transition(
     log_old = (1 - beta) * _log_base(path, start["base_sum"], start["base_outside"], batch) + beta * state.log_f
     kinetic_new, kinetic_old = 0.5 * end["square_out"].reshape(batch), 0.5 * start["square_in"].reshape(batch)
     log_accept = (log_new - kinetic_new) - (log_old - kinetic_old)
+    non_finite = non_finite_share(log_accept)
     log_accept = torch.nan_to_num(log_accept, nan=-math.inf, posinf=-math.inf)  # divergent trajectories: rejected
     u = torch.rand(log_accept.shape, generator=generator, dtype=torch.float64, device=log_accept.device)
     accept = torch.log(u) < log_accept
@@ -144,4 +145,4 @@ def native_transition(
     grad = torch.empty_like(new.grad)
     lib.select_rows(kernel.rows, row_bytes, flags.data_ptr(), new.grad.data_ptr(), g0.data_ptr(), grad.data_ptr())
     chosen = EnergyState(x, torch.where(accept, new.log_f, state.log_f), grad)
-    return chosen, KernelInfo(acceptance=log_accept.clamp(max=0.0).exp())
+    return chosen, KernelInfo(acceptance=log_accept.clamp(max=0.0).exp(), non_finite=non_finite)

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from raise_eval.contracts import KernelInfo
-from raise_eval.kernels.energy_state import EnergyState, select_state
+from raise_eval.kernels.energy_state import EnergyState, non_finite_share, select_state
 from raise_eval.models.energy import TWO_STATE_VALUES
 
 
@@ -37,7 +37,8 @@ def _flat(x: Tensor, event_dims: int) -> Tensor:
 
 class MetropolisScanKernel:
     """The palindromic single-site Metropolis scan at beta (`contracts.InfoKernel`; info 'acceptance': the mean
-    acceptance probability of the scan's 2D proposals per chain, shaped (*B,)).
+    acceptance probability of the scan's 2D proposals per chain, shaped (*B,); 'non_finite': the share of them whose
+    log ratio was NaN or +inf, rejected for it).
 
     Args:
         path: an `EnergyPath` on discrete support (`model`, `log_base_sites`, `state_from_codes`).
@@ -55,6 +56,7 @@ class MetropolisScanKernel:
         log_f = state.log_f
         base = path.base.log_probs.reshape(-1, q)  # (D, q)
         acceptance = torch.zeros(batch, dtype=torch.float64, device=codes.device)
+        non_finite = torch.zeros(batch, dtype=torch.float64, device=codes.device)
         order = [*range(codes.shape[-1]), *reversed(range(codes.shape[-1]))]
         for i in order:
             u = torch.rand((2, *batch), generator=generator, dtype=torch.float64, device=codes.device)
@@ -65,13 +67,15 @@ class MetropolisScanKernel:
             proposal[..., i] = new
             log_f_new = model.log_unnormalized_state(proposal.reshape(*batch, *model.event_shape))
             log_ratio = (1 - beta) * (base[i][new] - base[i][old]) + beta * (log_f_new - log_f)
-            prob = torch.exp(torch.nan_to_num(log_ratio, nan=-torch.inf).clamp(max=0.0))
+            non_finite += non_finite_share(log_ratio)
+            # NaN or +inf (the energy NaN or -inf at the proposal): rejected, as HMC's and the other kernels' are
+            prob = torch.exp(torch.nan_to_num(log_ratio, nan=-torch.inf, posinf=-torch.inf).clamp(max=0.0))
             acceptance += prob
             accept = u[1] < prob
             codes[..., i] = torch.where(accept, new, old)
             log_f = torch.where(accept, log_f_new, log_f)
         new_state = EnergyState(codes.reshape(state.x.shape), log_f, None)
-        return new_state, KernelInfo(acceptance=acceptance / len(order))
+        return new_state, KernelInfo(acceptance=acceptance / len(order), non_finite=non_finite / len(order))
 
     def __call__(self, state: EnergyState, beta: float, generator: torch.Generator) -> EnergyState:
         return self.step(state, beta, generator)[0]
@@ -99,7 +103,8 @@ def first_order_changes(path, state: EnergyState, beta: float) -> Tensor:
 
 class GibbsWithGradientsKernel:
     """Gibbs with gradients (see the module docstring) at beta (`contracts.InfoKernel`; info 'acceptance': the mean
-    acceptance probability of the transition's proposals per chain, shaped (*B,)).
+    acceptance probability of the transition's proposals per chain, shaped (*B,); 'non_finite': the share of them
+    whose log acceptance was NaN or +inf, rejected for it).
 
     Args:
         path: an `EnergyPath` on discrete support whose energy is differentiable in its input.
@@ -117,6 +122,7 @@ class GibbsWithGradientsKernel:
         event_dims, q = len(model.event_shape), model.num_states
         state = path.with_grad(state)
         total = torch.zeros(state.log_f.shape, dtype=torch.float64, device=state.x.device)
+        non_finite = torch.zeros_like(total)
         for _ in range(self.num_proposals):
             log_q = torch.log_softmax(_flat(first_order_changes(path, state, beta) / 2, 2), dim=-1)  # (*B, D q)
             u = torch.rand((2, *state.log_f.shape), generator=generator, dtype=torch.float64, device=log_q.device)
@@ -131,11 +137,12 @@ class GibbsWithGradientsKernel:
             forward = log_q.gather(-1, pick.unsqueeze(-1)).squeeze(-1)
             backward = log_q_back.gather(-1, (site * q + old).unsqueeze(-1)).squeeze(-1)
             log_accept = path.log_density(proposal, beta) - path.log_density(state, beta) + backward - forward
+            non_finite += non_finite_share(log_accept)
             log_accept = torch.nan_to_num(log_accept, nan=-torch.inf, posinf=-torch.inf)
             prob = log_accept.clamp(max=0.0).exp()
             total += prob
             state = select_state(u[1] < prob, proposal, state)
-        return state, KernelInfo(acceptance=total / self.num_proposals)
+        return state, KernelInfo(acceptance=total / self.num_proposals, non_finite=non_finite / self.num_proposals)
 
     def __call__(self, state: EnergyState, beta: float, generator: torch.Generator) -> EnergyState:
         return self.step(state, beta, generator)[0]

@@ -8,6 +8,7 @@ per leapfrog step), and the weight update (beta' - beta)(log f(x) - log f_base(x
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple, Optional
 
 import torch
@@ -41,3 +42,11 @@ def select_state(accept: Tensor, new: EnergyState, old: EnergyState) -> EnergySt
 def batch_sum(values: Tensor, event_dims: int) -> Tensor:
     """Sum over the last `event_dims` dimensions: (*B, *event) -> (*B,)."""
     return values.flatten(start_dim=values.dim() - event_dims).sum(-1) if event_dims else values
+
+
+def non_finite_share(log_accept: Tensor) -> Tensor:
+    """1.0 where a proposal's log acceptance probability is NaN or +inf, else 0.0, float64 shaped like log_accept
+    (*B,): the energy was NaN (or -inf) at the proposal, or the trajectory overflowed. The kernels reject such
+    proposals, which treats those points as having zero density; their info's 'non_finite' counts them, so that a
+    report can say so rather than stay silent."""
+    return (torch.isnan(log_accept) | (log_accept == math.inf)).double()

@@ -217,3 +217,41 @@ def test_the_pilot_tunes_step_sizes_towards_the_target_acceptance():
     assert 0.4 < sum(acceptance) / len(acceptance) < 0.9  # the target is 0.65
     with pytest.raises(ValueError, match="target_accept must be in"):
         tune_step_sizes(path, betas, generator=torch.Generator(), target_accept=1.5)
+
+
+@pytest.mark.parametrize("native", ["1", "0"], ids=["native", "pytorch"])
+def test_hmc_counts_the_proposals_it_rejects_for_a_nan_energy(native, monkeypatch):
+    """An energy NaN beyond x0 = 1: from chains just below it, long HMC moves land there; those proposals are
+    rejected (the chain stays where it was) and the info's 'non_finite' is 1 for them, 0 for the others, by either
+    route; where no proposal can reach the hole, it is 0 everywhere."""
+    monkeypatch.setenv("RAISE_EVAL_NATIVE", native)
+    model = EnergyModel(lambda x: torch.where(x[:, 0] > 1.0, torch.nan, 0.5 * (x**2).sum(-1)), support="real",
+                        event_shape=(2,), dtype=torch.float64)  # fmt: skip
+    path = EnergyPath(model, GaussianBase(torch.zeros(2), torch.ones(2)))
+    g = torch.Generator().manual_seed(4)
+    start = path.state_from_x(torch.full((400, 2), 0.9, dtype=torch.float64))
+    state, info = EnergyHMCKernel(path, 0.5, 3).step(start, 1.0, g)
+    hit = info["non_finite"]
+    assert hit.shape == (400,) and bool(((hit == 0) | (hit == 1)).all())
+    assert 50 < int(hit.sum()) < 350  # some proposals fell in the hole, some did not
+    assert bool((state.x[hit == 1] == start.x[hit == 1]).all()) and bool((info["acceptance"][hit == 1] == 0).all())
+    assert bool(torch.isfinite(state.log_f).all())
+    _, far = EnergyHMCKernel(path, 0.01, 3).step(path.state_from_x(torch.zeros(400, 2, dtype=torch.float64)), 1.0, g)
+    assert bool((far["non_finite"] == 0).all())
+
+
+def test_the_metropolis_scan_rejects_and_counts_nan_energies():
+    """A binary energy that is NaN at one configuration (1, 1, 1, 0): the scan never enters it, and 'non_finite' says
+    how often it was proposed (a share of the scan's 2D proposals per chain)."""
+    hole = torch.tensor([1.0, 1.0, 1.0, 0.0], dtype=torch.float64)
+
+    def energy(x):
+        return torch.where((x == hole).all(-1), torch.nan, -x[:, 0] * x[:, 1])
+
+    model = EnergyModel(energy, support="binary", event_shape=(4,), dtype=torch.float64)
+    path = EnergyPath(model, None)
+    g = torch.Generator().manual_seed(5)
+    state = path.state_from_data(torch.tensor([[1.0, 1.0, 0.0, 0.0]] * 200, dtype=torch.float64))
+    state, info = MetropolisScanKernel(path).step(state, 1.0, g)
+    assert not bool((model.data_from_state(state.x) == hole).all(-1).any())
+    assert float(info["non_finite"].mean()) > 0 and bool((info["non_finite"] <= 1).all())
