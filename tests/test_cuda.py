@@ -225,9 +225,14 @@ def test_graphs_of_steps_are_unbiased(tiny_rbm, tiny_dbm, train_vectors, k, per_
 def test_a_graph_draws_what_the_same_steps_draw_eagerly(tiny_dbm):
     """The generator's semantics in a graph: the same seed gives the same bits with graphs of 4 steps, of 7, and with
     the program run eagerly (the graph registers the generator; each replay takes the next random numbers)."""
+    _assert_graphs_draw_what_eager_steps_draw(BoltzmannPath(_on_device(tiny_dbm, torch.float32)))
+
+
+def _assert_graphs_draw_what_eager_steps_draw(path) -> None:
+    """AIS with K = 30 from seed 9 in graphs of 4 steps, of 7 and eagerly: the same log-weights and the same next
+    random numbers of the generator, bit for bit."""
     from raise_eval.step_programs import loop_options
 
-    path = BoltzmannPath(_on_device(tiny_dbm, torch.float32))
     betas = linear_schedule(30)
     runs = []
     for per_graph in (0, 4, 7, 4):
@@ -394,15 +399,4 @@ def test_fully_visible_graphs_of_steps_are_unbiased(k, per_graph, method):
 def test_fully_visible_graphs_draw_what_the_same_steps_draw_eagerly(kind, method):
     """The same seed gives the same bits from graphs of 4 steps, of 7, and from the program run eagerly, for a dense
     scan and a scan by colour, float32 (the generator registered with each graph)."""
-    from raise_eval.step_programs import loop_options
-
-    path = _fully_visible_path(kind, method, dtype=torch.float32)
-    betas = linear_schedule(30)
-    runs = []
-    for per_graph in (0, 4, 7, 4):
-        with loop_options(steps_per_graph=per_graph):
-            generator = _generator(9)
-            weights = ais(path, betas, 5_000, generator=generator).log_weights
-            runs.append((weights, torch.rand(3, generator=generator, device=DEVICE)))
-    for weights, after in runs[1:]:
-        assert torch.equal(weights, runs[0][0]) and torch.equal(after, runs[0][1])
+    _assert_graphs_draw_what_eager_steps_draw(_fully_visible_path(kind, method, dtype=torch.float32))
