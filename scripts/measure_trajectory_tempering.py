@@ -39,7 +39,8 @@ BLOCKS = 5  # blocks of rounds for the standard error
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", help="a folder of one RBM run's checkpoints (step_*.pt)")
-    parser.add_argument("--exact", type=Path, required=True, help="JSON with the checkpoints' exact log Z ('log_z')")
+    parser.add_argument("--exact", type=Path, required=True,
+                        help="JSON with the checkpoints' exact log Z ('log_z', null where unknown)")
     parser.add_argument("--data-root", default=None, help="folder holding binarized_mnist/ (for the base rates)")
     parser.add_argument("--sub", type=positive_int, default=4, help="rungs per link (default 4)")
     parser.add_argument("--chains", type=positive_int, default=50, help="chains per rung (default 50)")
@@ -116,12 +117,14 @@ def main(argv=None) -> None:
     stderr = blocks.std(0) / math.sqrt(BLOCKS)
     points = path.checkpoint_points
     estimates = [float(log_z[knot_rungs[p]]) for p in points]
-    errors = [e - x for e, x in zip(estimates, exact)]
-    ses = [float(stderr[knot_rungs[p]]) for p in points]
+    known = [i for i, x in enumerate(exact) if x is not None]  # the checkpoints whose exact log Z is in --exact
+    errors = [estimates[i] - exact[i] for i in known]
+    ses = [float(stderr[knot_rungs[points[i]]]) for i in known]
     link_swap = [float(swap_rate[i * args.sub:(i + 1) * args.sub].min()) for i in range(links)]
     result = {
         "settings": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()}, "seconds": seconds,
-        "rungs": len(betas), "steps": loaded.steps, "estimates": estimates, "errors": errors, "stderr": ses,
+        "rungs": len(betas), "steps": loaded.steps, "estimates": estimates,
+        "compared_steps": [loaded.steps[i] for i in known], "errors": errors, "stderr": ses,
         "mean_abs": sum(map(abs, errors)) / len(errors), "max_abs": max(map(abs, errors)),
         "within_0.1": sum(abs(e) <= 0.1 for e in errors),
         "within_2se": sum(abs(e) <= 2 * s for e, s in zip(errors, ses)),
