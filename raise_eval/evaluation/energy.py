@@ -205,7 +205,8 @@ class _Recording:
         return state
 
     def record(self) -> dict[str, Any]:
-        """The running totals: the acceptance sum (a scalar tensor) and count, the drift watch's distances."""
+        """The running totals: the acceptance sum (a scalar tensor) and count, the drift watch's distances, the sum of
+        the steps' shares of non-finite proposals (a scalar tensor, or None where the kernel reports none)."""
         drift = {} if self.watch is None else {str(f): d for f, d in self.watch.recorded.items()}
         return {"acceptance_total": self.total, "acceptance_count": self.count, "drift": drift,
                 "non_finite_total": self.non_finite_total}
