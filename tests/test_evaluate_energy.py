@@ -40,7 +40,7 @@ def test_evaluate_runs_an_energy_model_and_its_report_holds_the_sandwich():
     lo, hi = report.interval
     assert lo < min(report.lower_mean, report.upper_mean) <= max(report.lower_mean, report.upper_mean) < hi
     assert document["interval"] == [lo, hi]
-    assert document["data"] == {"test": 6, "train": None, "base": "default"}
+    assert document["data"] == {"test": 6, "train": None, "base": "default", "default_base": "N(0, 1) per coordinate"}
     assert 0 < report.total_seconds >= sum(report.seconds.values()) and document["total_seconds"] > 0
     assert "data                     6 test vectors; the default base" in table
     assert "annealing                K = 200 (linear), 64 AIS chains, 8 RAISE chains per test vector, seed 3" in table

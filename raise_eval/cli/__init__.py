@@ -9,6 +9,7 @@ To add a subcommand: a module with `add_parser(sub)` (its options from the decla
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import signal
 import sys
@@ -70,11 +71,27 @@ def _show_warning(message, category, filename, lineno, file=None, line=None) -> 
         _default_showwarning(message, category, filename, lineno, file, line)
 
 
+def _parse(parser: argparse.ArgumentParser, argv: list) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, but an unknown option is refused by its command's parser (its usage, not the
+    top level's) with the command's nearest options: `--stpes` -> did you mean --steps?"""
+    args, extras = parser.parse_known_args(argv)
+    if not extras:
+        return args
+    command = next(a for a in parser._subparsers._group_actions if isinstance(a, argparse._SubParsersAction))
+    sub = command.choices[args.command]
+    known = [o for action in sub._actions for o in action.option_strings if o.startswith("--")]
+    hints = []
+    for extra in extras:
+        close = difflib.get_close_matches(extra.split("=", 1)[0], known, n=1, cutoff=0.7)
+        hints.append(f"{extra} (did you mean {close[0]}?)" if close and extra.startswith("-") else extra)
+    sub.error(f"unrecognized arguments: {' '.join(hints)}")
+
+
 def main(argv=None) -> int:
     if signal.getsignal(signal.SIGTERM) == signal.SIG_DFL:
         signal.signal(signal.SIGTERM, _on_sigterm)
     parser = build_parser()
-    args = parser.parse_args(attach_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
+    args = _parse(parser, attach_dash_values(parser, list(sys.argv[1:] if argv is None else argv)))
     warnings.showwarning = _show_warning
     # A C kernel compiled (not found in the cache) says so on stderr, as the progress bars do (rank 0 of torchrun's)
     announce = vars(args).get("progress", True) and os.environ.get("RANK", "0") in ("", "0")

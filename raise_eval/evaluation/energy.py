@@ -244,6 +244,16 @@ def evaluate_energy(
         return _evaluate_energy(model, test_data, settings, **keywords)
 
 
+def _default_base_words(model) -> str:
+    """What `models.energy.default_base` is for this model, in words."""
+    s = model.support
+    if s.discrete:
+        return "uniform sites"
+    if s.bounded:
+        return f"a Gaussian centred in the box [{s.low:g}, {s.high:g}], its width as std, truncated to it"
+    return "N(0, 1) per coordinate"
+
+
 def _evaluate_energy(
     model,
     test_data: Tensor,
@@ -295,6 +305,8 @@ def _evaluate_energy(
     data = {"test": int(test.shape[0]), "train": None if train_data is None else int(train_data.shape[0]),
             "base": "fitted" if train_data is not None else "given" if base is not None else
             "the model's" if model.base is not None else "default"}  # fmt: skip
+    if data["base"] == "default":  # which of default_base's three it is, for the table's data row
+        data["default_base"] = _default_base_words(model)
     store = None
     if resume_file is not None:  # refused now (other settings), before any work
         digest = base_digest(model, train_data, base)

@@ -51,7 +51,8 @@ def _data_words(data: dict) -> str:
         words += f"; base fitted to {data['train']:,} training vectors"
         words += f" ({data['train_file']})" if data.get("train_file") else ""
     elif base == "default":
-        words += "; the default base (N(0, 1) per coordinate, a broad Gaussian on a box, or uniform sites)"
+        kind = data.get("default_base", "N(0, 1) per coordinate, a broad Gaussian on a box, or uniform sites")
+        words += f"; the default base ({kind})"
     elif base:
         words += f"; base {base}"
     return words
