@@ -19,8 +19,9 @@ TRAJECTORY_OFFSETS = {
     "ais": 0, "raise": 1, "bootstrap": 2, "raise_subset": 3, "log_f": 4, "pilot": 5, "test_subset": 6,
 }  # fmt: skip
 TRAJECTORY_LOG_F_STRIDE = 7919  # a prime: checkpoint i's log f(v) stream, apart from the other stages' offsets
-# a user's energy model's evaluation (`evaluation.energy`): HMC's step-size pilot, AIS, RAISE.
-ENERGY_OFFSETS = {"pilot": 0, "ais": 1, "raise": 2}
+# a user's energy model's evaluation (`evaluation.energy`): HMC's step-size pilot, AIS, RAISE, the probe of the
+# energy's tails (`evaluation.energy_checks.tail_warning`).
+ENERGY_OFFSETS = {"pilot": 0, "ais": 1, "raise": 2, "tail": 3}
 LARGEST_OFFSET = max(max(EVALUATION_OFFSETS.values()), max(TRAJECTORY_OFFSETS.values()))
 
 

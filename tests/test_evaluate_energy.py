@@ -148,12 +148,17 @@ class _TiltedEnergy(torch.nn.Module):
         return 0.5 * x[:, 1] ** 2 + 2.0 * x[:, 0]
 
 
-def test_an_improper_energy_is_named_as_such_with_advice_a_larger_k_cannot_replace():
+def test_an_improper_energy_is_named_as_such_with_advice_a_larger_k_cannot_replace(monkeypatch):
     """The improper energy above got only the generic low-ESS / large-gap warnings, whose advice (a larger K)
     cannot help; the AIS chains drift away without bound as beta -> 1, and the report now says so first, by name.
     A proper Gaussian (the first test: no warnings) and a base far from the model's mass (below) get no such
-    warning."""
+    warning. The drift watch alone here: the probe of the energy's tails, which names this energy too (the test
+    below), is switched off."""
     from raise_eval.models import EnergyModel
+
+    from raise_eval.evaluation import energy as energy_evaluation
+
+    monkeypatch.setattr(energy_evaluation, "tail_warning", lambda model, base, generator: None)
     from raise_eval.models.energy import GaussianBase
 
     model = EnergyModel(_TiltedEnergy(), support="real", event_shape=(2,))
@@ -206,3 +211,44 @@ def test_proposals_rejected_for_a_nan_energy_are_reported_not_silent(kernel):
     whole = EnergyModel(lambda x: 0.5 * (x**2).sum(-1), support="real", event_shape=(2,))
     report = evaluate_energy(whole, test, settings, train_data=train)
     assert "non-finite-proposals" not in [w.code for w in report.warnings]
+
+
+class _LogEnergy(torch.nn.Module):
+    """E(x) = c log(1 + |x|^2) on the real plane: exp(-E) = (1 + r^2)^-c integrates in two dimensions only for c > 1
+    (Z = pi / (c - 1))."""
+
+    def __init__(self, c: float):
+        super().__init__()
+        self.c = c
+
+    def forward(self, x):
+        return self.c * torch.log1p((x**2).sum(-1))
+
+
+def test_an_improper_energy_is_named_at_a_small_k_where_the_chains_have_not_drifted_yet():
+    """A new user's find: E = 0.5 log(1 + |x|^2) (Z infinite) got a certified CLOSED verdict at K = 100, where the
+    AIS chains had not yet drifted far enough for the drift watch (it fires from about K = 1,000). The probe of the
+    energy's tails names it at any K and the verdict is open; a heavy-tailed proper energy (c = 1.5, Z = 2 pi) and a
+    Gaussian pass it. (The tilted energy above falls only in a tube of fixed width around -x0, which random
+    directions hit by chance: there the drift watch is the check.)"""
+    from raise_eval.models import EnergyModel
+    from raise_eval.models.energy import GaussianBase
+
+    from raise_eval.evaluation.energy_checks import tail_warning
+
+    g = torch.Generator().manual_seed(1)
+    test = torch.randn(8, 2, generator=g, dtype=torch.float64)
+    settings = EnergySettings(steps=100, ais_chains=16, raise_chains=2, pilot_steps=20)
+    improper = EnergyModel(_LogEnergy(0.5), support="real", event_shape=(2,))
+    report = evaluate_energy(improper, test, settings)
+    assert report.warnings[0].code == "improper-energy", [w.code for w in report.warnings]
+    assert "grows too slowly for exp(-E) to integrate" in report.warnings[0].message
+    assert report.verdict == "open" and any("the energy looks improper" in r for r in report.reasons)
+
+    base = GaussianBase(torch.zeros(2, dtype=torch.float64), torch.ones(2, dtype=torch.float64))
+    probe = torch.Generator().manual_seed(0)
+    assert tail_warning(EnergyModel(_LogEnergy(1.5), support="real", event_shape=(2,)), base, probe) is None
+    gaussian, _ = gaussian_energy(3)
+    assert tail_warning(gaussian, GaussianBase(torch.zeros(3), torch.ones(3)), probe) is None
+    proper = evaluate_energy(EnergyModel(_LogEnergy(1.5), support="real", event_shape=(2,)), test, settings)
+    assert "improper-energy" not in [w.code for w in proper.warnings]

@@ -28,6 +28,7 @@ from raise_eval.evaluation.energy_checks import (
     data_distance,
     improper_warning,
     non_finite_warning,
+    tail_warning,
     watches_drift,
 )
 from raise_eval.evaluation.energy_resume import StageCheckpoint, base_digest, energy_resume_settings, open_store
@@ -314,6 +315,8 @@ def _evaluate_energy(
     if train_data is not None:
         base = fit_base(model, train_data)
     path = EnergyPath(model, base)
+    # the energy's tails, probed before any estimate (a few energy evaluations): an improper energy is named at any K
+    tail = tail_warning(model, path.base, _generator(model, settings.seed, "tail"))
     betas = linear_schedule(settings.steps)
     seconds = {}
     stage = "the pilot"
@@ -353,10 +356,11 @@ def _evaluate_energy(
         log_test_mass=_log_test_mass(model, test, reverse.log_unnormalized),
     )  # fmt: skip
     warnings = diagnose(numbers, init="base-rates")
-    if drift is not None:
+    improper = tail
+    if improper is None and drift is not None:
         improper = improper_warning(drift.distances, data_distance(path.base, test))
-        # First: it says why the other warnings' advice (a larger K) cannot help.
-        warnings = warnings if improper is None else [improper, *warnings]
+    # First: it says why the other warnings' advice (a larger K) cannot help.
+    warnings = warnings if improper is None else [improper, *warnings]
     non_finite = non_finite_warning({stage: r.non_finite_share for stage, r in recorders.items()})
     warnings += [] if non_finite is None else [non_finite]
     sandwich = _Sandwich(ais=forward, ais_mean=upper_mean, raise_mean=reverse.mean, raise_stderr=reverse.stderr,

@@ -7,13 +7,22 @@ as beta approaches 1; AIS's chains follow them, so log Z-hat grows with K withou
 from the base's mean (in the base's standard deviations) at a few points of the annealing, and `improper_warning`
 names the drift when the chains end far beyond the test data and are still moving outward at the end.
 
+The drift shows only once K is large enough for the chains to travel far (about K = 1,000 on E = 0.5 log(1 + |x|^2)
+in two dimensions), and a certified run stops at the first K that closes. `tail_warning` therefore also probes the
+energy itself before any estimate: exp(-E) integrates over d dimensions only if, along every direction, E
+eventually grows faster than d log r; it evaluates E along random directions at two radii far beyond the base
+(TAIL_RADII of its standard deviations) and names the energy improper where it grows more slowly there. A probe
+cannot prove an energy proper (a direction it misses, growth that slows beyond its radii), so the drift watch stays.
+
 Only unbounded real support is watched: a box bounds the chains, and a discrete support has a finite Z.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
+import torch
 from torch import Tensor
 
 from raise_eval.diagnostics import Warning
@@ -24,6 +33,10 @@ DRIFT_FACTOR = 10.0
 DRIFT_GROWTH = 2.0
 # The fractions of the annealing's transitions at which the chains' distance is recorded (the last one: the end).
 CHECKPOINTS = (0.5, 0.9, 1.0)
+# The tail probe: directions drawn at random (in the base's standardized coordinates), and the two radii, in the
+# base's standard deviations from its mean, between which E's growth per unit of log r is measured.
+TAIL_DIRECTIONS = 64
+TAIL_RADII = (100.0, 1000.0)
 
 
 def standardized_distance(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
@@ -55,6 +68,41 @@ class DriftWatch:
 def watches_drift(model, base) -> bool:
     """Whether the chains can drift without bound: unbounded real support and a Gaussian base."""
     return not model.support.discrete and not model.support.bounded and getattr(base, "kind", None) == "gaussian"
+
+
+def tail_warning(model, base, generator: torch.Generator) -> Optional[Warning]:
+    """The 'improper-energy' warning where E grows too slowly for exp(-E) to integrate (see the module docstring):
+    along some of TAIL_DIRECTIONS random directions u (unit vectors in the base's standardized coordinates, drawn
+    from `generator`), with x(r) = mean + r std u, (E(x(r1)) - E(x(r0))) / log(r1 / r0) at TAIL_RADII (r0, r1) is at
+    most d, the event's size (E = +inf counts as growth enough; a NaN energy leaves the direction out). None where
+    the support is not unbounded real or the base not a Gaussian, or where every probed direction grows fast
+    enough."""
+    if not watches_drift(model, base):
+        return None
+    d = model.n_visible
+    mean, std = base.mean.double(), base.std.double()
+    u = torch.randn((TAIL_DIRECTIONS, *mean.shape), generator=generator, dtype=torch.float64, device=mean.device)
+    u = u / u.flatten(1).norm(dim=1).reshape(-1, *(1,) * mean.dim())
+    r0, r1 = TAIL_RADII
+    points = torch.cat([mean + r * std * u for r in (r0, r1)]).to(model.dtype)
+    energy = -model.log_unnormalized_state(points.to(model.device)).cpu()  # float64 (2 TAIL_DIRECTIONS,)
+    growth = (energy[TAIL_DIRECTIONS:] - energy[:TAIL_DIRECTIONS]) / math.log(r1 / r0)
+    growth = torch.where(energy[TAIL_DIRECTIONS:] == math.inf, math.inf, growth)
+    slow = growth[~torch.isnan(growth)] <= d
+    if not bool(slow.any()):
+        return None
+    least = float(growth[~torch.isnan(growth)].min())
+    return Warning(
+        "improper-energy",
+        f"the energy grows too slowly for exp(-E) to integrate (Z is infinite or the estimates meaningless): along "
+        f"{int(slow.sum())} of {TAIL_DIRECTIONS} random directions from the base's mean, E grows by as little as "
+        f"{least:.3g} per unit of log r between {r0:g} and {r1:g} of the base's standard deviations, where exp(-E) "
+        f"over {d} dimensions integrates only if E eventually grows faster than {d} per unit of log r (e.g. an "
+        "energy that levels off, falls, or grows like log |x|). log Z-hat then grows with K without settling, so a "
+        "larger K ({steps}) cannot help and the other warnings' advice to raise it does not apply. Bound the "
+        "support with a box (support=('real', low, high)) or add a confining term to the energy (e.g. "
+        "|x - m|^2 / (2 s^2), s a few times the data's spread).",
+    )
 
 
 def improper_warning(distances: dict[float, float], test_distance: float) -> Optional[Warning]:
