@@ -31,8 +31,8 @@ UNDERMINING = {
     "log-f-biased": "the log f(v) estimates rose with a longer estimate: the AIS log-likelihood rests on a biased "
     "log f",
     "log-f-unchecked": "log f(v) is estimated and was not checked for bias",
-    "improper-energy": "the energy looks improper (the AIS chains drifted outward without settling): log Z-hat "
-    "estimates no finite log Z, at any K",
+    "improper-energy": "the energy looks improper (its tails grow too slowly for exp(-E) to integrate, or the AIS "
+    "chains drifted outward without settling): log Z-hat estimates no finite log Z, at any K",
 }
 FILE_FORMAT = "raise-eval certify 1"
 # Reasons that no K can remove: log f(v) and its check are made once, whatever K is.
