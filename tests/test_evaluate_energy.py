@@ -74,7 +74,7 @@ def test_a_binary_energy_against_its_enumeration(kernel):
     report = raise_eval.evaluate(model, test, train_data=train, steps=30, ais_chains=400, raise_chains=20,
                                  kernel=kernel)  # fmt: skip
     assert abs(report.log_z - exact.log_partition(model)) < 4 * report.log_z_stderr
-    assert report.kernel == kernel and report.seconds["pilot"] < 0.5  # no pilot on discrete support
+    assert report.kernel == kernel and "pilot" not in report.seconds  # no pilot on discrete support
 
 
 def test_what_does_not_apply_is_refused_by_name():

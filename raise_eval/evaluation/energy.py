@@ -48,6 +48,7 @@ from raise_eval.settings import render_names
 from raise_eval.stats import mean_and_stderr
 
 KERNELS = {"real": ("hmc", "mala"), "discrete": ("metropolis", "gibbs-with-gradients")}
+TUNED_KERNELS = KERNELS["real"]  # the kernels whose step sizes a pilot tunes
 
 
 @dataclasses.dataclass(frozen=True)
@@ -324,7 +325,8 @@ def _evaluate_energy(
         with deferred_interrupts() if store is not None else contextlib.nullcontext():
             start = time.perf_counter()
             kernel = _kernel(path, kind, betas, settings, progress, store)
-            seconds["pilot"] = time.perf_counter() - start
+            if kind in TUNED_KERNELS:  # the discrete kernels have no pilot: no "pilot 0.0 s" in the report
+                seconds["pilot"] = time.perf_counter() - start
             drift = DriftWatch(path.base, settings.steps) if watches_drift(model, path.base) else None
             recorders = {"AIS": _Recording(kernel, drift), "RAISE": _Recording(kernel)}
             stage = "AIS"
