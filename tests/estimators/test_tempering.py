@@ -32,9 +32,7 @@ def _knot_errors(walk, path, result):
 def test_log_z_at_every_checkpoint_matches_exact(seed):
     walk, path = _path(seed=seed)
     betas = ladder_with_rungs_between(path.knots, 1)
-    result = parallel_tempering(
-        path, betas, 200, 600, torch.Generator().manual_seed(seed), burn_in=100, replicates=10
-    )
+    result = parallel_tempering(path, betas, 200, 600, torch.Generator().manual_seed(seed), burn_in=100, replicates=10)
     errors, stderr = _knot_errors(walk, path, result)
     assert bool((stderr > 0).all())
     assert bool((errors.abs() <= 4 * stderr).all()), (errors, stderr)
