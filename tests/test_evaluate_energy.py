@@ -250,5 +250,9 @@ def test_an_improper_energy_is_named_at_a_small_k_where_the_chains_have_not_drif
     assert tail_warning(EnergyModel(_LogEnergy(1.5), support="real", event_shape=(2,)), base, probe) is None
     gaussian, _ = gaussian_energy(3)
     assert tail_warning(gaussian, GaussianBase(torch.zeros(3), torch.ones(3)), probe) is None
+    # flat along x1 (a second new user's find): random directions almost never lie along the axis, the axes do
+    flat = EnergyModel(lambda x: 0.5 * x[:, 0] ** 2 + 0 * x[:, 1], support="real", event_shape=(2,))
+    warning = tail_warning(flat, base, probe)
+    assert warning is not None and "along 2 of the 64 random directions and the 4 along the axes" in warning.message
     proper = evaluate_energy(EnergyModel(_LogEnergy(1.5), support="real", event_shape=(2,)), test, settings)
     assert "improper-energy" not in [w.code for w in proper.warnings]

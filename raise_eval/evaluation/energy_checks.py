@@ -37,6 +37,10 @@ CHECKPOINTS = (0.5, 0.9, 1.0)
 # base's standard deviations from its mean, between which E's growth per unit of log r is measured.
 TAIL_DIRECTIONS = 64
 TAIL_RADII = (100.0, 1000.0)
+# ... and, up to this many coordinates, both directions along every coordinate axis as well: an energy that does not
+# depend on some coordinate (flat along its axis) is improper, and random directions almost never lie along an axis.
+TAIL_AXES_MAX = 1024
+TAIL_CHUNK = 512  # energy evaluations per call
 
 
 def standardized_distance(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
@@ -73,29 +77,36 @@ def watches_drift(model, base) -> bool:
 def tail_warning(model, base, generator: torch.Generator) -> Optional[Warning]:
     """The 'improper-energy' warning where E grows too slowly for exp(-E) to integrate (see the module docstring):
     along some of TAIL_DIRECTIONS random directions u (unit vectors in the base's standardized coordinates, drawn
-    from `generator`), with x(r) = mean + r std u, (E(x(r1)) - E(x(r0))) / log(r1 / r0) at TAIL_RADII (r0, r1) is at
-    most d, the event's size (E = +inf counts as growth enough; a NaN energy leaves the direction out). None where
-    the support is not unbounded real or the base not a Gaussian, or where every probed direction grows fast
-    enough."""
+    from `generator`) and, for at most TAIL_AXES_MAX coordinates, the 2 d directions along the axes, with
+    x(r) = mean + r std u, (E(x(r1)) - E(x(r0))) / log(r1 / r0) at TAIL_RADII (r0, r1) is at most d, the event's size
+    (E = +inf counts as growth enough; a NaN energy leaves the direction out). None where the support is not
+    unbounded real or the base not a Gaussian, or where every probed direction grows fast enough."""
     if not watches_drift(model, base):
         return None
     d = model.n_visible
     mean, std = base.mean.double(), base.std.double()
-    u = torch.randn((TAIL_DIRECTIONS, *mean.shape), generator=generator, dtype=torch.float64, device=mean.device)
-    u = u / u.flatten(1).norm(dim=1).reshape(-1, *(1,) * mean.dim())
+    u = torch.randn((TAIL_DIRECTIONS, d), generator=generator, dtype=torch.float64, device=mean.device)
+    u = u / u.norm(dim=1, keepdim=True)
+    if d <= TAIL_AXES_MAX:
+        axes = torch.eye(d, dtype=torch.float64, device=mean.device)
+        u = torch.cat([u, axes, -axes])
+    u = u.reshape(-1, *mean.shape)
+    count = u.shape[0]
     r0, r1 = TAIL_RADII
-    points = torch.cat([mean + r * std * u for r in (r0, r1)]).to(model.dtype)
-    energy = -model.log_unnormalized_state(points.to(model.device)).cpu()  # float64 (2 TAIL_DIRECTIONS,)
-    growth = (energy[TAIL_DIRECTIONS:] - energy[:TAIL_DIRECTIONS]) / math.log(r1 / r0)
-    growth = torch.where(energy[TAIL_DIRECTIONS:] == math.inf, math.inf, growth)
+    points = torch.cat([mean + r * std * u for r in (r0, r1)]).to(model.device, model.dtype)
+    energy = -torch.cat([model.log_unnormalized_state(chunk).cpu() for chunk in points.split(TAIL_CHUNK)])
+    growth = (energy[count:] - energy[:count]) / math.log(r1 / r0)  # float64 (count,)
+    growth = torch.where(energy[count:] == math.inf, math.inf, growth)
     slow = growth[~torch.isnan(growth)] <= d
     if not bool(slow.any()):
         return None
     least = float(growth[~torch.isnan(growth)].min())
+    probed = f"{TAIL_DIRECTIONS} random directions" + (f" and the {2 * d} along the axes" if count > TAIL_DIRECTIONS
+                                                         else "")  # fmt: skip
     return Warning(
         "improper-energy",
         f"the energy grows too slowly for exp(-E) to integrate (Z is infinite or the estimates meaningless): along "
-        f"{int(slow.sum())} of {TAIL_DIRECTIONS} random directions from the base's mean, E grows by as little as "
+        f"{int(slow.sum())} of the {probed} from the base's mean, E grows by as little as "
         f"{least:.3g} per unit of log r between {r0:g} and {r1:g} of the base's standard deviations, where exp(-E) "
         f"over {d} dimensions integrates only if E eventually grows faster than {d} per unit of log r (e.g. an "
         "energy that levels off, falls, or grows like log |x|). log Z-hat then grows with K without settling, so a "
