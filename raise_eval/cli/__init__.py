@@ -45,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for command in SUBCOMMANDS:
         command.add_parser(sub)
+    # No abbreviated options: argparse would take --ais-chain for --ais-chains silently (and a shortened option could
+    # come to mean another one as options are added); an unknown option is refused with the nearest one (`_parse`).
+    for command_parser in {id(p): p for p in sub.choices.values()}.values():
+        command_parser.allow_abbrev = False
     return parser
 
 

@@ -14,6 +14,9 @@ from raise_eval.cli import main
      "raise-eval bdmc: error: unrecognized arguments: --stepz (did you mean --steps?)"),
     (["evaluate", "--zzzz", "x.pt"], "raise-eval evaluate: error: unrecognized arguments: --zzzz\n"),
     (["evaluate", "a.pt", "b.pt"], "raise-eval evaluate: error: unrecognized arguments: b.pt\n"),
+    # a shortened option was taken silently for the one it begins (argparse's abbreviations): now refused by name
+    (["evaluate", "--ais-chain", "100", "x.pt"],
+     "raise-eval evaluate: error: unrecognized arguments: --ais-chain (did you mean --ais-chains?)"),
 ])  # fmt: skip
 def test_an_unknown_option_is_refused_with_the_nearest_known_one(capsys, argv, words):
     with pytest.raises(SystemExit) as info:
