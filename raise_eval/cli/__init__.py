@@ -1,6 +1,6 @@
-"""The `raise-eval` command line: a module per subcommand (evaluate.py, bdmc.py, trajectory.py), their options generated from the
-settings' declarations (options.py), what they share (common.py). Only this package turns field names into flags
-and errors into exit statuses; it may import everything else, and nothing imports it.
+"""The `raise-eval` command line: a module per subcommand (evaluate.py, bdmc.py, trajectory.py), their options
+generated from the settings' declarations (options.py), what they share (common.py). Only this package turns field
+names into flags and errors into exit statuses; it may import everything else, and nothing imports it.
 
 To add a subcommand: a module with `add_parser(sub)` (its options from the declarations of the settings it builds,
 `parser.set_defaults(run=..., names=...)`) and `run(args) -> exit status`, listed in SUBCOMMANDS.
