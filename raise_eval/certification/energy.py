@@ -132,7 +132,7 @@ def energy_step(report: EnergyReport, steps: int) -> CertifyStep:
     low, high = sandwich_interval(numbers) if math.isfinite(report.lower_stderr) else (None, None)
     return CertifyStep(
         steps=steps, ais_mean=report.upper_mean, ais_stderr=report.log_z_stderr, raise_mean=report.lower_mean,
-        raise_stderr=report.lower_stderr, ais_ess=report.ais_ess, exact_mean=None,
+        raise_stderr=report.lower_stderr, ais_ess=report.ais_ess, exact_mean=report.exact_mean,
         seconds=report.seconds["AIS"] + report.seconds["RAISE"], total_seconds=report.total_seconds,
         warnings=[w.code for w in report.warnings], reasons_open=list(report.reasons), interval_low=low,
         interval_high=high, fixed_seconds=report.seconds.get("pilot", 0.0),

@@ -32,6 +32,7 @@ from raise_eval.evaluation.energy_checks import (
     watches_drift,
 )
 from raise_eval.evaluation.energy_resume import StageCheckpoint, base_digest, energy_resume_settings, open_store
+from raise_eval.exact import energy as exact_energy
 from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
 from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, MetropolisScanKernel
 from raise_eval.kernels.hmc import StepSizeSchedule
@@ -48,6 +49,9 @@ from raise_eval.settings import render_names
 from raise_eval.stats import mean_and_stderr
 
 KERNELS = {"real": ("hmc", "mala"), "discrete": ("metropolis", "gibbs-with-gradients")}
+# A discrete energy of at most 2^EXACT_UNITS configurations gets its exact log Z and test log-likelihood beside the
+# estimates (about a second for an MLP energy on a CPU), and the verdict checks the sandwich against them.
+EXACT_UNITS = 16
 TUNED_KERNELS = KERNELS["real"]  # the kernels whose step sizes a pilot tunes
 
 
@@ -109,6 +113,8 @@ class EnergyReport:
     data: what was evaluated: test (the number of test vectors), train (training vectors the base was fitted to, or
     None), base ('fitted', 'given', "the model's" or 'default'), test_file / train_file (set by the command line).
     total_seconds: the whole evaluation's wall time.
+    exact_log_z, exact_mean: a discrete energy of at most 2^EXACT_UNITS configurations: log Z by enumeration and the
+    exact average test log-likelihood (seconds['exact'] their time); None elsewhere.
     """
 
     model: str
@@ -135,6 +141,8 @@ class EnergyReport:
     total_seconds: float = math.nan
     notes: list = dataclasses.field(default_factory=list)
     cost_estimate: Any = None  # what the run was predicted to cost (`evaluation.energy_cost`), if asked
+    exact_log_z: Optional[float] = None
+    exact_mean: Optional[float] = None
 
     def to_dict(self, names: Optional[dict] = None) -> dict:
         """The JSON document (`names`: the command's flags, for the warnings' and reasons' settings)."""
@@ -178,6 +186,7 @@ class _Sandwich:
     raise_stderr: float
     gap: float
     warnings: list
+    exact_mean: Optional[float] = None
 
 
 class _Recording:
@@ -348,6 +357,12 @@ def _evaluate_energy(
                   for change in store.context_changes]  # fmt: skip
     upper = reverse.log_unnormalized - forward.log_normalizer
     lower = reverse.log_likelihood
+    exact_log_z = exact_mean = None
+    if model.support.discrete and exact_energy.configuration_units(model) <= EXACT_UNITS:
+        start = time.perf_counter()
+        exact_log_z = exact_energy.log_partition(model, max_units=EXACT_UNITS)
+        exact_mean = float((reverse.log_unnormalized - exact_log_z).mean())
+        seconds["exact"] = time.perf_counter() - start
     upper_mean, upper_se = mean_and_stderr(upper)
     gap_mean, gap_se = mean_and_stderr(upper - lower)
     ais_se = float(forward.stderr)
@@ -355,7 +370,7 @@ def _evaluate_energy(
         ais_mean=upper_mean, ais_stderr=_with(upper_se, ais_se), ais_ess=float(forward.ess),
         ais_chains=settings.ais_chains, ais_lower=float(forward.lower), raise_mean=reverse.mean,
         raise_stderr=reverse.stderr, log_z=forward.estimate, num_test=int(upper.numel()),
-        log_test_mass=_log_test_mass(model, test, reverse.log_unnormalized),
+        log_test_mass=_log_test_mass(model, test, reverse.log_unnormalized), exact_mean=exact_mean,
     )  # fmt: skip
     warnings = diagnose(numbers, init="base-rates")
     improper = tail
@@ -366,7 +381,7 @@ def _evaluate_energy(
     non_finite = non_finite_warning({stage: r.non_finite_share for stage, r in recorders.items()})
     warnings += [] if non_finite is None else [non_finite]
     sandwich = _Sandwich(ais=forward, ais_mean=upper_mean, raise_mean=reverse.mean, raise_stderr=reverse.stderr,
-                         gap=gap_mean, warnings=warnings)  # fmt: skip
+                         gap=gap_mean, warnings=warnings, exact_mean=exact_mean)  # fmt: skip
     # Imported here: raise_eval.certification's package imports this one (through evaluation.run), so a module-level
     # import would run certification/__init__ while this module is half made.
     from raise_eval.certification.verdict import closure_reasons, sandwich_interval
@@ -379,7 +394,8 @@ def _evaluate_energy(
         gap_stderr=_with(gap_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
         warnings=warnings, verdict="open" if reasons else "closed",
         interval=None if reasons else list(sandwich_interval(sandwich)), reasons=reasons, data=data,
-        total_seconds=time.perf_counter() - began, notes=notes, cost_estimate=cost_estimate,
+        total_seconds=time.perf_counter() - began, notes=notes, cost_estimate=cost_estimate, exact_log_z=exact_log_z,
+        exact_mean=exact_mean,
     )  # fmt: skip
 
 

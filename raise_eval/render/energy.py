@@ -23,6 +23,9 @@ def energy_table(report, names: Optional[dict[str, str]] = None) -> str:
         ("log p(v), RAISE (lower)", f"{report.lower_mean:.3f} +- {report.lower_stderr:.3f}"),
         ("gap", f"{report.gap:.3f} +- {report.gap_stderr:.3f}"),
     ]  # fmt: skip
+    if report.exact_log_z is not None:  # an enumerable discrete energy: the truth beside the estimates
+        rows += [("log Z (exact)", f"{report.exact_log_z:.3f} (enumerated)"),
+                 ("log p(v), exact", f"{report.exact_mean:.3f}")]  # fmt: skip
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
     tolerance = f"tolerance {s['tolerance']:g} nats"
