@@ -510,6 +510,16 @@ def default_base(model: EnergyModel) -> Base:
     return GaussianBase(zeros + (s.low + s.high) / 2, zeros + (s.high - s.low), s.low, s.high)
 
 
+def describe_default_base(model: EnergyModel) -> str:
+    """`default_base(model)` in words, for a report."""
+    s = model.support
+    if s.discrete:
+        return "uniform sites"
+    if not s.bounded:
+        return "N(0, 1) per coordinate"
+    return f"a Gaussian centred in the box [{s.low:g}, {s.high:g}], its width as std, truncated to it"
+
+
 def fit_base(model: EnergyModel, train_data: Tensor, *, min_std: float = 1e-2, pseudocount: float = 1e-3) -> Base:
     """The base fitted to training data (N, *event_shape): real: each coordinate's mean and standard deviation
     (at least `min_std` times the box's width, or `min_std`, so that constant pixels keep a proper density), the
@@ -558,5 +568,6 @@ __all__ = [
     "categorical",
     "check_base",
     "default_base",
+    "describe_default_base",
     "fit_base",
 ]

@@ -159,8 +159,7 @@ def parallel_tempering(
     start = time.perf_counter()
     num_rungs = len(betas)
     states = [path.sample_initial(chains, generator) for _ in range(num_rungs)]
-    accepted = torch.zeros(num_rungs - 1, dtype=torch.float64)
-    proposed = torch.zeros(num_rungs - 1, dtype=torch.float64)
+    accepted = None  # (R - 1,) on the chains' device: accepted exchanges per link, summed without a host read
     forward_records: list[Tensor] = []  # each (R - 1, M): d_r(x_r) for link r
     reverse_records: list[Tensor] = []  # each (R - 1, M): -d_r(x_{r+1}) for link r
     rounds_iter = range(rounds)
@@ -183,13 +182,13 @@ def parallel_tempering(
         pairs = range(t % 2, num_rungs - 1, 2)
         if len(pairs) == 0:
             continue
-        uniforms = torch.rand(len(pairs), chains, generator=generator, dtype=torch.float64)
+        uniforms = torch.rand(len(pairs), chains, generator=generator, dtype=torch.float64, device=forward.device)
+        if accepted is None:
+            accepted = torch.zeros(num_rungs - 1, dtype=torch.float64, device=forward.device)
         for k, r in enumerate(pairs):
-            log_alpha = swap_sign * (forward[r] + reverse[r])
-            accept = torch.log(uniforms[k]) < log_alpha
-            accepted[r] += float(accept.sum())
-            proposed[r] += chains
-            states[r], states[r + 1] = _exchange(path, accept.to(states[r].layers[0].device), states[r], states[r + 1])
+            accept = torch.log(uniforms[k]) < swap_sign * (forward[r] + reverse[r])
+            accepted[r] += accept.sum()
+            states[r], states[r + 1] = _exchange(path, accept, states[r], states[r + 1])
     forward_all = torch.stack(forward_records, -1).cpu()  # (R - 1, M, S)
     reverse_all = torch.stack(reverse_records, -1).cpu()
     log_z0 = float(path.log_partition_initial)
@@ -207,6 +206,9 @@ def parallel_tempering(
     else:
         stderr = torch.full((num_rungs,), math.nan, dtype=torch.float64)
         stderr[0] = 0.0
+    # link r is proposed in the rounds t with t = r (mod 2), to every chain
+    proposed = torch.tensor([chains * len(range(r % 2, rounds, 2)) for r in range(num_rungs - 1)], dtype=torch.float64)
+    accepted = torch.zeros(num_rungs - 1, dtype=torch.float64) if accepted is None else accepted.cpu()
     acceptance = torch.where(proposed > 0, accepted / proposed.clamp_min(1), torch.full_like(proposed, math.nan))
     return TemperingResult(
         betas=betas, log_z=log_z, log_z_stderr=stderr, replicate_log_z=replicate_log_z,

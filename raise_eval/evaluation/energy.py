@@ -37,7 +37,7 @@ from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
 from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, MetropolisScanKernel
 from raise_eval.kernels.hmc import StepSizeSchedule
 from raise_eval.models.contracts import declared_family
-from raise_eval.models.energy import fit_base
+from raise_eval.models.energy import describe_default_base, fit_base
 from raise_eval.models.energy_check import check_energy_dtype
 from raise_eval.paths.energy import EnergyPath
 from raise_eval.runtime.interrupts import deferred_interrupts
@@ -255,16 +255,6 @@ def evaluate_energy(
         return _evaluate_energy(model, test_data, settings, **keywords)
 
 
-def _default_base_words(model) -> str:
-    """What `models.energy.default_base` is for this model, in words."""
-    s = model.support
-    if s.discrete:
-        return "uniform sites"
-    if s.bounded:
-        return f"a Gaussian centred in the box [{s.low:g}, {s.high:g}], its width as std, truncated to it"
-    return "N(0, 1) per coordinate"
-
-
 def _evaluate_energy(
     model,
     test_data: Tensor,
@@ -317,7 +307,7 @@ def _evaluate_energy(
             "base": "fitted" if train_data is not None else "given" if base is not None else
             "the model's" if model.base is not None else "default"}  # fmt: skip
     if data["base"] == "default":  # which of default_base's three it is, for the table's data row
-        data["default_base"] = _default_base_words(model)
+        data["default_base"] = describe_default_base(model)
     store = None
     if resume_file is not None:  # refused now (other settings), before any work
         digest = base_digest(model, train_data, base)
