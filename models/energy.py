@@ -118,6 +118,7 @@ class GaussianBase:
         self.mean, self.std, self.low, self.high = mean.double(), std.double(), low, high
         self._log_mass = _log_normal_mass(*self._standard_box()) if low is not None else None
         self._grad_terms = None  # (dtype and device, mean, 1 / std^2 in them), made on first use
+        self._pass_terms = None  # (dtype and device, the native leapfrog's constants), made on first use
         self._log_normalizer = None  # the coordinates' log normalizers summed, made on first use
 
     @property
@@ -170,6 +171,17 @@ class GaussianBase:
         if self._grad_terms is None or self._grad_terms[0] != key:
             self._grad_terms = (key, self.mean.to(device, dtype), (1 / self.std**2).to(device, dtype))
         return self._grad_terms[1], self._grad_terms[2]
+
+    def pass_terms(self, dtype: torch.dtype, device) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """(mean, 1 / std^2, std) in `dtype` and (mean, 1 / std) in float64, contiguous, on `device`, shaped like one
+        example: the constants HMC's native leapfrog reads at every transition (`kernels.energy_leapfrog`). Kept
+        for the last dtype and device asked."""
+        key = (dtype, torch.device(device))
+        if self._pass_terms is None or self._pass_terms[0] != key:
+            mean, precision = self.grad_terms(dtype, device)
+            terms = (mean, precision, self.std.to(device, dtype), self.mean.to(device), (1 / self.std).to(device))
+            self._pass_terms = (key, tuple(t.contiguous() for t in terms))
+        return self._pass_terms[1]
 
     def sample(self, batch_shape: tuple, generator: torch.Generator, dtype=None) -> Tensor:
         """Exact draws shaped (*batch_shape, *shape) (inverse CDF on the box), in `dtype`."""

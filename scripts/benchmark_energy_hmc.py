@@ -14,7 +14,8 @@ thread:
   forward and backward pass, are this version's);
 
 the five alternating in blocks of 10 transitions (so that a shared machine's changing load falls on all alike), and
-prints each / bare per repetition and the medians, with the share of coordinates reflected per leapfrog step. The
+prints each / bare per repetition and the medians, the median of the blocks' paired ratios (each block against the
+bare block beside it), and the share of coordinates reflected per leapfrog step. The
 box's chains start from a base crowding the lower wall (mean 0.1, std 0.3, truncated), as MNIST's mostly-zero
 pixels do; step sizes from a short pilot (`tune_step_sizes`). Where the native kernel is unavailable (no compiler,
 RAISE_EVAL_NATIVE=0 set for the whole run, a version without the kernel) the script says why and times the PyTorch
@@ -152,17 +153,25 @@ def main(argv=None) -> None:
         print(f"native kernel unavailable ({why_not_native}): PyTorch route only")
     print(f"box [0, 1]: {share:.2%} of the coordinates outside the box per leapfrog step (before reflection)")
     ratios: dict[str, list[float]] = {name: [] for name in kernels}
+    block_ratios: dict[str, list[float]] = {name: [] for name in kernels}
     for rep in range(args.repetitions):
         seconds = dict.fromkeys(work, 0.0)
         for j in range(-(-args.steps // BLOCK)):
+            block = {name: timed(name, j) for name in work}
             for name in work:
-                seconds[name] += timed(name, j)
+                seconds[name] += block[name]
+            for name in kernels:
+                block_ratios[name].append(block[name] / block["bare"])
         for name in ratios:
             ratios[name].append(seconds[name] / seconds["bare"])
         print(f"run {rep + 1}: " + ", ".join(f"{n} {s:.3f} s" for n, s in seconds.items()) + "; "
               + ", ".join(f"{n} / bare = {r[-1]:.3f}" for n, r in ratios.items()))  # fmt: skip
     medians = {name: statistics.median(r) for name, r in ratios.items()}
     print(f"median over {args.repetitions} runs: " + ", ".join(f"{n} / bare = {m:.3f}" for n, m in medians.items()))
+    # each block's ratio to the bare block timed beside it: a burst of load on a shared machine falls on one
+    # block's pair, where it moves a whole repetition's sum
+    print(f"median over the {len(block_ratios['pytorch'])} blocks' paired ratios: "
+          + ", ".join(f"{n} / bare = {statistics.median(r):.3f}" for n, r in block_ratios.items()))  # fmt: skip
     if have_native:
         speedups = {what: [a / b for a, b in zip(ratios["native" + s], ratios["pytorch" + s])]
                     for what, s in (("unbounded", ""), ("box", "-box"))}  # fmt: skip

@@ -75,6 +75,39 @@ def test_the_native_route_gives_the_pytorch_routes_transitions(dtype, bounded, m
         assert bool(((native[-1][0] >= 0) & (native[-1][0] <= 1)).all())
 
 
+@pytest.mark.parametrize("beta", [0.0, 0.3, 1.0])
+def test_the_acceptance_from_the_kernels_sums_is_the_log_densities_and_kinetic_energies_taken_apart(beta):
+    """`_log_accept`'s shortened arithmetic (the base's normalizer cancelled) against H_0 - H_L written out from
+    log p_0 (`GaussianBase.log_prob`, -inf outside the box), log f and the kinetic energies, from chains' own
+    positions and momenta; a chain outside the box at either end gets the written-out value (-inf, or NaN where
+    both are outside or beta is 1, which the transition then rejects and counts)."""
+    path = _path(torch.float64, True)
+    g = torch.Generator().manual_seed(3)
+    x0, x1 = (torch.rand(5, *EVENT, generator=g, dtype=torch.float64) for _ in range(2))
+    x1[3, 0, 0], x0[4, 1, 2], x1[4, 1, 2] = 1.5, -0.2, 1.2  # 3 ends outside the box, 4 starts and ends there
+    p0, p1 = (torch.randn(5, *EVENT, generator=g, dtype=torch.float64) for _ in range(2))
+    log_f0, log_f1 = torch.randn(5, generator=g, dtype=torch.float64), torch.randn(5, generator=g, dtype=torch.float64)
+    base = path.base
+
+    def sums(x, p, square):
+        z = ((x - base.mean) / base.std).flatten(1)
+        outside = ((x < 0) | (x > 1)).flatten(1).any(-1).long()
+        return {square: p.flatten(1).square().sum(-1), "base_sum": z.square().sum(-1), "base_outside": outside}
+
+    start, end = sums(x0, p0, "square_in"), sums(x1, p1, "square_out")
+    kinetic0, kinetic1 = 0.5 * p0.flatten(1).square().sum(-1), 0.5 * p1.flatten(1).square().sum(-1)
+    h0 = -((1 - beta) * base.log_prob(x0) + beta * log_f0) + kinetic0
+    h1 = -((1 - beta) * base.log_prob(x1) + beta * log_f1) + kinetic1
+    want = h0 - h1
+    for chains in (slice(0, 3), slice(0, 5)):  # inside the box only (the short route), and with chains outside
+        got = energy_leapfrog._log_accept(
+            path, beta, log_f1[chains], log_f0[chains], {k: v[chains] for k, v in start.items()},
+            {k: v[chains] for k, v in end.items()}, (chains.stop,),
+        )
+        torch.testing.assert_close(got, want[chains], rtol=1e-12, atol=1e-12, equal_nan=True)
+    assert bool(torch.isfinite(want[:3]).all()) and (float(want[3]) == -math.inf or beta == 1.0)
+
+
 def test_the_native_route_split_over_threads_gives_the_same_transitions(monkeypatch):
     path = _path(torch.float32, True)
     if energy_leapfrog.leapfrog_library(torch.zeros(1, *EVENT), path) is None:
