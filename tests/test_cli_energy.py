@@ -96,6 +96,40 @@ def test_options_that_do_not_apply_are_refused_by_name(tmp_path, capsys):
     assert "give a CHECKPOINT or --model FILE.py:FACTORY (one of the two)" in capsys.readouterr().err
 
 
+def test_the_kernel_and_its_leapfrog_steps_are_chosen_from_the_command_line(tmp_path, capsys):
+    """--kernel, --leapfrog and --pilot-steps (EnergySettings' declarations; a new user could choose them only in
+    Python) reach the evaluation, its table and JSON, and a certified run's every K; a kernel that does not apply to
+    the support, a bad count, and these options on a checkpoint are refused by name before any work."""
+    model, *data = _files(tmp_path)
+    out = tmp_path / "energy.json"
+    args = ["evaluate", "--model", model, *data, *FAST]
+    assert main([*args, "--leapfrog", "3", "--pilot-steps", "20", "--json", str(out)]) == 0
+    assert "hmc, L = 3, step sizes from a pilot of up to 20 temperatures (acceptance" in capsys.readouterr().out
+    document = json.loads(out.read_text())
+    assert document["kernel"] == "hmc"
+    assert (document["settings"]["num_leapfrog"], document["settings"]["pilot_steps"]) == (3, 20)
+    assert main([*args, "--kernel", "mala", "--json", str(out), "--overwrite"]) == 0
+    assert "\nkernel                   mala" in capsys.readouterr().out
+    assert json.loads(out.read_text())["kernel"] == json.loads(out.read_text())["settings"]["kernel"] == "mala"
+    cert = ["--steps", "10", "--until-gap", "1", "--max-steps", "20", "--json", str(out), "--overwrite"]
+    assert main([*args, "--kernel", "mala", *cert]) in (0, 3)
+    capsys.readouterr()
+    document = json.loads(out.read_text())
+    assert document["last_evaluation"]["kernel"] == "mala"
+    for extra, message in (
+        (["--kernel", "metropolis"], "kernel 'metropolis' does not apply to real support; use one of hmc, mala"),
+        (["--kernel", "nuts"], "--kernel must be one of auto, hmc, mala, metropolis, gibbs-with-gradients, got 'nuts'"),
+        (["--leapfrog", "0"], "--leapfrog must be an integer of at least 1, got 0"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main([*args, *extra])
+        assert stop.value.code == 2 and message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "checkpoints/rbm_digits_64-16.pt", "--kernel", "hmc", "--leapfrog", "3"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--kernel, --leapfrog set the kernel of your own energy model" in err
+
+
 def test_until_gap_certifies_an_energy_model_with_its_json_and_plot(tmp_path, capsys):
     """--until-gap grows K for an energy model as for an RBM (it was refused): a line per K, the last evaluation's
     table, the certificate's table, its JSON and the plot of AIS and RAISE against K; exit 0 when closed."""

@@ -146,7 +146,7 @@ def test_the_verdict_is_the_certified_evaluation_s_own():
     assert "run more chains (--ais-chains, more test vectors, --raise-chains)" in table
     document = report.to_dict({"ais_chains": "--ais-chains"})
     assert any("(--ais-chains, more test vectors, raise_chains)" in r for r in document["reasons"])
-    with pytest.raises(ValueError, match="tolerance must be a positive number of nats, got 0"):
+    with pytest.raises(ValueError, match="tolerance must be a finite number above 0, got 0"):
         EnergySettings(tolerance=0)
 
 

@@ -17,6 +17,7 @@ from raise_eval.certification.run import certify
 from raise_eval.certification.settings import CERTIFY_HELP, CertifySettings
 from raise_eval.cli.common import announce_null_outputs, check_environment, configure_threads, write_report
 from raise_eval.cli.options import add_subcommand, die, flags, given, settings_from
+from raise_eval.evaluation.energy import EnergySettings
 from raise_eval.evaluation.plan import plan_evaluation
 from raise_eval.evaluation.report import EvaluationFailed, EvaluationInterrupted
 from raise_eval.evaluation.run import run_evaluation
@@ -69,9 +70,11 @@ examples:
 LONG_RUN_SECONDS = 60  # a run predicted to take longer prints its cost estimate (stderr) before it starts
 EXIT_OPEN = 3  # a certified run that stays open (0 closed, 2 usage error, 130 Ctrl-C)
 EXIT_FAILED = 1  # a stage stopped on log-weights that turned NaN or +inf (what finished is shown and kept)
-SETTINGS = (InputSettings, EvaluateSettings, OutputSettings, CertifySettings)
+SETTINGS = (InputSettings, EvaluateSettings, EnergySettings, OutputSettings, CertifySettings)
 FLAGS = flags(*SETTINGS)
 _EVALUATE_FIELDS = {spec.name for spec in declarations(EvaluateSettings)}
+# An energy model's own options (--kernel, --leapfrog, --pilot-steps): a checkpoint's evaluation refuses them.
+_ENERGY_OPTIONS = tuple(name for name in flags(EnergySettings))
 CERTIFY_ONLY = ("max_steps", "time_budget", "plot")  # evaluate's --plot draws the certified run
 
 
@@ -110,6 +113,11 @@ def run(args: argparse.Namespace) -> int:
     evaluation = evaluation.replace(threads=configure_threads(evaluation.threads))
     if inputs.model is not None:
         return _run_energy(args, inputs, evaluation, outputs, cert_settings)
+    energy_only = [FLAGS[name] for name in _ENERGY_OPTIONS if name in vars(args)]
+    if energy_only:
+        die(f"{', '.join(energy_only)} {'sets' if len(energy_only) == 1 else 'set'} the kernel of your own energy "
+            "model (--model FILE.py:FACTORY); a checkpoint's evaluation chooses its own Gibbs kernels: drop "
+            f"{'it' if len(energy_only) == 1 else 'them'}")  # fmt: skip
     device = torch.device(inputs.device)
     rank = 0
     if launched_by_torchrun():
@@ -185,22 +193,22 @@ ENERGY_FIELDS = ("steps", "ais_chains", "raise_chains", "seed", "progress", "thr
 def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_settings) -> int:
     """`--model FILE.py:FACTORY`: the user's energy model through `evaluate_energy` (AIS and RAISE, the kernel its
     support takes), its table and --json."""
-    from raise_eval.evaluation.energy import EnergyInterrupted, EnergySettings, evaluate_energy, kernel_kind
+    from raise_eval.evaluation.energy import EnergyInterrupted, evaluate_energy, kernel_kind
     from raise_eval.evaluation.energy_cost import estimate_energy_cost
     from raise_eval.io.energy_inputs import load_energy_inputs
 
     foreign = [FLAGS[name] for name in vars(args) if name in _EVALUATE_FIELDS and name not in ENERGY_FIELDS]
     if foreign:
         takes = ", ".join(FLAGS[n] for n in ENERGY_FIELDS if n in FLAGS)
-        takes += (" (with --model, --data, --train-data, --device, --dtype, --json, --overwrite, --resume-file and "
-                  "--until-gap with its --max-steps, --time-budget and --plot)")  # fmt: skip
+        takes += (", --kernel, --leapfrog, --pilot-steps (with --model, --data, --train-data, --device, --dtype, "
+                  "--json, --overwrite, --resume-file and --until-gap with its --max-steps, --time-budget and --plot)")
         verb = "does" if len(foreign) == 1 else "do"
         listed = ", ".join(sorted(foreign))
         die(f"{listed} {verb} not apply to an energy model (--model), whose evaluation takes {takes}")
     loaded = load_energy_inputs(inputs)
     outputs.check_against(loaded.files)
-    settings = EnergySettings(steps=evaluation.steps, ais_chains=evaluation.ais_chains,
-                              raise_chains=evaluation.raise_chains, seed=evaluation.seed)  # fmt: skip
+    settings = settings_from(args, EnergySettings, steps=evaluation.steps, ais_chains=evaluation.ais_chains,
+                             raise_chains=evaluation.raise_chains, seed=evaluation.seed)  # fmt: skip
     # Its cost before the work (the first K's, for a certified run), printed when long, as for a checkpoint.
     estimate = estimate_energy_cost(loaded.model, loaded.test, settings, kernel_kind(loaded.model, settings.kernel),
                                     train_data=loaded.train)  # fmt: skip
@@ -209,8 +217,10 @@ def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_sett
         print(f"raise-eval: {first}{estimate.format(FLAGS)}", file=sys.stderr, flush=True)
     if cert_settings is not None:
 
+        own = {name: getattr(settings, name) for name in _ENERGY_OPTIONS}  # --kernel, --leapfrog, --pilot-steps
+
         def run_certify(settings, **keywords):
-            return certify(loaded.model, loaded.test, settings, train_data=loaded.train, **keywords)
+            return certify(loaded.model, loaded.test, settings, train_data=loaded.train, **own, **keywords)
 
         return _run_certified(run_certify, cert_settings, outputs, inputs)
     try:

@@ -45,7 +45,7 @@ from raise_eval.runtime.resume import DEFAULT_INTERVAL
 from raise_eval.runtime.threads import Threads, using_threads
 from raise_eval.schedules import linear_schedule
 from raise_eval.seeds import ENERGY_OFFSETS, stage_seed
-from raise_eval.settings import render_names
+from raise_eval.settings import render_names, setting, settings_class
 from raise_eval.stats import mean_and_stderr
 
 KERNELS = {"real": ("hmc", "mala"), "discrete": ("metropolis", "gibbs-with-gradients")}
@@ -55,9 +55,14 @@ EXACT_UNITS = 16
 TUNED_KERNELS = KERNELS["real"]  # the kernels whose step sizes a pilot tunes
 
 
-@dataclasses.dataclass(frozen=True)
+KERNEL_CHOICES = ("auto", *KERNELS["real"], *KERNELS["discrete"])
+ENERGY_GROUP = "your own energy (--model)"
+
+
+@settings_class
 class EnergySettings:
-    """The settings of an energy model's evaluation, checked when built (a ValueError naming the field).
+    """The settings of an energy model's evaluation, checked when built (a SettingsError, a ValueError, naming the
+    field); `replace(**changes)` gives a checked copy.
 
     steps: annealing steps K of AIS and RAISE (a linear schedule); ais_chains: AIS chains; raise_chains: RAISE
     chains per test vector; kernel: 'auto' (HMC on real support, the Metropolis scan on discrete), 'hmc', 'mala',
@@ -65,33 +70,31 @@ class EnergySettings:
     temperatures at most; seed: the random streams' seed; tolerance: the verdict's tolerance in nats (closed when
     AIS - RAISE is within it, with small standard errors and no warning that undermines either side: the conditions
     of a certified evaluation, `raise_eval.certification.verdict`).
+    The command line's `evaluate --model` takes kernel, num_leapfrog and pilot_steps from these declarations
+    (--kernel, --leapfrog, --pilot-steps); the others from `EvaluateSettings`' options of the same names.
     """
 
-    steps: int = 1000
-    ais_chains: int = 100
-    raise_chains: int = 10
-    kernel: str = "auto"
-    num_leapfrog: int = 10
-    pilot_steps: int = 200
-    seed: int = 0
-    tolerance: float = GAP_NATS
-
-    def __post_init__(self):
-        for name in ("steps", "ais_chains", "raise_chains", "num_leapfrog", "pilot_steps"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"seed must be a non-negative integer, got {self.seed!r}")
-        if (
-            isinstance(self.tolerance, bool)
-            or not isinstance(self.tolerance, (int, float))
-            or not (math.isfinite(self.tolerance) and self.tolerance > 0)
-        ):
-            raise ValueError(f"tolerance must be a positive number of nats, got {self.tolerance!r}")
-        known = ("auto", *KERNELS["real"], *KERNELS["discrete"])
-        if self.kernel not in known:
-            raise ValueError(f"kernel must be one of {', '.join(known)}, got {self.kernel!r}")
+    steps: int = setting(1000, "annealing steps K of AIS and RAISE", kind="count", numbers="result", least=1)
+    ais_chains: int = setting(100, "AIS chains", kind="count", numbers="result", least=1)
+    raise_chains: int = setting(10, "RAISE chains per test vector", kind="count", numbers="result", least=1)
+    kernel: str = setting(
+        "auto", "the transition kernel: auto is HMC on real support and the palindromic Metropolis scan on discrete "
+        "support; mala (HMC with one leapfrog step) on real support; gibbs-with-gradients (Grathwohl et al. 2021) "
+        "on discrete support", kind="choice", numbers="result", choices=KERNEL_CHOICES, flag="--kernel",
+        group=ENERGY_GROUP,
+    )  # fmt: skip
+    num_leapfrog: int = setting(
+        10, "HMC's leapfrog steps per transition (each a forward and backward pass of the energy)", kind="count",
+        numbers="result", least=1, flag="--leapfrog", metavar="L", group=ENERGY_GROUP,
+    )  # fmt: skip
+    pilot_steps: int = setting(
+        200, "HMC's and MALA's step-size pilot: its temperatures at most (the pilot runs before AIS and RAISE)",
+        kind="count", numbers="result", least=1, flag="--pilot-steps", metavar="K", group=ENERGY_GROUP,
+    )  # fmt: skip
+    seed: int = setting(0, "the random streams' seed", kind="seed", numbers="result")
+    tolerance: float = setting(
+        GAP_NATS, "the verdict's tolerance in nats", kind="number", numbers="result", least=0, strictly=True
+    )
 
 
 @dataclasses.dataclass
