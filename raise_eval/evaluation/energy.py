@@ -22,6 +22,7 @@ from torch import Tensor
 
 from raise_eval.diagnostics import GAP_NATS, SandwichNumbers, diagnose
 from raise_eval.estimators.ais import AISResult, ais
+from raise_eval.estimators.control_variates import control_variate_mean
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
 from raise_eval.evaluation.energy_checks import (
     DriftWatch,
@@ -104,8 +105,14 @@ class EnergyReport:
 
     log_z, log_z_stderr, ais_ess: AIS's estimate of log Z, its delta-method standard error, its weights' ESS.
     upper: log f(v) - log Z-hat per test vector (N,); lower: RAISE's estimate per test vector (N,).
-    upper_mean, lower_mean (and _stderr over the test vectors), gap: upper_mean - lower_mean, gap_stderr: its
-    standard error (the test vectors' paired differences and AIS's own, added in quadrature).
+    upper_mean, lower_mean: the average test log-likelihood by AIS (log f(v) - log Z-hat, optimistic) and by RAISE
+    (conservative); their standard errors are the estimators' noise on this test set, as a Boltzmann machine's:
+    upper_stderr AIS's of log Z (log f(v) is exact), lower_stderr RAISE's with the control variate log f(v)
+    (alpha = 1, `estimators.control_variates`: sd(lower - log f(v)) / sqrt(N), so the test vectors' own spread of
+    log f(v), which no number of chains shrinks, is left out); upper_plain_stderr, lower_plain_stderr: the plain
+    standard errors over the test vectors (that spread included: how much another test set's average would differ).
+    gap: upper_mean - lower_mean, gap_stderr: its standard error (the test vectors' paired differences and AIS's
+    own, added in quadrature).
     acceptance: mean acceptance rate of the AIS and RAISE passes; seconds: per stage.
     warnings: what a careful reader would say of these numbers (`raise_eval.diagnostics.diagnose`, as for a
     Boltzmann machine: AIS's ESS, a gap beyond the noise, RAISE above AIS, log Z below the test set's own mass; and
@@ -136,6 +143,8 @@ class EnergyReport:
     gap_stderr: float
     acceptance: dict
     seconds: dict
+    upper_plain_stderr: float = math.nan
+    lower_plain_stderr: float = math.nan
     warnings: list = dataclasses.field(default_factory=list)
     verdict: str = "open"
     interval: Optional[list] = None
@@ -181,7 +190,7 @@ def energy_names(names: Optional[dict]) -> dict:
 @dataclasses.dataclass(frozen=True)
 class _Sandwich:
     """What `certification.verdict` reads of a report, from an energy evaluation's numbers: `ais.stderr` is AIS's
-    standard error of log Z (as an `EvaluationReport`'s), `raise_stderr` RAISE's over the test vectors."""
+    standard error of log Z (as an `EvaluationReport`'s), `raise_stderr` RAISE's with the control variate log f(v)."""
 
     ais: Any
     ais_mean: float
@@ -359,10 +368,14 @@ def _evaluate_energy(
     upper_mean, upper_se = mean_and_stderr(upper)
     gap_mean, gap_se = mean_and_stderr(upper - lower)
     ais_se = float(forward.stderr)
+    # RAISE's standard error as a Boltzmann machine's: with the control variate log f(v) (alpha = 1), over every test
+    # vector (RAISE ran from each): the estimators' noise, not the test vectors' spread, which more chains cannot
+    # shrink and which would hold the verdict open however good the estimates
+    raise_se = control_variate_mean(lower, reverse.log_unnormalized, reverse.log_unnormalized).stderr
     numbers = SandwichNumbers(
-        ais_mean=upper_mean, ais_stderr=_with(upper_se, ais_se), ais_ess=float(forward.ess),
+        ais_mean=upper_mean, ais_stderr=ais_se, ais_ess=float(forward.ess),
         ais_chains=settings.ais_chains, ais_lower=float(forward.lower), raise_mean=reverse.mean,
-        raise_stderr=reverse.stderr, log_z=forward.estimate, num_test=int(upper.numel()),
+        raise_stderr=raise_se, log_z=forward.estimate, num_test=int(upper.numel()),
         log_test_mass=_log_test_mass(model, test, reverse.log_unnormalized), exact_mean=exact_mean,
     )  # fmt: skip
     warnings = diagnose(numbers, init="base-rates")
@@ -373,7 +386,7 @@ def _evaluate_energy(
     warnings = warnings if improper is None else [improper, *warnings]
     non_finite = non_finite_warning({stage: r.non_finite_share for stage, r in recorders.items()})
     warnings += [] if non_finite is None else [non_finite]
-    sandwich = _Sandwich(ais=forward, ais_mean=upper_mean, raise_mean=reverse.mean, raise_stderr=reverse.stderr,
+    sandwich = _Sandwich(ais=forward, ais_mean=upper_mean, raise_mean=reverse.mean, raise_stderr=raise_se,
                          gap=gap_mean, warnings=warnings, exact_mean=exact_mean)  # fmt: skip
     # Imported here: raise_eval.certification's package imports this one (through evaluation.run), so a module-level
     # import would run certification/__init__ while this module is half made.
@@ -383,8 +396,9 @@ def _evaluate_energy(
     return EnergyReport(
         model=model.describe(), settings=_report_settings(model, settings), kernel=kind, log_z=forward.estimate,
         log_z_stderr=ais_se, ais_ess=float(forward.ess), upper=upper, lower=lower, upper_mean=upper_mean,
-        upper_stderr=_with(upper_se, ais_se), lower_mean=reverse.mean, lower_stderr=reverse.stderr, gap=gap_mean,
+        upper_stderr=ais_se, lower_mean=reverse.mean, lower_stderr=raise_se, gap=gap_mean,
         gap_stderr=_with(gap_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
+        upper_plain_stderr=_with(upper_se, ais_se), lower_plain_stderr=reverse.stderr,
         warnings=warnings, verdict="open" if reasons else "closed",
         interval=None if reasons else list(sandwich_interval(sandwich)), reasons=reasons, data=data,
         total_seconds=time.perf_counter() - began, notes=notes, cost_estimate=cost_estimate, exact_log_z=exact_log_z,
