@@ -179,6 +179,39 @@ def test_the_verdict_is_the_certified_evaluation_s_own():
         EnergySettings(tolerance=0)
 
 
+def test_the_tail_probe_at_mnist_size():
+    """The probe of the energy's tails on 784 coordinates, as users run it (an MLP energy 784-64-1 in float32, a
+    base of pixel-like spread; it was tested only in two and three dimensions): the MLP with a confining quadratic
+    term passes it; the bare MLP, which grows at most linearly and falls along some directions, is named improper;
+    and the same confined energy with one pixel left out of the quadratic term (flat along that pixel, which random
+    directions in 784 dimensions almost never follow) is named by the probe's axes, both directions of that one."""
+    from raise_eval.models import EnergyModel
+    from raise_eval.models.energy import GaussianBase
+
+    from raise_eval.evaluation.energy_checks import tail_warning
+
+    torch.manual_seed(0)  # the MLP's initialization only
+    net = torch.nn.Sequential(torch.nn.Linear(784, 64), torch.nn.SiLU(), torch.nn.Linear(64, 1))
+    weights = torch.ones(784)
+    flat_pixel = weights.clone()
+    flat_pixel[300] = 0.0
+
+    def energy(confinement):
+        def e(x):
+            quadratic = 0.5 * (confinement * (x - 0.5) ** 2).sum(-1) if confinement is not None else 0.0
+            return net(x).squeeze(-1) + quadratic
+
+        return EnergyModel(e, support="real", event_shape=(784,))
+
+    base = GaussianBase(torch.full((784,), 0.2), torch.full((784,), 0.3))
+    probe = torch.Generator().manual_seed(0)
+    assert tail_warning(energy(weights), base, probe) is None
+    bare = tail_warning(energy(None), base, probe)
+    assert bare is not None and bare.code == "improper-energy"
+    flat = tail_warning(energy(flat_pixel), base, probe)
+    assert flat is not None and "along 2 of the 64 random directions and the 1568 along the axes" in flat.message
+
+
 class _TiltedEnergy(torch.nn.Module):
     """E(x) = x1^2 / 2 + 2 x0 on the real plane: exp(-E) does not integrate over x0 (Z is infinite)."""
 
