@@ -80,6 +80,9 @@ def test_raise_s_standard_error_is_the_estimators_noise_not_the_test_sets_spread
     assert f"  no control variate     {report.lower_mean:.3f} +- {report.lower_plain_stderr:.3f}" in table
     document = json.loads(json.dumps(report.to_dict()))
     assert document["lower_plain_stderr"] == report.lower_plain_stderr
+    # one test vector: RAISE's noise is undefined, and so is the gap's (it showed AIS's alone)
+    one = raise_eval.evaluate(model, test[:1], steps=20, ais_chains=16, raise_chains=4, pilot_steps=5)
+    assert math.isnan(one.lower_stderr) and math.isnan(one.gap_stderr) and one.upper_stderr == one.log_z_stderr
 
 
 def test_threads_are_taken_for_the_call_and_the_report_says_what_the_numbers_were_computed_with():

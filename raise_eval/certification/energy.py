@@ -125,8 +125,9 @@ class EnergyRuns:
 
 def energy_step(report: EnergyReport, steps: int) -> CertifyStep:
     """The `CertifyStep` of an energy evaluation at K = `steps`: the AIS side log f(v) - log Z-hat, the RAISE side,
-    their standard errors as the verdict reads them (AIS's of log Z, RAISE's over the test vectors), its reasons
-    (`report.reasons`, at the run's tolerance) and its interval (given even when open, as a Boltzmann machine's)."""
+    their standard errors as the verdict reads them (AIS's of log Z, RAISE's with the control variate log f(v)), its
+    reasons (`report.reasons`, at the run's tolerance) and its interval (given even when open, as a Boltzmann
+    machine's)."""
     numbers = SimpleNamespace(ais=SimpleNamespace(stderr=report.log_z_stderr), raise_stderr=report.lower_stderr,
                               ais_mean=report.upper_mean, raise_mean=report.lower_mean)  # fmt: skip
     low, high = sandwich_interval(numbers) if math.isfinite(report.lower_stderr) else (None, None)

@@ -111,8 +111,8 @@ class EnergyReport:
     (alpha = 1, `estimators.control_variates`: sd(lower - log f(v)) / sqrt(N), so the test vectors' own spread of
     log f(v), which no number of chains shrinks, is left out); upper_plain_stderr, lower_plain_stderr: the plain
     standard errors over the test vectors (that spread included: how much another test set's average would differ).
-    gap: upper_mean - lower_mean, gap_stderr: its standard error (the test vectors' paired differences and AIS's
-    own, added in quadrature).
+    gap: upper_mean - lower_mean, gap_stderr: its standard error (the test vectors' paired differences, which equal
+    RAISE's control-variate ones, and AIS's own, added in quadrature; NaN for one test vector, as RAISE's).
     acceptance: mean acceptance rate of the AIS and RAISE passes; seconds: per stage.
     warnings: what a careful reader would say of these numbers (`raise_eval.diagnostics.diagnose`, as for a
     Boltzmann machine: AIS's ESS, a gap beyond the noise, RAISE above AIS, log Z below the test set's own mass; and
@@ -397,7 +397,7 @@ def _evaluate_energy(
         model=model.describe(), settings=_report_settings(model, settings), kernel=kind, log_z=forward.estimate,
         log_z_stderr=ais_se, ais_ess=float(forward.ess), upper=upper, lower=lower, upper_mean=upper_mean,
         upper_stderr=ais_se, lower_mean=reverse.mean, lower_stderr=raise_se, gap=gap_mean,
-        gap_stderr=_with(gap_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
+        gap_stderr=math.hypot(gap_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
         upper_plain_stderr=_with(upper_se, ais_se), lower_plain_stderr=reverse.stderr,
         warnings=warnings, verdict="open" if reasons else "closed",
         interval=None if reasons else list(sandwich_interval(sandwich)), reasons=reasons, data=data,
