@@ -64,38 +64,27 @@
         return total;                                                                                            \
     }
 
-/* Fold a row's positions into [low, high] (energy_hmc.reflect and _fold, the same arithmetic per coordinate): one
- * mirror image at the wall where the overshoot is under the box's width, else the fold by the parity of the number
- * of widths crossed; the momentum negated where reflected an odd number of times. */
-#define REFLECT_ROW(T, NAME)                                                                                     \
-    static void NAME(T *x, T *p, int64_t dim, T low, T high, double box_width, int64_t wide) {                   \
+/* After the pass has mirrored each coordinate of a row once at the wall it crossed (x = inside - over, the momentum
+ * negated where over != 0: energy_hmc.reflect's arithmetic), the coordinates whose overshoot was wider than the box
+ * lie outside [low, high]; each is folded by the parity of the widths crossed (_fold's arithmetic) from its position
+ * before the mirror, v = 2 wall - x (which may differ from the unmirrored position in its last bit), and its
+ * momentum before the flip. Rare: a step that crosses the whole box (the pilot's largest step sizes). */
+#define FOLD_WIDE_ROW(T, NAME)                                                                                   \
+    static void NAME(T *x, T *p, int64_t dim, T low, T high, double box_width) {                                 \
         const T width = (T)box_width;                                                                            \
-        if (!wide) {                                                                                             \
-            for (int64_t d = 0; d < dim; d++) {                                                                  \
-                const T v = x[d];                                                                                \
-                const T inside = v < low ? low : (v > high ? high : v);                                          \
-                const T over = v - inside;                                                                       \
-                x[d] = inside - over;                                                                            \
-                p[d] = over != 0 ? -p[d] : p[d];                                                                 \
-            }                                                                                                    \
-            return;                                                                                              \
-        }                                                                                                        \
         for (int64_t d = 0; d < dim; d++) {                                                                      \
-            const T v = x[d];                                                                                    \
-            const T inside = v < low ? low : (v > high ? high : v);                                              \
-            const T over = v - inside;                                                                           \
-            if ((over < 0 ? -over : over) < width) {                                                             \
-                x[d] = inside - over;                                                                            \
-                p[d] = over != 0 ? -p[d] : p[d];                                                                 \
-            } else {                                                                                             \
-                const T t = (v - low) / width;                                                                   \
-                const T n = (T)floor((double)t);                                                                 \
-                const T r = t - n;                                                                               \
-                const T parity = n - (T)floor((double)(n / 2)) * 2; /* torch.remainder(n, 2) */                  \
-                const int odd = parity == 1;                                                                     \
-                x[d] = low + width * (odd ? 1 - r : r);                                                          \
-                p[d] = odd ? -p[d] : p[d];                                                                       \
-            }                                                                                                    \
+            const T mirrored = x[d];                                                                             \
+            if (mirrored >= low && mirrored <= high) continue; /* one mirror was enough (on a wall: the same) */ \
+            const T wall = mirrored > high ? low : high;       /* the wall crossed: the box's other side */      \
+            const T v = 2 * wall - mirrored;                                                                     \
+            const T q = -p[d];                                                                                   \
+            const T t = (v - low) / width;                                                                       \
+            const T n = (T)floor((double)t);                                                                     \
+            const T r = t - n;                                                                                   \
+            const T parity = n - (T)floor((double)(n / 2)) * 2; /* torch.remainder(n, 2) */                     \
+            const int odd = parity == 1;                                                                         \
+            x[d] = low + width * (odd ? 1 - r : r);                                                              \
+            p[d] = odd ? -q : q;                                                                                 \
         }                                                                                                        \
     }
 
@@ -113,7 +102,7 @@
 #define LEAPFROG(T, NAME, SQUARES, BASE, REFLECT)                                                                \
     SQUARE_SUM(T, SQUARES)                                                                                       \
     BASE_SUM(T, BASE)                                                                                            \
-    REFLECT_ROW(T, REFLECT)                                                                                      \
+    FOLD_WIDE_ROW(T, REFLECT)                                                                                    \
     RAISE_EVAL_EXPORT                                                                                            \
     void NAME(int64_t row_start, int64_t row_end, int64_t dim, const T *x_in, T *x_out, const T *p_in, T *p_out, \
               const T *grad, const T *mean, const T *base_weight, const T *eps, int64_t eps_stride,              \
@@ -140,20 +129,21 @@
                     po[d] = p;                                                                                   \
                     xo[d] = xi[d] + (step * scale[d]) * p;                                                       \
                 }                                                                                                \
-            } else {                                                                                             \
-                int32_t outside = 0, wide = 0; /* counted in 32-bit lanes, as wide as float32's */              \
+            } else { /* the move and one mirror at the wall crossed, in one pass (most rows cross somewhere) */  \
+                int32_t wide = 0; /* counted in 32-bit lanes, as wide as float32's */                            \
                 IVDEP                                                                                            \
                 for (int64_t d = 0; d < dim; d++) {                                                              \
                     const T p = MOMENTUM(d);                                                                     \
-                    po[d] = p;                                                                                   \
                     const T v = xi[d] + (step * scale[d]) * p;                                                   \
-                    xo[d] = v;                                                                                   \
                     const T inside = v < low_t ? low_t : (v > high_t ? high_t : v);                              \
-                    const T over = v - inside;                                                                   \
-                    outside += over != 0;                                                                        \
-                    wide += !((over < 0 ? -over : over) < width);                                                \
+                    const T over = v - inside, size = over < 0 ? -over : over;                                   \
+                    /* (written so that the loop vectorizes; a NaN position counts as neither, as a fold leaves */ \
+                    /* it: NaN, its momentum unflipped) */                                                       \
+                    wide += size >= width ? 1 : 0;                                                               \
+                    xo[d] = inside - over;                                                                       \
+                    po[d] = size > 0 ? -p : p;                                                                   \
                 }                                                                                                \
-                if (outside || wide) REFLECT(xo, po, dim, low_t, high_t, high - low, wide);                     \
+                if (wide) REFLECT(xo, po, dim, low_t, high_t, high - low);                                       \
             }                                                                                                    \
             if (square_out) square_out[r] = SQUARES(po, dim);                                                    \
         }                                                                                                        \

@@ -5,7 +5,8 @@ at a box's walls; the first and last also sum the momenta's squares and the base
 acceptance test), where eager PyTorch makes about ten per leapfrog step and twenty more at the ends.
 
 It draws the same random numbers in the same order and does the same arithmetic as the PyTorch route (sums in
-double may differ in their last bits), so the two give the same transition. Taken for float32 and float64 chains on
+double may differ in their last bits, and so may a coordinate whose step crossed the whole box, folded from its
+position after one mirror), so the two give the same transition. Taken for float32 and float64 chains on
 the CPU whose path's base is a `GaussianBase` (the geometric path's density, as `EnergyPath`'s), with one step size
 per chain (or one in all), where the kernel compiled and RAISE_EVAL_NATIVE is not 0; `native_transition` returns
 None elsewhere and the PyTorch route runs.
