@@ -128,6 +128,41 @@ def test_the_kernel_and_its_leapfrog_steps_are_chosen_from_the_command_line(tmp_
         main(["evaluate", "checkpoints/rbm_digits_64-16.pt", "--kernel", "hmc", "--leapfrog", "3"])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and "--kernel, --leapfrog set the kernel of your own energy model" in err
+    # options the kernel would not read are refused, not recorded as if used (a new user's find), before any work
+    for extra, message in (
+        (["--kernel", "mala", "--leapfrog", "5"], "--leapfrog sets HMC's leapfrog steps, and the kernel here is mala: "
+                                                  "MALA is HMC with one leapfrog step; drop it"),
+        (["--kernel", "mala", "--leapfrog", "5", "--until-gap", "1"], "the kernel here is mala"),
+    ):
+        with pytest.raises(SystemExit) as stop:
+            main([*args, *extra, "--json", str(tmp_path / "refused.json")])
+        assert stop.value.code == 2 and message in capsys.readouterr().err
+        assert not (tmp_path / "refused.json").exists()
+    # a checkpoint's pilot option with --model is named as not applying (it was told about --schedule)
+    with pytest.raises(SystemExit):
+        main([*args, "--pilot-chains", "10"])
+    assert "--pilot-chains does not apply to an energy model (--model)" in capsys.readouterr().err
+
+
+def test_train_data_does_not_replace_a_base_the_model_carries(tmp_path, capsys):
+    """A factory whose model carries its own base (chosen, say, to cover a mode the training data miss) and
+    --train-data: refused, naming both ways out, before any work (the fitted base replaced it without a word, and a
+    new user's certified verdict closed on the wrong value)."""
+    model, *data = _files(tmp_path)
+    factory = tmp_path / "based.py"
+    text = textwrap.dedent(FACTORY.format(broken=""))
+    text = text.replace("event_shape=(2,))", "event_shape=(2,), base=GaussianBase(torch.zeros(2), 3 * torch.ones(2)))")
+    text = text.replace("from raise_eval import EnergyModel", "from raise_eval.models.energy import GaussianBase\n"
+                        "from raise_eval import EnergyModel")  # fmt: skip
+    factory.write_text(text)
+    with pytest.raises(SystemExit) as stop:
+        main(["evaluate", "--model", f"{factory}:make_model", *data, *FAST])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert "this model carries its own base (EnergyModel(..., base=...)), which a base fitted to --train-data would " \
+           "replace: drop --train-data to anneal from the model's base" in err
+    assert main(["evaluate", "--model", f"{factory}:make_model", *data[:2], *FAST]) == 0
+    assert "the model's" in capsys.readouterr().out
 
 
 def test_until_gap_certifies_an_energy_model_with_its_json_and_plot(tmp_path, capsys):

@@ -46,7 +46,8 @@ def test_evaluate_runs_an_energy_model_and_its_report_holds_the_sandwich():
     assert "data                     6 test vectors; the default base" in table
     assert "annealing                K = 200 (linear), 64 AIS chains, 8 RAISE chains per test vector, seed 3" in table
     assert "kernel                   hmc, L = 10, step sizes from a pilot of up to 50 temperatures" in table
-    assert f"verdict (tolerance 1 nats): CLOSED: the average test log-likelihood lies in [{lo:.4f}, {hi:.4f}]" in table
+    verdict = "verdict (tolerance 1 nats): CLOSED: the average log-likelihood of these 6 test vectors lies in"
+    assert f"{verdict} [{lo:.4f}, {hi:.4f}] (" in table
     assert f"time: {report.total_seconds:.1f} s (pilot" in table
     settings = EnergySettings(steps=200, ais_chains=64, raise_chains=8, pilot_steps=50, seed=3)
     again = evaluate_energy(model, test, settings)
@@ -77,7 +78,8 @@ def test_raise_s_standard_error_is_the_estimators_noise_not_the_test_sets_spread
     assert report.verdict == "closed" and report.interval[0] <= truth <= report.interval[1], (report.interval, truth)
     table = report.format_table()
     assert f"+- {report.lower_stderr:.3f} (control variate log f(v))" in table
-    assert f"  no control variate     {report.lower_mean:.3f} +- {report.lower_plain_stderr:.3f}" in table
+    spread = f"  over test sets         +- {report.lower_plain_stderr:.3f} (RAISE's standard error over the 8 test"
+    assert spread in table
     document = json.loads(json.dumps(report.to_dict()))
     assert document["lower_plain_stderr"] == report.lower_plain_stderr
     # one test vector: RAISE's noise is undefined, and so is the gap's (it showed AIS's alone)
@@ -119,6 +121,9 @@ def test_a_binary_energy_against_its_enumeration(kernel):
 
 
 def test_what_does_not_apply_is_refused_by_name():
+    from raise_eval.models import EnergyModel
+    from raise_eval.models.energy import GaussianBase
+
     model, _ = gaussian_energy(2)
     test = _gaussian_test(model, 2)
     with pytest.raises(ValueError, match="kernel 'metropolis' does not apply to real support; use one of hmc, mala"):
@@ -135,6 +140,21 @@ def test_what_does_not_apply_is_refused_by_name():
         evaluate_energy(model, test, train_data=test, base=object())
     with pytest.raises(TypeError, match="settings of an energy model's evaluation are EnergySettings"):
         raise_eval.evaluate(model, test, raise_eval.EvaluateSettings())
+    # a kernel's option that the kernel would not read (recorded as if used, before), and a base given twice over
+    binary = neural_energy("binary", 4)
+    codes = torch.tensor([[0, 1, 0, 1], [1, 1, 0, 0]])
+    with pytest.raises(ValueError, match="num_leapfrog sets HMC's leapfrog steps, and the kernel here is metropolis: "
+                                         "it makes no leapfrog steps; drop it"):  # fmt: skip
+        raise_eval.evaluate(binary, codes, num_leapfrog=5)
+    with pytest.raises(ValueError, match="pilot_steps sets the step-size pilot of hmc and mala, and the kernel here "
+                                         "is gibbs-with-gradients, which has no step size to tune"):  # fmt: skip
+        raise_eval.evaluate(binary, codes, kernel="gibbs-with-gradients", pilot_steps=7)
+    with pytest.raises(ValueError, match="the kernel here is mala: MALA is HMC with one leapfrog step"):
+        raise_eval.evaluate(model, test, kernel="mala", num_leapfrog=3)
+    base = GaussianBase(torch.zeros(2), torch.ones(2))
+    based = EnergyModel(model.energy, support="real", event_shape=(2,), base=base)
+    with pytest.raises(ValueError, match=r"this model carries its own base .* drop train_data to anneal from"):
+        evaluate_energy(based, test, train_data=test)
 
 
 def test_numbers_not_to_be_trusted_say_why():
@@ -279,7 +299,7 @@ def test_proposals_rejected_for_a_nan_energy_are_reported_not_silent(kernel):
     report = evaluate_energy(holed, test, settings, train_data=train)
     warning = next(w for w in report.warnings if w.code == "non-finite-proposals")
     assert "(share of the proposals: AIS " in warning.message and ", RAISE " in warning.message
-    assert "find where the energy is NaN" in report.format_table({})
+    assert "An energy that returns NaN (or -inf) at some points" in report.format_table({})
     assert "non-finite-proposals" in [w["code"] for w in report.to_dict()["warnings"]]
 
     whole = EnergyModel(lambda x: 0.5 * (x**2).sum(-1), support="real", event_shape=(2,))

@@ -26,8 +26,11 @@ from raise_eval.evaluation.energy import (
     EnergyInterrupted,
     EnergyReport,
     EnergySettings,
+    check_base_source,
+    check_kernel_options,
     energy_names,
     evaluate_energy,
+    kernel_kind,
 )
 from raise_eval.evaluation.energy_resume import base_digest, energy_digest
 from raise_eval.evaluation.settings import EvaluateSettings
@@ -77,14 +80,14 @@ class EnergyRuns:
                  train_data: Optional[Tensor] = None, base: Any = None):  # fmt: skip
         refuse_foreign(refused_evaluation_fields(settings.evaluation))
         check_energy_dtype(model)
-        if train_data is not None and base is not None:
-            raise ValueError("give train_data (to fit the base to) or base, not both")
+        check_base_source(model, train_data, base)
         self.model, self.test, self.train_data, self.base = model, test_data, train_data, base
         e = settings.evaluation
         self.tolerance = settings.tolerance
         self.progress, self.resume_interval = e.progress, e.resume_interval
         # Checked now (a ValueError naming the field), not after the first K.
         self.energy = self.settings_at(e.steps, e, energy)
+        check_kernel_options(kernel_kind(model, self.energy.kernel), self.energy)
         self.model_label = model.describe()
         self.fingerprint = {
             "family": "energy",

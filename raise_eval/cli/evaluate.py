@@ -106,8 +106,23 @@ def _settings(args: argparse.Namespace):
     return settings_from(args, InputSettings), evaluation, settings_from(args, OutputSettings), cert
 
 
+def _refuse_what_an_energy_model_does_not_take(args: argparse.Namespace) -> None:
+    """With --model: the checkpoints' evaluation options, refused by name before any of them is checked (a
+    checkpoint's --pilot-chains would otherwise be told about --schedule, which --model refuses too)."""
+    foreign = [FLAGS[name] for name in vars(args) if name in _EVALUATE_FIELDS and name not in ENERGY_FIELDS]
+    if foreign:
+        takes = ", ".join(FLAGS[n] for n in ENERGY_FIELDS if n in FLAGS)
+        takes += (", --kernel, --leapfrog, --pilot-steps (with --model, --data, --train-data, --device, --dtype, "
+                  "--json, --overwrite, --resume-file and --until-gap with its --max-steps, --time-budget and --plot)")
+        verb = "does" if len(foreign) == 1 else "do"
+        listed = ", ".join(sorted(foreign))
+        die(f"{listed} {verb} not apply to an energy model (--model), whose evaluation takes {takes}")
+
+
 def run(args: argparse.Namespace) -> int:
     check_environment()
+    if "model" in vars(args):
+        _refuse_what_an_energy_model_does_not_take(args)
     inputs, evaluation, outputs, cert_settings = _settings(args)
     announce_null_outputs(outputs, FLAGS)
     evaluation = evaluation.replace(threads=configure_threads(evaluation.threads))
@@ -193,25 +208,25 @@ ENERGY_FIELDS = ("steps", "ais_chains", "raise_chains", "seed", "progress", "thr
 def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_settings) -> int:
     """`--model FILE.py:FACTORY`: the user's energy model through `evaluate_energy` (AIS and RAISE, the kernel its
     support takes), its table and --json."""
-    from raise_eval.evaluation.energy import EnergyInterrupted, evaluate_energy, kernel_kind
+    from raise_eval.evaluation.energy import (
+        EnergyInterrupted,
+        check_base_source,
+        check_kernel_options,
+        evaluate_energy,
+        kernel_kind,
+    )
     from raise_eval.evaluation.energy_cost import estimate_energy_cost
     from raise_eval.io.energy_inputs import load_energy_inputs
 
-    foreign = [FLAGS[name] for name in vars(args) if name in _EVALUATE_FIELDS and name not in ENERGY_FIELDS]
-    if foreign:
-        takes = ", ".join(FLAGS[n] for n in ENERGY_FIELDS if n in FLAGS)
-        takes += (", --kernel, --leapfrog, --pilot-steps (with --model, --data, --train-data, --device, --dtype, "
-                  "--json, --overwrite, --resume-file and --until-gap with its --max-steps, --time-budget and --plot)")
-        verb = "does" if len(foreign) == 1 else "do"
-        listed = ", ".join(sorted(foreign))
-        die(f"{listed} {verb} not apply to an energy model (--model), whose evaluation takes {takes}")
     loaded = load_energy_inputs(inputs)
     outputs.check_against(loaded.files)
+    check_base_source(loaded.model, loaded.train, None)  # before the cost estimate, which fits the base
     settings = settings_from(args, EnergySettings, steps=evaluation.steps, ais_chains=evaluation.ais_chains,
                              raise_chains=evaluation.raise_chains, seed=evaluation.seed)  # fmt: skip
+    kind = kernel_kind(loaded.model, settings.kernel)
+    check_kernel_options(kind, settings)  # --leapfrog or --pilot-steps that this kernel would not read
     # Its cost before the work (the first K's, for a certified run), printed when long, as for a checkpoint.
-    estimate = estimate_energy_cost(loaded.model, loaded.test, settings, kernel_kind(loaded.model, settings.kernel),
-                                    train_data=loaded.train)  # fmt: skip
+    estimate = estimate_energy_cost(loaded.model, loaded.test, settings, kind, train_data=loaded.train)
     if estimate.seconds >= LONG_RUN_SECONDS:
         first = f"the first K ({evaluation.steps:,}): " if cert_settings is not None else ""
         print(f"raise-eval: {first}{estimate.format(FLAGS)}", file=sys.stderr, flush=True)

@@ -46,7 +46,7 @@ from raise_eval.runtime.resume import DEFAULT_INTERVAL
 from raise_eval.runtime.threads import Threads, using_threads
 from raise_eval.schedules import linear_schedule
 from raise_eval.seeds import ENERGY_OFFSETS, stage_seed
-from raise_eval.settings import render_names, setting, settings_class
+from raise_eval.settings import SettingsError, render_names, setting, settings_class
 from raise_eval.stats import mean_and_stderr
 
 KERNELS = {"real": ("hmc", "mala"), "discrete": ("metropolis", "gibbs-with-gradients")}
@@ -89,8 +89,9 @@ class EnergySettings:
         numbers="result", least=1, flag="--leapfrog", metavar="L", group=ENERGY_GROUP,
     )  # fmt: skip
     pilot_steps: int = setting(
-        200, "HMC's and MALA's step-size pilot: its temperatures at most (the pilot runs before AIS and RAISE)",
-        kind="count", numbers="result", least=1, flag="--pilot-steps", metavar="K", group=ENERGY_GROUP,
+        200, "HMC's and MALA's step-size pilot: the most inverse temperatures at which it tunes the step sizes (a "
+        "short run before AIS and RAISE)", kind="count", numbers="result", least=1, flag="--pilot-steps", metavar="N",
+        group=ENERGY_GROUP,
     )  # fmt: skip
     seed: int = setting(0, "the random streams' seed", kind="seed", numbers="result")
     tolerance: float = setting(
@@ -308,13 +309,13 @@ def _evaluate_energy(
     if settings is not None and not isinstance(settings, EnergySettings):
         raise TypeError(f"settings of an energy model's evaluation are EnergySettings, got {type(settings).__name__}")
     settings = dataclasses.replace(settings or EnergySettings(), **overrides)
-    if train_data is not None and base is not None:
-        raise ValueError("give train_data (to fit the base to) or base, not both")
+    check_base_source(model, train_data, base)
     test = model.state_from_data(test_data, "test_data")
     if test.dim() != 1 + len(model.event_shape) or test.shape[0] == 0:
         raise ValueError(f"test_data must be shaped (N, {', '.join(map(str, model.event_shape))}) with N >= 1, got "
                          f"{tuple(test_data.shape)}")  # fmt: skip
     kind = kernel_kind(model, settings.kernel)
+    check_kernel_options(kind, settings)
     data = {"test": int(test.shape[0]), "train": None if train_data is None else int(train_data.shape[0]),
             "base": "fitted" if train_data is not None else "given" if base is not None else
             "the model's" if model.base is not None else "default"}  # fmt: skip
@@ -465,6 +466,34 @@ def _with(se: float, ais_se: float) -> float:
     """A standard error over the test vectors and AIS's (shared by every vector), added in quadrature (one test
     vector: AIS's alone)."""
     return math.sqrt((0.0 if math.isnan(se) else se) ** 2 + ais_se**2)
+
+
+def check_base_source(model, train_data, base) -> None:
+    """Refuse two sources for the base (a SettingsError naming `{train_data}`): train_data and base, or train_data
+    for a model that carries its own base (`EnergyModel(..., base=...)`), which the fitted one would replace without a
+    word (a new user's base, chosen to cover a mode the training data miss, was dropped so)."""
+    if train_data is not None and base is not None:
+        raise SettingsError("give {train_data} (to fit the base to) or base, not both", ("train_data",))
+    if train_data is not None and getattr(model, "base", None) is not None:
+        raise SettingsError(
+            "this model carries its own base (EnergyModel(..., base=...)), which a base fitted to {train_data} would "
+            "replace: drop {train_data} to anneal from the model's base, or drop the model's base to fit one to the "
+            "data",
+            ("train_data",),
+        )
+
+
+def check_kernel_options(kind: str, settings: EnergySettings) -> None:
+    """Refuse (a SettingsError naming the field) a kernel option set away from its default that the kernel `kind`
+    (as `kernel_kind` resolved it) does not read: it would be recorded in the report as if it had been used."""
+    defaults = {f.name: f.default for f in dataclasses.fields(EnergySettings)}
+    if kind != "hmc" and settings.num_leapfrog != defaults["num_leapfrog"]:
+        why = "MALA is HMC with one leapfrog step" if kind == "mala" else "it makes no leapfrog steps"
+        raise SettingsError(f"{{num_leapfrog}} sets HMC's leapfrog steps, and the kernel here is {kind}: {why}; drop "
+                            "it", ("num_leapfrog",))  # fmt: skip
+    if kind not in TUNED_KERNELS and settings.pilot_steps != defaults["pilot_steps"]:
+        raise SettingsError(f"{{pilot_steps}} sets the step-size pilot of hmc and mala, and the kernel here is {kind}, "
+                            "which has no step size to tune: drop it", ("pilot_steps",))  # fmt: skip
 
 
 def kernel_kind(model, kernel: str) -> str:

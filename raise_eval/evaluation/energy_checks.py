@@ -149,10 +149,12 @@ def non_finite_warning(shares: dict[str, float]) -> Optional[Warning]:
     return Warning(
         "non-finite-proposals",
         f"some proposals had a log acceptance probability that is not a number or +inf, and were rejected (share of "
-        f"the proposals: {listed}): the energy returned NaN (or -inf) there, or a trajectory overflowed. Rejecting "
-        "them treats those points as having zero density, so the estimates are those of the energy with them "
-        "removed. Where this is more than a rare overflow, find where the energy is NaN (e.g. a log or square root "
-        "of a negative number, a division by zero) and guard it.",
+        f"the proposals: {listed}). Two causes give this. A leapfrog trajectory that diverged (its positions "
+        "overflowing where the energy is steep, e.g. the tails of a quartic term, with step sizes tuned where it is "
+        "flatter) would have been rejected anyway: the estimates stand. An energy that returns NaN (or -inf) at "
+        "some points: rejecting them treats those points as having zero density, so the estimates are those of the "
+        "energy with them removed; find where (e.g. a log or square root of a negative number, a division by zero) "
+        "and guard it. An energy finite at every point you can evaluate is the first case.",
     )
 
 

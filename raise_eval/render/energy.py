@@ -12,18 +12,22 @@ from raise_eval.settings import render_names
 def energy_table(report, names: Optional[dict[str, str]] = None) -> str:
     """`report`'s table; settings in messages written as `names` gives them (the command's flags)."""
     s, acc = report.settings, report.acceptance
+    n = len(report.lower)
+    vectors = "vector" if n == 1 else "vectors"
     rows = [
         ("model", report.model),
         ("data", _data_words(report.data)),
         ("annealing", f"K = {s['steps']:,} (linear), {s['ais_chains']:,} AIS chains, {s['raise_chains']:,} RAISE "
                       f"chains per test vector, seed {s['seed']}"),
         ("kernel", f"{_kernel_words(report.kernel, s)} (acceptance: AIS {acc['AIS']:.2f}, RAISE {acc['RAISE']:.2f})"),
-        ("log Z (AIS)", f"{report.log_z:.3f} +- {report.log_z_stderr:.3f} (ESS {report.ais_ess:.1f})"),
-        ("log p(v), AIS (upper)", f"{report.upper_mean:.3f} +- {report.upper_stderr:.3f}"),
-        ("log p(v), RAISE (lower)", f"{report.lower_mean:.3f} +- {report.lower_stderr:.3f} (control variate log f(v))"),
-        ("  no control variate", f"{report.lower_mean:.3f} +- {report.lower_plain_stderr:.3f} (over the test "
-                                 "vectors: their own spread included)"),
-        ("gap", f"{report.gap:.3f} +- {report.gap_stderr:.3f}"),
+        ("log Z (AIS)", f"{report.log_z:.3f} +- {_se(report.log_z_stderr)} (ESS {report.ais_ess:.1f})"),
+        ("log p(v), AIS (upper)", f"{report.upper_mean:.3f} +- {_se(report.upper_stderr)}"),
+        ("log p(v), RAISE (lower)",
+         f"{report.lower_mean:.3f} +- {_se(report.lower_stderr)} (control variate log f(v))"),
+        ("  over test sets", f"+- {_se(report.lower_plain_stderr)} (RAISE's standard error over the {n} test "
+                             f"{vectors}, their own spread included: another test set's average could lie this far; "
+                             "the +- above are the estimators' noise on these)"),
+        ("gap", f"{report.gap:.3f} +- {_se(report.gap_stderr)}"),
     ]  # fmt: skip
     if report.exact_log_z is not None:  # an enumerable discrete energy: the truth beside the estimates
         rows += [("log Z (exact)", f"{report.exact_log_z:.3f} (enumerated)"),
@@ -34,8 +38,8 @@ def energy_table(report, names: Optional[dict[str, str]] = None) -> str:
     if report.verdict == "closed":
         lo, hi = report.interval
         ends = _interval_ends(report.lower_mean, report.upper_mean)
-        lines.append(f"verdict ({tolerance}): CLOSED: the average test log-likelihood lies in [{lo:.4f}, {hi:.4f}] "
-                     f"({ends}, ±2 standard errors)")  # fmt: skip
+        lines.append(f"verdict ({tolerance}): CLOSED: the average log-likelihood of these {n} test {vectors} lies in "
+                     f"[{lo:.4f}, {hi:.4f}] ({ends}, ±2 combined standard errors)")  # fmt: skip
     else:
         lines.append(f"verdict ({tolerance}): OPEN")
         lines += [f"  - {render_names(r, names)}" for r in report.reasons]
@@ -44,6 +48,12 @@ def energy_table(report, names: Optional[dict[str, str]] = None) -> str:
     parts = ", ".join(f"{k} {v:.1f} s" for k, v in report.seconds.items())
     lines.append(f"time: {report.total_seconds:.1f} s ({parts})")
     return "\n".join(lines)
+
+
+def _se(value: float) -> str:
+    """A standard error as the table writes it: three decimals, or two significant digits where those would show
+    0.000 (a standard error of 0.000 tells the reader nothing)."""
+    return f"{value:.1e}" if 0 < value < 0.0005 else f"{value:.3f}"
 
 
 def _data_words(data: dict) -> str:
