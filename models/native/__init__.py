@@ -9,7 +9,7 @@ Four kernels so far, each its own shared library, so that one that does not comp
   each in one pass where eager PyTorch makes several;
 - "energy_leapfrog" (`energy_leapfrog.c`, used by `raise_eval.kernels.energy_leapfrog`): an HMC leapfrog step's
   elementwise work on an energy model (momentum and position updates with the base's gradient, the reflection at a
-  box's walls, the acceptance test's sums) in one pass;
+  box's walls, the acceptance test's sums) in one pass, and the acceptance test in one call;
 - "amx_products" (`amx_products.c`, used by `raise_eval.models.boltzmann.products`): the product of 0./1. inputs
   with weights held as integer digits, on the AMX tiles of Intel CPUs that have them (`amx_unavailable_reason`).
 
@@ -107,6 +107,8 @@ def _declare_energy_leapfrog(lib: ctypes.CDLL) -> None:
         fn.argtypes += [_c_double, _c_double] + [_c_void_p] * 6
     lib.select_rows.restype = None
     lib.select_rows.argtypes = [_c_int64, _c_int64] + [_c_void_p] * 4
+    lib.hmc_finish.restype = None
+    lib.hmc_finish.argtypes = [_c_int64, _c_int64, _c_double] + [_c_void_p] * 15
 
 
 # name -> (source, extra compiler flags, declaration of its functions)

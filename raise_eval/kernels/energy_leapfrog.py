@@ -149,16 +149,25 @@ def native_transition(
         last = i == num_leapfrog - 1
         kernel(x, x, p, p, grad, 0.5 if last else 1.0, not last, end if last else {})
         new = new._replace(grad=grad)
-    log_new = (1 - beta) * _log_base(path, end["base_sum"], end["base_outside"], batch) + beta * new.log_f
-    log_old = (1 - beta) * _log_base(path, start["base_sum"], start["base_outside"], batch) + beta * state.log_f
-    kinetic_new, kinetic_old = 0.5 * end["square_out"].reshape(batch), 0.5 * start["square_in"].reshape(batch)
-    log_accept = (log_new - kinetic_new) - (log_old - kinetic_old)
+    row_bytes = kernel.dim * x.element_size()
+    if not (path.model.support.bounded and bool((start["base_outside"] | end["base_outside"]).any())):
+        # every chain inside the box (always, after reflection): the test in one call of the kernel's `hmc_finish`
+        u = torch.rand(batch, generator=generator, dtype=torch.float64, device=x.device)
+        log_u = torch.log(u)  # torch's log, as the PyTorch route's decisions take it
+        log_f_new, log_f_old = new.log_f.contiguous(), state.log_f.contiguous()
+        out = torch.empty((3, kernel.rows), dtype=torch.float64)  # log f chosen, acceptance, non-finite
+        grad = torch.empty_like(new.grad)
+        lib.hmc_finish(kernel.rows, row_bytes, float(beta), *(t.data_ptr() for t in (
+            log_f_new, log_f_old, start["base_sum"], end["base_sum"], start["square_in"], end["square_out"], log_u,
+            x, x0, grad, new.grad, g0, out[0], out[1], out[2])))  # fmt: skip
+        chosen = EnergyState(x, out[0].reshape(batch), grad)
+        return chosen, KernelInfo(acceptance=out[1].reshape(batch), non_finite=out[2].reshape(batch))
+    log_accept = _log_accept(path, beta, new.log_f, state.log_f, start, end, batch)  # the long form, in PyTorch
     non_finite = non_finite_share(log_accept)
     log_accept = torch.nan_to_num(log_accept, nan=-math.inf, posinf=-math.inf)  # divergent trajectories: rejected
     u = torch.rand(log_accept.shape, generator=generator, dtype=torch.float64, device=log_accept.device)
     accept = torch.log(u) < log_accept
     flags = accept.contiguous().view(torch.uint8)
-    row_bytes = kernel.dim * x.element_size()
     lib.select_rows(kernel.rows, row_bytes, flags.data_ptr(), x.data_ptr(), x0.data_ptr(), x.data_ptr())
     grad = torch.empty_like(new.grad)
     lib.select_rows(kernel.rows, row_bytes, flags.data_ptr(), new.grad.data_ptr(), g0.data_ptr(), grad.data_ptr())
