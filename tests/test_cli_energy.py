@@ -226,7 +226,7 @@ def test_an_interrupted_energy_run_continues_from_its_resume_file(tmp_path, caps
     first, second = json.loads(whole.read_text()), json.loads(resumed.read_text())
     for key in ("log_z", "log_z_stderr", "upper", "lower", "acceptance", "gap", "verdict"):
         assert first[key] == second[key], key
-    assert set(second["cost_estimate"]["per_stage"]) == {"pilot", "ais", "raise"}
+    assert set(second["cost_estimate"]["per_stage"]) == {"pilot", "ais", "probe", "raise"}  # a fitted base: probed
     ais_work = second["cost_estimate"]["per_stage"]["ais"]["work"]
     assert ais_work == "32 chains x 50 transitions (10 forward-and-backward passes each)"
 

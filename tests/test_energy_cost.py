@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from raise_eval.evaluation.energy import EnergySettings
+from raise_eval.evaluation.energy_checks import PROBE_CHAINS, PROBE_STEPS
 from raise_eval.evaluation.energy_cost import PILOT_CHAINS, PILOT_WARMUP, energy_cost, estimate_energy_cost
 from tests.energy_models import gaussian_energy, neural_energy
 
@@ -31,6 +32,11 @@ def test_the_cost_is_a_transition_s_time_times_the_stage_s_transitions():
     assert text.startswith("estimated time ") and "(bound" not in text  # an energy's memory has no bound
     sites = energy_cost(6, EnergySettings(steps=10, kernel="metropolis"), "metropolis", 8, per_batch)
     assert [s.name for s in sites.stages] == ["ais", "raise"]  # no pilot on discrete support
+    # a base fitted to training data: the run also probes it (PROBE_STEPS transitions of PROBE_CHAINS, its pilot)
+    fitted = energy_cost(6, settings, "hmc", 24, per_batch, fitted=True)
+    assert [s.name for s in fitted.stages] == ["pilot", "ais", "probe", "raise"]
+    probe_pilot = (2 * (min(PROBE_STEPS, 200) + 1) + PILOT_WARMUP) * PILOT_CHAINS
+    assert fitted.stage("probe").seconds == pytest.approx((PROBE_STEPS * PROBE_CHAINS + probe_pilot) * 1e-4)
 
 
 @pytest.mark.parametrize("kind", ["hmc", "gibbs-with-gradients"])

@@ -31,6 +31,8 @@ UNDERMINING = {
     "log-f-biased": "the log f(v) estimates rose with a longer estimate: the AIS log-likelihood rests on a biased "
     "log f",
     "log-f-unchecked": "log f(v) is estimated and was not checked for bias",
+    "base-misses-mass": "AIS from the broad default base found mass that the fitted base's run missed: AIS and RAISE "
+    "both miss a part of the model",
     "improper-energy": "the energy looks improper (its tails grow too slowly for exp(-E) to integrate, or the AIS "
     "chains drifted outward without settling): log Z-hat estimates no finite log Z, at any K",
 }

@@ -20,12 +20,16 @@ from typing import Any, Optional
 import torch
 from torch import Tensor
 
+from raise_eval.annealing import NonFiniteLogWeightError
 from raise_eval.diagnostics import GAP_NATS, SandwichNumbers, diagnose
 from raise_eval.estimators.ais import AISResult, ais
 from raise_eval.estimators.control_variates import control_variate_mean
 from raise_eval.estimators.raise_ import RAISEResult, raise_log_likelihood
 from raise_eval.evaluation.energy_checks import (
+    PROBE_CHAINS,
+    PROBE_STEPS,
     DriftWatch,
+    base_probe_warning,
     data_distance,
     improper_warning,
     non_finite_warning,
@@ -38,7 +42,7 @@ from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
 from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, MetropolisScanKernel
 from raise_eval.kernels.hmc import StepSizeSchedule
 from raise_eval.models.contracts import declared_family
-from raise_eval.models.energy import describe_default_base, fit_base
+from raise_eval.models.energy import default_base, describe_default_base, fit_base
 from raise_eval.models.energy_check import check_energy_dtype
 from raise_eval.paths.energy import EnergyPath
 from raise_eval.runtime.interrupts import deferred_interrupts
@@ -345,6 +349,11 @@ def _evaluate_energy(
             start = time.perf_counter()
             forward = _ais_stage(path, betas, settings, recorders["AIS"], store, progress)
             seconds["AIS"] = time.perf_counter() - start
+            if data["base"] == "fitted":  # does the fitted base miss a part of the model that a broad one finds?
+                stage = "the base probe"
+                start = time.perf_counter()
+                missed, probe_note = _base_probe(model, kind, settings, forward)
+                seconds["probe"] = time.perf_counter() - start
             stage = "RAISE"
             start = time.perf_counter()
             reverse = _raise_stage(path, test_data, betas, settings, recorders["RAISE"], store, progress)
@@ -352,7 +361,7 @@ def _evaluate_energy(
     except KeyboardInterrupt:
         saved = store is not None and not store.discard and store.path.exists()
         raise EnergyInterrupted(stage, saved) from None
-    notes = []
+    notes = [probe_note] if data["base"] == "fitted" and probe_note is not None else []
     if store is not None and store.continued:
         notes.append(f"continued from {resume_file}: {'; '.join(store.continued)} (the times shown are this "
                      "invocation's)")  # fmt: skip
@@ -387,6 +396,7 @@ def _evaluate_energy(
     warnings = warnings if improper is None else [improper, *warnings]
     non_finite = non_finite_warning({stage: r.non_finite_share for stage, r in recorders.items()})
     warnings += [] if non_finite is None else [non_finite]
+    warnings += [] if data["base"] != "fitted" or missed is None else [missed]
     sandwich = _Sandwich(ais=forward, ais_mean=upper_mean, raise_mean=reverse.mean, raise_stderr=raise_se,
                          gap=gap_mean, warnings=warnings, exact_mean=exact_mean)  # fmt: skip
     # Imported here: raise_eval.certification's package imports this one (through evaluation.run), so a module-level
@@ -429,6 +439,25 @@ def _ais_stage(path, betas: Tensor, settings: EnergySettings, recorder: _Recordi
     if store is not None:
         store.save_shard("ais", 0, {"log_weights": forward.log_weights, **recorder.record()})
     return forward
+
+
+def _base_probe(model, kind: str, settings: EnergySettings, forward: AISResult):
+    """(the 'base-misses-mass' warning or None, a note or None) (`energy_checks.base_probe_warning`; the note where
+    the probe stopped on non-finite log-weights, which leaves the run's numbers alone): a short AIS (PROBE_STEPS steps,
+    PROBE_CHAINS chains, the run's kernel with its own pilot, its own random stream) from the broad default base,
+    against this run's log Z from the fitted base."""
+    probe_path = EnergyPath(model, default_base(model))
+    probe = settings.replace(steps=PROBE_STEPS, ais_chains=PROBE_CHAINS, pilot_steps=min(settings.pilot_steps,
+                                                                                          PROBE_STEPS))  # fmt: skip
+    betas = linear_schedule(probe.steps)
+    try:
+        kernel = _kernel(probe_path, kind, betas, probe, progress=False)
+        result = ais(probe_path, betas, probe.ais_chains, generator=_generator(model, settings.seed, "probe"),
+                     kernel=kernel)  # fmt: skip
+    except NonFiniteLogWeightError as e:  # the energy is NaN where the broad base puts chains: no probe, said so
+        return None, f"the probe of the fitted base (AIS from the broad default base) stopped: {e}"
+    return base_probe_warning(float(forward.estimate), float(forward.stderr), float(result.estimate),
+                              float(result.stderr), describe_default_base(model)), None  # fmt: skip
 
 
 def _raise_stage(path, test_data, betas: Tensor, settings: EnergySettings, recorder: _Recording, store,

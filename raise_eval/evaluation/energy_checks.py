@@ -41,6 +41,12 @@ TAIL_RADII = (100.0, 1000.0)
 # depend on some coordinate (flat along its axis) is improper, and random directions almost never lie along an axis.
 TAIL_AXES_MAX = 1024
 TAIL_CHUNK = 512  # energy evaluations per call
+# The probe of a fitted base (`base_probe_warning`): a short AIS from the broad default base, its K and chains
+# (whatever the run's: a separated second mode holding half the mass, log 2 nats, is found at these in 8 of 8
+# seeds), and the margin in nats (beside 3 combined standard errors) by which its log Z must exceed the run's.
+PROBE_STEPS = 200
+PROBE_CHAINS = 128
+PROBE_MARGIN = 0.1
 
 
 def standardized_distance(x: Tensor, mean: Tensor, std: Tensor) -> Tensor:
@@ -155,6 +161,31 @@ def non_finite_warning(shares: dict[str, float]) -> Optional[Warning]:
         "some points: rejecting them treats those points as having zero density, so the estimates are those of the "
         "energy with them removed; find where (e.g. a log or square root of a negative number, a division by zero) "
         "and guard it. An energy finite at every point you can evaluate is the first case.",
+    )
+
+
+def base_probe_warning(log_z: float, stderr: float, probe_log_z: float, probe_stderr: float,
+                       default_words: str) -> Optional[Warning]:
+    """The 'base-misses-mass' warning where a short AIS from the broad default base (`default_words` describes it)
+    found log Z above this run's, from a base fitted to the training data, by more than PROBE_MARGIN nats and 3 of
+    their combined standard errors. Each log Z-hat is a stochastic lower bound on log Z (low where the chains miss
+    mass, rarely high by much: above log Z by t nats with probability at most e^-t), so the probe's higher one means
+    the fitted base's run missed mass the broad one found: a part of the model away from the training data (a mode
+    a well-trained energy should not have, or a spurious one), which RAISE from test vectors in the covered part does
+    not see either. None otherwise (a probe that finds less says nothing: a broad base is harder to anneal from)."""
+    noise = math.hypot(stderr, probe_stderr)
+    excess = probe_log_z - log_z
+    if not (math.isfinite(excess) and excess > PROBE_MARGIN + 3 * noise):
+        return None
+    return Warning(
+        "base-misses-mass",
+        f"a short AIS from the broad default base ({default_words}) found log Z {probe_log_z:.3f} +- "
+        f"{probe_stderr:.3f}, {excess:.3f} nats above this run's {log_z:.3f} +- {stderr:.3f} from the base fitted to "
+        "the training data ({train_data}): log Z-hat errs low where chains miss mass, so this run missed some that "
+        "the broad one found, a part of the model away from the training data (a second mode, or a spurious one). "
+        "RAISE, run from test vectors in the covered part, misses it too, so AIS and RAISE can agree on a wrong "
+        "number. Evaluate without {train_data} (the broad default base), or give the model a base that covers the "
+        "whole model (EnergyModel(..., base=GaussianBase(mean, std))).",
     )
 
 

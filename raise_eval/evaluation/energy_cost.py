@@ -20,6 +20,7 @@ from typing import Callable, Optional
 import torch
 from torch import Tensor
 
+from raise_eval.evaluation.energy_checks import PROBE_CHAINS, PROBE_STEPS
 from raise_eval.evaluation.memory import CostEstimate, StageCost
 from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
 from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, MetropolisScanKernel
@@ -44,15 +45,17 @@ def kernel_words(kind: str, num_leapfrog: int) -> str:
 
 
 def energy_cost(
-    n_test: int, settings, kind: str, state_bytes: int, step_seconds: Callable[[int], float]
+    n_test: int, settings, kind: str, state_bytes: int, step_seconds: Callable[[int], float], fitted: bool = False
 ) -> CostEstimate:
     """The predicted cost of `evaluate_energy` with `settings` (an `EnergySettings`) and kernel `kind` on `n_test`
     test vectors, from `step_seconds(batch)`: one transition of the kernel on `batch` chains. state_bytes: one
-    example's bytes."""
+    example's bytes; fitted: the base is fitted to training data, so the run also probes it (a short AIS from the
+    broad default base, `energy_checks.base_probe_warning`)."""
     k = settings.steps
     each = kernel_words(kind, settings.num_leapfrog)
     stages = []
-    if kind in ("hmc", "mala"):
+    tuned = kind in ("hmc", "mala")
+    if tuned:
         transitions = 2 * (min(k, settings.pilot_steps) + 1) + PILOT_WARMUP
         stages.append(
             StageCost(
@@ -68,6 +71,14 @@ def energy_cost(
                 k * step_seconds(batch),
             )
         )  # fmt: skip
+    if fitted:  # its own pilot (at most PROBE_STEPS temperatures), then PROBE_STEPS transitions of PROBE_CHAINS
+        pilot = 2 * (min(PROBE_STEPS, settings.pilot_steps) + 1) + PILOT_WARMUP if tuned else 0
+        probe = StageCost(
+            "probe", "probe of the fitted base", f"{PROBE_CHAINS} chains x {PROBE_STEPS} transitions from the broad "
+            f"default base ({each}), and its pilot", PROBE_CHAINS * state_bytes * STATE_COPIES,
+            PROBE_STEPS * step_seconds(PROBE_CHAINS) + pilot * step_seconds(PILOT_CHAINS), steps_independent=True,
+        )  # fmt: skip
+        stages.insert(len(stages) - 1, probe)  # between AIS and RAISE, as the run makes it
     return CostEstimate(stages, 0)
 
 
@@ -91,7 +102,7 @@ def estimate_energy_cost(
 
     sites = math.prod(model.event_shape)
     one = torch.empty((), dtype=torch.int64 if model.support.discrete else model.dtype).element_size() * sites
-    estimate = energy_cost(int(test_data.shape[0]), settings, kind, one, step_seconds)
+    estimate = energy_cost(int(test_data.shape[0]), settings, kind, one, step_seconds, fitted=train_data is not None)
     threads = torch.get_num_threads()
     batches = ", ".join(f"{b:,}" for b in sorted(timed))
     estimate.timing = (
