@@ -1,7 +1,8 @@
 """The MNIST energy that scripts/train_energy_mnist.py trains (an MLP 784-256-256-1 with SiLU on the box [0, 1]),
 rebuilt and wrapped for raise-eval:
-    raise-eval evaluate --model examples/energy_mnist_factory.py:make --data runs/energy_mnist/test.npy \
-        --train-data runs/energy_mnist/train.npy --threads 1
+    raise-eval evaluate --model examples/energy_mnist_factory.py:make --data runs/energy_mnist/test.npy --threads 1
+(the default base, nearly uniform on the box: the model's mass is mostly on noise-like images, which a base fitted to
+the training images misses; docs/energy.md)
 $ENERGY_MNIST_WEIGHTS names another state_dict file than runs/energy_mnist/energy.pt."""
 
 import os
