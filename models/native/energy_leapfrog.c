@@ -65,26 +65,23 @@
     }
 
 /* After the pass has mirrored each coordinate of a row once at the wall it crossed (x = inside - over, the momentum
- * negated where over != 0: energy_hmc.reflect's arithmetic), the coordinates whose overshoot was wider than the box
- * lie outside [low, high]; each is folded by the parity of the widths crossed (_fold's arithmetic) from its position
- * before the mirror, v = 2 wall - x (which may differ from the unmirrored position in its last bit), and its
- * momentum before the flip. Rare: a step that crosses the whole box (the pilot's largest step sizes). */
+ * negated where over != 0: energy_hmc.reflect's arithmetic) and left the ones whose overshoot was at least the box's
+ * width where they landed (outside [low, high], the momentum as it was), those are folded by the parity of the widths
+ * crossed (_fold's arithmetic, bit for bit). Rare: a step that crosses the whole box (the pilot's largest step sizes).
+ * A NaN position is left as it is; an infinite one becomes NaN, as in _fold. */
 #define FOLD_WIDE_ROW(T, NAME)                                                                                   \
     static void NAME(T *x, T *p, int64_t dim, T low, T high, double box_width) {                                 \
         const T width = (T)box_width;                                                                            \
         for (int64_t d = 0; d < dim; d++) {                                                                      \
-            const T mirrored = x[d];                                                                             \
-            if (mirrored >= low && mirrored <= high) continue; /* one mirror was enough (on a wall: the same) */ \
-            const T wall = mirrored > high ? low : high;       /* the wall crossed: the box's other side */      \
-            const T v = 2 * wall - mirrored;                                                                     \
-            const T q = -p[d];                                                                                   \
+            const T v = x[d];                                                                                    \
+            if (!(v < low || v > high)) continue; /* mirrored once, or NaN: done */                              \
             const T t = (v - low) / width;                                                                       \
             const T n = (T)floor((double)t);                                                                     \
             const T r = t - n;                                                                                   \
-            const T parity = n - (T)floor((double)(n / 2)) * 2; /* torch.remainder(n, 2) */                     \
+            const T parity = n - (T)floor((double)(n / 2)) * 2;                                                  \
             const int odd = parity == 1;                                                                         \
             x[d] = low + width * (odd ? 1 - r : r);                                                              \
-            p[d] = odd ? -q : q;                                                                                 \
+            p[d] = odd ? -p[d] : p[d];                                                                           \
         }                                                                                                        \
     }
 
@@ -137,11 +134,12 @@
                     const T v = xi[d] + (step * scale[d]) * p;                                                   \
                     const T inside = v < low_t ? low_t : (v > high_t ? high_t : v);                              \
                     const T over = v - inside, size = over < 0 ? -over : over;                                   \
-                    /* (written so that the loop vectorizes; a NaN position counts as neither, as a fold leaves */ \
-                    /* it: NaN, its momentum unflipped) */                                                       \
-                    wide += size >= width ? 1 : 0;                                                               \
-                    xo[d] = inside - over;                                                                       \
-                    po[d] = size > 0 ? -p : p;                                                                   \
+                    /* (written so that the loop vectorizes; a NaN position is neither mirrored nor wide, and */ \
+                    /* keeps its momentum, as a fold leaves it) */                                               \
+                    const int wide_d = size >= width;                                                            \
+                    wide += wide_d ? 1 : 0;                                                                      \
+                    xo[d] = wide_d ? v : inside - over;                                                          \
+                    po[d] = (size > 0 && !wide_d) ? -p : p;                                                      \
                 }                                                                                                \
                 if (wide) REFLECT(xo, po, dim, low_t, high_t, high - low);                                       \
             }                                                                                                    \

@@ -5,8 +5,7 @@ at a box's walls; the first and last also sum the momenta's squares and the base
 acceptance test), where eager PyTorch makes about ten per leapfrog step and twenty more at the ends.
 
 It draws the same random numbers in the same order and does the same arithmetic as the PyTorch route (sums in
-double may differ in their last bits, and so may a coordinate whose step crossed the whole box, folded from its
-position after one mirror), so the two give the same transition. Taken for float32 and float64 chains on
+double may differ in their last bits), so the two give the same transition. Taken for float32 and float64 chains on
 the CPU whose path's base is a `GaussianBase` (the geometric path's density, as `EnergyPath`'s), with one step size
 per chain (or one in all), where the kernel compiled and RAISE_EVAL_NATIVE is not 0; `native_transition` returns
 None elsewhere and the PyTorch route runs.
@@ -154,7 +153,7 @@ def native_transition(
         # every chain inside the box (always, after reflection): the test in one call of the kernel's `hmc_finish`
         u = torch.rand(batch, generator=generator, dtype=torch.float64, device=x.device)
         log_u = torch.log(u)  # torch's log, as the PyTorch route's decisions take it
-        log_f_new, log_f_old = new.log_f.contiguous(), state.log_f.contiguous()
+        log_f_new, log_f_old = (t.to(torch.float64).contiguous() for t in (new.log_f, state.log_f))  # read as doubles
         out = torch.empty((3, kernel.rows), dtype=torch.float64)  # log f chosen, acceptance, non-finite
         grad = torch.empty_like(new.grad)
         lib.hmc_finish(kernel.rows, row_bytes, float(beta), *(t.data_ptr() for t in (
