@@ -20,7 +20,8 @@ TRAJECTORY_OFFSETS = {
 }  # fmt: skip
 TRAJECTORY_LOG_F_STRIDE = 7919  # a prime: checkpoint i's log f(v) stream, apart from the other stages' offsets
 # a user's energy model's evaluation (`evaluation.energy`): HMC's step-size pilot, AIS, RAISE, the probe of the
-# energy's tails (`evaluation.energy_checks.tail_warning`).
+# energy's tails (`evaluation.energy_checks.tail_warning`), the AIS of the probe of a fitted base
+# (`evaluation.energy_checks.base_probe_warning`); within LARGEST_OFFSET (the seed's bound), which a test checks.
 ENERGY_OFFSETS = {"pilot": 0, "ais": 1, "raise": 2, "tail": 3, "probe": 4}
 LARGEST_OFFSET = max(max(EVALUATION_OFFSETS.values()), max(TRAJECTORY_OFFSETS.values()))
 

@@ -5,7 +5,7 @@ import re
 import pytest
 
 from raise_eval.evaluation.settings import EvaluateSettings
-from raise_eval.seeds import EVALUATION_OFFSETS, TRAJECTORY_OFFSETS, stage_seed
+from raise_eval.seeds import ENERGY_OFFSETS, EVALUATION_OFFSETS, TRAJECTORY_OFFSETS, stage_seed
 from raise_eval.settings import SEED_RANGE, SettingsError
 from raise_eval.trajectory.settings import TrajectorySettings
 
@@ -25,7 +25,7 @@ def test_every_stream_of_the_largest_seed_is_a_torch_seed():
     import torch
 
     seed = EvaluateSettings(seed=SEED_RANGE[1]).seed
-    for offsets in (EVALUATION_OFFSETS, TRAJECTORY_OFFSETS):
+    for offsets in (EVALUATION_OFFSETS, TRAJECTORY_OFFSETS, ENERGY_OFFSETS):  # an energy's: within the bound
         for stage in offsets:
             torch.Generator().manual_seed(stage_seed(seed, stage, offsets))
     with pytest.raises(SettingsError, match="seed"):

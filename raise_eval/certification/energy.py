@@ -139,5 +139,5 @@ def energy_step(report: EnergyReport, steps: int) -> CertifyStep:
         raise_stderr=report.lower_stderr, ais_ess=report.ais_ess, exact_mean=report.exact_mean,
         seconds=report.seconds["AIS"] + report.seconds["RAISE"], total_seconds=report.total_seconds,
         warnings=[w.code for w in report.warnings], reasons_open=list(report.reasons), interval_low=low,
-        interval_high=high, fixed_seconds=report.seconds.get("pilot", 0.0),
+        interval_high=high, fixed_seconds=report.seconds.get("pilot", 0.0) + report.seconds.get("probe", 0.0),
     )  # fmt: skip

@@ -5,8 +5,9 @@ AIS estimates log Z (its estimate is a stochastic lower bound, so log f(v) - log
 log p(v)); RAISE, from each test vector itself, a stochastic lower bound on log p_ann(v). The report gives both
 averages over the test vectors, their gap and its standard error, the kernels' mean acceptance rates and the
 seconds. On real support HMC's (or MALA's) step sizes are tuned first in a pilot run with its own random stream and
-then frozen. Three streams, declared in `raise_eval.seeds.ENERGY_OFFSETS`: pilot (seed), AIS (seed + 1), RAISE
-(seed + 2).
+then frozen. The streams, declared in `raise_eval.seeds.ENERGY_OFFSETS`: pilot (seed), AIS (seed + 1), RAISE
+(seed + 2), the probe of the energy's tails (seed + 3) and the AIS of the probe of a fitted base (seed + 4; its pilot
+takes the pilot's stream).
 """
 
 from __future__ import annotations
@@ -189,7 +190,7 @@ class EnergyInterrupted(KeyboardInterrupt):
 def energy_names(names: Optional[dict]) -> dict:
     """`names` (the command's flags, or None: the fields' names) with what a certified verdict's reasons call
     `{raise_examples}` said as it is for an energy model: RAISE runs from every test vector."""
-    return {**(names or {}), "raise_examples": "more test vectors"}
+    return {"train_data": "train_data", **(names or {}), "raise_examples": "more test vectors"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -352,7 +353,7 @@ def _evaluate_energy(
             if data["base"] == "fitted":  # does the fitted base miss a part of the model that a broad one finds?
                 stage = "the base probe"
                 start = time.perf_counter()
-                missed, probe_note = _base_probe(model, kind, settings, forward)
+                missed, probe_note, data["probe"] = _base_probe(model, kind, settings, forward)
                 seconds["probe"] = time.perf_counter() - start
             stage = "RAISE"
             start = time.perf_counter()
@@ -442,9 +443,10 @@ def _ais_stage(path, betas: Tensor, settings: EnergySettings, recorder: _Recordi
 
 
 def _base_probe(model, kind: str, settings: EnergySettings, forward: AISResult):
-    """(the 'base-misses-mass' warning or None, a note or None) (`energy_checks.base_probe_warning`; the note where
-    the probe stopped on non-finite log-weights, which leaves the run's numbers alone): a short AIS (PROBE_STEPS steps,
-    PROBE_CHAINS chains, the run's kernel with its own pilot, its own random stream) from the broad default base,
+    """(the 'base-misses-mass' warning or None, a note or None, what the probe found or None: log Z, its standard
+    error and ESS, for the report's data) (`energy_checks.base_probe_warning`; the note where the probe stopped on
+    non-finite log-weights, which leaves the run's numbers alone): a short AIS (PROBE_STEPS steps, PROBE_CHAINS
+    chains, the run's kernel with its own pilot, the AIS on its own random stream) from the broad default base,
     against this run's log Z from the fitted base."""
     probe_path = EnergyPath(model, default_base(model))
     probe = settings.replace(steps=PROBE_STEPS, ais_chains=PROBE_CHAINS, pilot_steps=min(settings.pilot_steps,
@@ -455,9 +457,12 @@ def _base_probe(model, kind: str, settings: EnergySettings, forward: AISResult):
         result = ais(probe_path, betas, probe.ais_chains, generator=_generator(model, settings.seed, "probe"),
                      kernel=kernel)  # fmt: skip
     except NonFiniteLogWeightError as e:  # the energy is NaN where the broad base puts chains: no probe, said so
-        return None, f"the probe of the fitted base (AIS from the broad default base) stopped: {e}"
-    return base_probe_warning(float(forward.estimate), float(forward.stderr), float(result.estimate),
-                              float(result.stderr), describe_default_base(model)), None  # fmt: skip
+        return None, f"the probe of the fitted base (AIS from the broad default base) stopped: {e}", None
+    found = {"log_z": float(result.estimate), "log_z_stderr": float(result.stderr), "ess": float(result.ess),
+             "chains": PROBE_CHAINS, "steps": PROBE_STEPS}  # fmt: skip
+    warning = base_probe_warning(float(forward.estimate), float(forward.stderr), found["log_z"], found["log_z_stderr"],
+                                 found["ess"], describe_default_base(model), model.support)  # fmt: skip
+    return warning, None, found
 
 
 def _raise_stage(path, test_data, betas: Tensor, settings: EnergySettings, recorder: _Recording, store,

@@ -25,7 +25,7 @@ from typing import Optional
 import torch
 from torch import Tensor
 
-from raise_eval.diagnostics import Warning
+from raise_eval.diagnostics import LOW_ESS_FRACTION, Warning
 
 # The chains end this many times farther from the base's mean than the test data lie (at least 1 standard deviation)
 DRIFT_FACTOR = 10.0
@@ -164,28 +164,36 @@ def non_finite_warning(shares: dict[str, float]) -> Optional[Warning]:
     )
 
 
-def base_probe_warning(log_z: float, stderr: float, probe_log_z: float, probe_stderr: float,
-                       default_words: str) -> Optional[Warning]:
+def base_probe_warning(log_z: float, stderr: float, probe_log_z: float, probe_stderr: float, probe_ess: float,
+                       default_words: str, support) -> Optional[Warning]:
     """The 'base-misses-mass' warning where a short AIS from the broad default base (`default_words` describes it)
     found log Z above this run's, from a base fitted to the training data, by more than PROBE_MARGIN nats and 3 of
-    their combined standard errors. Each log Z-hat is a stochastic lower bound on log Z (low where the chains miss
-    mass, rarely high by much: above log Z by t nats with probability at most e^-t), so the probe's higher one means
-    the fitted base's run missed mass the broad one found: a part of the model away from the training data (a mode
-    a well-trained energy should not have, or a spurious one), which RAISE from test vectors in the covered part does
-    not see either. None otherwise (a probe that finds less says nothing: a broad base is harder to anneal from)."""
+    their combined standard errors, with the probe's ESS at least LOW_ESS_FRACTION of its chains. Each log Z-hat is
+    unbiased for Z and errs low where its chains miss mass, so the probe's higher one means this run's log Z is low:
+    it missed mass (a part of the model away from the training data, a second or spurious mode, which RAISE from test
+    vectors in the covered part does not see either) or has not converged. The ESS floor guards the delta-method
+    standard error, which understates the noise of heavy-tailed weights (a reviewer's simulation: false alarms up to
+    4e-2 without it, none with it). None otherwise: a probe that finds less, or whose weights rest on a few chains,
+    says nothing (a broad base is harder to anneal from). `support`: the model's, for the advice."""
     noise = math.hypot(stderr, probe_stderr)
     excess = probe_log_z - log_z
-    if not (math.isfinite(excess) and excess > PROBE_MARGIN + 3 * noise):
+    if not (math.isfinite(excess) and excess > PROBE_MARGIN + 3 * noise) or probe_ess < LOW_ESS_FRACTION * PROBE_CHAINS:
         return None
+    if support.discrete:
+        covering = "a SiteBase that gives every state of every site its share"
+    elif support.bounded:
+        covering = f"a GaussianBase(mean, std, {support.low:g}, {support.high:g}) wide enough for the whole box"
+    else:
+        covering = "a GaussianBase(mean, std) wide enough for the whole model"
     return Warning(
         "base-misses-mass",
         f"a short AIS from the broad default base ({default_words}) found log Z {probe_log_z:.3f} +- "
         f"{probe_stderr:.3f}, {excess:.3f} nats above this run's {log_z:.3f} +- {stderr:.3f} from the base fitted to "
-        "the training data ({train_data}): log Z-hat errs low where chains miss mass, so this run missed some that "
-        "the broad one found, a part of the model away from the training data (a second mode, or a spurious one). "
-        "RAISE, run from test vectors in the covered part, misses it too, so AIS and RAISE can agree on a wrong "
-        "number. Evaluate without {train_data} (the broad default base), or give the model a base that covers the "
-        "whole model (EnergyModel(..., base=GaussianBase(mean, std))).",
+        "the training data ({train_data}): log Z-hat errs low where chains miss mass, so this run's log Z is low. "
+        "Either it missed mass the broad one found, a part of the model away from the training data (a second mode, "
+        "or a spurious one), which RAISE, run from test vectors in the covered part, misses too, so that AIS and "
+        "RAISE can agree on a wrong number; or it has not converged (a larger K). Evaluate without {train_data} (the "
+        f"broad default base), or give the model a base that covers it (EnergyModel(..., base=...): {covering}).",
     )
 
 
