@@ -112,8 +112,9 @@ def _refuse_what_an_energy_model_does_not_take(args: argparse.Namespace) -> None
     foreign = [FLAGS[name] for name in vars(args) if name in _EVALUATE_FIELDS and name not in ENERGY_FIELDS]
     if foreign:
         takes = ", ".join(FLAGS[n] for n in ENERGY_FIELDS if n in FLAGS)
-        takes += (", --kernel, --leapfrog, --pilot-steps (with --model, --data, --train-data, --device, --dtype, "
-                  "--json, --overwrite, --resume-file and --until-gap with its --max-steps, --time-budget and --plot)")
+        takes += ", " + ", ".join(FLAGS[n] for n in _ENERGY_OPTIONS)
+        takes += (" (with --model, --data, --train-data, --device, --dtype, --json, --overwrite, --resume-file and "
+                  "--until-gap with its --max-steps, --time-budget and --plot)")  # fmt: skip
         verb = "does" if len(foreign) == 1 else "do"
         listed = ", ".join(sorted(foreign))
         die(f"{listed} {verb} not apply to an energy model (--model), whose evaluation takes {takes}")

@@ -338,6 +338,7 @@ def _evaluate_energy(
     betas = linear_schedule(settings.steps)
     seconds = {}
     stage = "the pilot"
+    missed = probe_note = None  # the probe of a fitted base: its warning and note, where it runs
     try:
         with deferred_interrupts() if store is not None else contextlib.nullcontext():
             start = time.perf_counter()
@@ -362,7 +363,7 @@ def _evaluate_energy(
     except KeyboardInterrupt:
         saved = store is not None and not store.discard and store.path.exists()
         raise EnergyInterrupted(stage, saved) from None
-    notes = [probe_note] if data["base"] == "fitted" and probe_note is not None else []
+    notes = [] if probe_note is None else [probe_note]
     if store is not None and store.continued:
         notes.append(f"continued from {resume_file}: {'; '.join(store.continued)} (the times shown are this "
                      "invocation's)")  # fmt: skip
@@ -377,11 +378,12 @@ def _evaluate_energy(
         exact_mean = float((reverse.log_unnormalized - exact_log_z).mean())
         seconds["exact"] = time.perf_counter() - start
     upper_mean, upper_se = mean_and_stderr(upper)
-    gap_mean, gap_se = mean_and_stderr(upper - lower)
+    gap_mean = mean_and_stderr(upper - lower)[0]
     ais_se = float(forward.stderr)
     # RAISE's standard error as a Boltzmann machine's: with the control variate log f(v) (alpha = 1), over every test
     # vector (RAISE ran from each): the estimators' noise, not the test vectors' spread, which more chains cannot
-    # shrink and which would hold the verdict open however good the estimates
+    # shrink and which would hold the verdict open however good the estimates. The gap's paired differences are the
+    # same numbers less log Z-hat (upper - lower = log f(v) - RAISE - log Z-hat), so its standard error adds AIS's.
     raise_se = control_variate_mean(lower, reverse.log_unnormalized, reverse.log_unnormalized).stderr
     numbers = SandwichNumbers(
         ais_mean=upper_mean, ais_stderr=ais_se, ais_ess=float(forward.ess),
@@ -397,7 +399,7 @@ def _evaluate_energy(
     warnings = warnings if improper is None else [improper, *warnings]
     non_finite = non_finite_warning({stage: r.non_finite_share for stage, r in recorders.items()})
     warnings += [] if non_finite is None else [non_finite]
-    warnings += [] if data["base"] != "fitted" or missed is None else [missed]
+    warnings += [] if missed is None else [missed]
     sandwich = _Sandwich(ais=forward, ais_mean=upper_mean, raise_mean=reverse.mean, raise_stderr=raise_se,
                          gap=gap_mean, warnings=warnings, exact_mean=exact_mean)  # fmt: skip
     # Imported here: raise_eval.certification's package imports this one (through evaluation.run), so a module-level
@@ -409,7 +411,7 @@ def _evaluate_energy(
         model=model.describe(), settings=_report_settings(model, settings), kernel=kind, log_z=forward.estimate,
         log_z_stderr=ais_se, ais_ess=float(forward.ess), upper=upper, lower=lower, upper_mean=upper_mean,
         upper_stderr=ais_se, lower_mean=reverse.mean, lower_stderr=raise_se, gap=gap_mean,
-        gap_stderr=math.hypot(gap_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
+        gap_stderr=math.hypot(raise_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
         upper_plain_stderr=_with(upper_se, ais_se), lower_plain_stderr=reverse.stderr,
         warnings=warnings, verdict="open" if reasons else "closed",
         interval=None if reasons else list(sandwich_interval(sandwich)), reasons=reasons, data=data,
@@ -508,7 +510,7 @@ def check_base_source(model, train_data, base) -> None:
     word (a new user's base, chosen to cover a mode the training data miss, was dropped so)."""
     if train_data is not None and base is not None:
         raise SettingsError("give {train_data} (to fit the base to) or base, not both", ("train_data",))
-    if train_data is not None and getattr(model, "base", None) is not None:
+    if train_data is not None and model.base is not None:
         raise SettingsError(
             "this model carries its own base (EnergyModel(..., base=...)), which a base fitted to {train_data} would "
             "replace: drop {train_data} to anneal from the model's base, or drop the model's base to fit one to the "

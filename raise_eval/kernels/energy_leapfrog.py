@@ -94,21 +94,16 @@ def _log_base(path, base_sum: Tensor, outside: Tensor, batch) -> Tensor:
     return out.reshape(batch)
 
 
-def _log_accept(path, beta: float, log_f_new: Tensor, log_f_old: Tensor, start: dict, end: dict, batch) -> Tensor:
-    """log of the acceptance ratio, H_0 - H_L, float64 (*B,), from the kernel's sums at the trajectory's ends.
-
-    Inside the box (always, after reflection) it is beta (log f' - log f) + (1 - beta)(|z|^2 - |z'|^2) / 2 +
-    (|p|^2 - |p'|^2) / 2, the base's normalizer cancelled: six passes over the chains, where the two log densities
-    and kinetic energies apart take about twenty, each a few microseconds on the CPU. A chain outside the box at
-    either end takes the log densities apart (-inf there), as the PyTorch route does."""
-    if path.model.support.bounded and bool((start["base_outside"] | end["base_outside"]).any()):
-        log_new = (1 - beta) * _log_base(path, end["base_sum"], end["base_outside"], batch) + beta * log_f_new
-        log_old = (1 - beta) * _log_base(path, start["base_sum"], start["base_outside"], batch) + beta * log_f_old
-        kinetic_new, kinetic_old = 0.5 * end["square_out"].reshape(batch), 0.5 * start["square_in"].reshape(batch)
-        return (log_new - kinetic_new) - (log_old - kinetic_old)
-    ends = torch.sub(start["base_sum"], end["base_sum"]).mul_(0.5 * (1 - beta))
-    ends.add_(torch.sub(start["square_in"], end["square_out"]).mul_(0.5))
-    return torch.sub(log_f_new, log_f_old).mul_(beta).add_(ends.reshape(batch))
+def _log_accept_apart(path, beta: float, log_f_new: Tensor, log_f_old: Tensor, start: dict, end: dict,
+                      batch) -> Tensor:
+    """log of the acceptance ratio, H_0 - H_L, float64 (*B,), from the kernel's sums at the trajectory's ends, the
+    two log densities and kinetic energies taken apart (-inf where a chain is outside the box), as the PyTorch route
+    does: for a transition with a chain outside the box at either end, which reflection leaves none in practice
+    (every other transition's test is `hmc_finish`'s, in one call)."""
+    log_new = (1 - beta) * _log_base(path, end["base_sum"], end["base_outside"], batch) + beta * log_f_new
+    log_old = (1 - beta) * _log_base(path, start["base_sum"], start["base_outside"], batch) + beta * log_f_old
+    kinetic_new, kinetic_old = 0.5 * end["square_out"].reshape(batch), 0.5 * start["square_in"].reshape(batch)
+    return (log_new - kinetic_new) - (log_old - kinetic_old)
 
 
 def _per_chain(step_size: Tensor, event_dims: int) -> bool:
@@ -161,7 +156,7 @@ def native_transition(
             x, x0, grad, new.grad, g0, out[0], out[1], out[2])))  # fmt: skip
         chosen = EnergyState(x, out[0].reshape(batch), grad)
         return chosen, KernelInfo(acceptance=out[1].reshape(batch), non_finite=out[2].reshape(batch))
-    log_accept = _log_accept(path, beta, new.log_f, state.log_f, start, end, batch)  # the long form, in PyTorch
+    log_accept = _log_accept_apart(path, beta, new.log_f, state.log_f, start, end, batch)
     non_finite = non_finite_share(log_accept)
     log_accept = torch.nan_to_num(log_accept, nan=-math.inf, posinf=-math.inf)  # divergent trajectories: rejected
     u = torch.rand(log_accept.shape, generator=generator, dtype=torch.float64, device=log_accept.device)

@@ -77,10 +77,12 @@ def test_the_native_route_gives_the_pytorch_routes_transitions(dtype, bounded, m
 
 @pytest.mark.parametrize("beta", [0.0, 0.3, 1.0])
 def test_the_acceptance_from_the_kernels_sums_is_the_log_densities_and_kinetic_energies_taken_apart(beta):
-    """`_log_accept`'s shortened arithmetic (the base's normalizer cancelled) against H_0 - H_L written out from
-    log p_0 (`GaussianBase.log_prob`, -inf outside the box), log f and the kinetic energies, from chains' own
-    positions and momenta; a chain outside the box at either end gets the written-out value (-inf, or NaN where
-    both are outside or beta is 1, which the transition then rejects and counts)."""
+    """The native route's log acceptance ratio against H_0 - H_L written out from log p_0 (`GaussianBase.log_prob`,
+    -inf outside the box), log f and the kinetic energies, from chains' own positions and momenta: `hmc_finish`'s
+    shortened arithmetic (the base's normalizer cancelled) for chains inside the box, read back from its acceptance
+    probabilities min(1, e^r) of r and of -r (old and new swapped); and `_log_accept_apart`, taken where a chain is
+    outside the box at either end, which gets the written-out value (-inf, or NaN where both are outside or beta is
+    1, which the transition then rejects and counts)."""
     path = _path(torch.float64, True)
     g = torch.Generator().manual_seed(3)
     x0, x1 = (torch.rand(5, *EVENT, generator=g, dtype=torch.float64) for _ in range(2))
@@ -99,12 +101,26 @@ def test_the_acceptance_from_the_kernels_sums_is_the_log_densities_and_kinetic_e
     h0 = -((1 - beta) * base.log_prob(x0) + beta * log_f0) + kinetic0
     h1 = -((1 - beta) * base.log_prob(x1) + beta * log_f1) + kinetic1
     want = h0 - h1
-    for chains in (slice(0, 3), slice(0, 5)):  # inside the box only (the short route), and with chains outside
-        got = energy_leapfrog._log_accept(
-            path, beta, log_f1[chains], log_f0[chains], {k: v[chains] for k, v in start.items()},
-            {k: v[chains] for k, v in end.items()}, (chains.stop,),
-        )
-        torch.testing.assert_close(got, want[chains], rtol=1e-12, atol=1e-12, equal_nan=True)
+    lib = energy_leapfrog.leapfrog_library(x0, path)
+    if lib is not None:  # inside the box (chains 0 to 2): hmc_finish, every proposal accepted (log u = -inf)
+        rows = torch.zeros(3, 1, dtype=torch.float64)  # the rows it copies: placeholders here
+
+        def acceptance(new, old, start, end):
+            out = torch.empty(3, 3, dtype=torch.float64)
+            sums = (start["base_sum"], end["base_sum"], start["square_in"], end["square_out"])
+            log_u = torch.full((3,), -math.inf, dtype=torch.float64)
+            # every argument held here while the kernel reads it (a pointer to a freed temporary would dangle)
+            args = [t[:3].contiguous() for t in (new, old, *sums)] + [log_u] + [rows.clone() for _ in range(5)]
+            lib.hmc_finish(3, 8, beta, *(t.data_ptr() for t in (*args, out[0], out[1], out[2])))
+            return out[1]
+
+        forward = acceptance(log_f1, log_f0, start, end)
+        backward = acceptance(log_f0, log_f1, {"base_sum": end["base_sum"], "square_in": end["square_out"]},
+                              {"base_sum": start["base_sum"], "square_out": start["square_in"]})  # fmt: skip
+        got = forward.log() - backward.log()  # r = log min(1, e^r) - log min(1, e^-r)
+        torch.testing.assert_close(got, want[:3], rtol=1e-12, atol=1e-12)
+    got = energy_leapfrog._log_accept_apart(path, beta, log_f1, log_f0, start, end, (5,))  # chains 3, 4 outside
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, equal_nan=True)
     assert bool(torch.isfinite(want[:3]).all()) and (float(want[3]) == -math.inf or beta == 1.0)
 
 
