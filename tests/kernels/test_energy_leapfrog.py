@@ -110,7 +110,7 @@ def test_the_acceptance_from_the_kernels_sums_is_the_log_densities_and_kinetic_e
             sums = (start["base_sum"], end["base_sum"], start["square_in"], end["square_out"])
             log_u = torch.full((3,), -math.inf, dtype=torch.float64)
             # every argument held here while the kernel reads it (a pointer to a freed temporary would dangle)
-            args = [t[:3].contiguous() for t in (new, old, *sums)] + [log_u] + [rows.clone() for _ in range(5)]
+            args = [t[:3].contiguous() for t in (new, old, *sums)] + [log_u] + [rows.clone() for _ in range(4)]
             lib.hmc_finish(3, 8, beta, *(t.data_ptr() for t in (*args, out[0], out[1], out[2])))
             return out[1]
 
