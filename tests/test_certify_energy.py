@@ -126,3 +126,50 @@ def test_a_closed_energy_table_says_which_side_each_end_of_its_interval_is():
     assert cert.closed and cert.report.lower_mean > cert.report.upper_mean  # the case this test is about
     assert "AIS to RAISE: RAISE came out above AIS" in cert.format_table()
     assert "(AIS to RAISE: RAISE came out above AIS, within the noise, ±2" in cert.report.format_table()
+
+
+def test_a_certified_run_probes_the_fitted_base_and_enumerates_log_z_once(monkeypatch):
+    """Neither the probe of a fitted base nor an enumerable energy's exact log Z depends on K, yet a certified run
+    recomputed both at every K (the probe costs about as much as a short AIS). The first K's are handed on
+    (`evaluation.energy.KIndependent`): each runs once, and the last K's report holds the numbers an evaluation at
+    that K alone computes; one of another model or seed is refused."""
+    import raise_eval.evaluation.energy as evaluation
+    from tests.energy_models import TwoGaussians, neural_energy
+
+    calls = {"probe": 0, "exact": 0}
+
+    def counted(name, function):
+        def wrapper(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return wrapper
+
+    monkeypatch.setattr(evaluation, "_base_probe", counted("probe", evaluation._base_probe))
+    exact = evaluation.exact_energy
+    monkeypatch.setattr(exact, "log_partition", counted("exact", exact.log_partition))
+    energy = TwoGaussians(2, separation=12.0, std=1.0)
+    model = raise_eval.EnergyModel(energy, event_shape=(2,), dtype=torch.float64)
+    g = torch.Generator().manual_seed(0)
+    train = energy.m + torch.randn(300, 2, generator=g, dtype=torch.float64)
+    test = energy.m + torch.randn(4, 2, generator=g, dtype=torch.float64)
+    run = dict(ais_chains=32, raise_chains=4, pilot_steps=10, seed=1)
+    cert = raise_eval.certify(model, test, tolerance=0.01, steps=8, max_steps=32, train_data=train, **run)
+    assert [s.steps for s in cert.history] == [8, 16, 32] and calls["probe"] == 1
+    alone = raise_eval.evaluate(model, test, steps=32, tolerance=0.01, train_data=train, **run)
+    assert calls["probe"] == 2 and cert.report.data["probe"] == alone.data["probe"]
+    assert [w.code for w in cert.report.warnings] == [w.code for w in alone.warnings]
+    assert "base-misses-mass" in cert.history[-1].warnings and "probe" not in cert.report.seconds
+    assert cert.report.upper_mean == alone.upper_mean and cert.report.lower_mean == alone.lower_mean
+
+    binary = neural_energy("binary", 5, seed=3)
+    codes = torch.randint(0, 2, (4, 5), generator=torch.Generator().manual_seed(2))
+    test = binary.data_from_state(codes)
+    cert = raise_eval.certify(binary, test, tolerance=0.001, steps=4, max_steps=16, ais_chains=32, raise_chains=4)
+    assert len(cert.history) == 3 and calls["exact"] == 1
+    assert all(s.exact_mean == cert.history[0].exact_mean for s in cert.history)
+    known = cert.report.k_independent
+    with pytest.raises(ValueError, match="known .* belongs to another model, kernel or seed"):
+        evaluation.evaluate_energy(binary, test, steps=4, seed=1, known=known)
+    with pytest.raises(ValueError, match="known .* belongs to another model, kernel or seed"):
+        evaluation.evaluate_energy(neural_energy("binary", 5, seed=4), test, steps=4, known=known)

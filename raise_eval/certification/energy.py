@@ -102,6 +102,7 @@ class EnergyRuns:
             "energy": energy_digest(model),
             "base": base_digest(model, train_data, base),
         }  # fmt: skip
+        self.known = None  # the first K's base probe and exact log Z, handed to every larger K (`KIndependent`)
 
     def settings_at(self, steps: int, e: EvaluateSettings, energy: dict[str, Any]) -> EnergySettings:
         return EnergySettings(steps=steps, ais_chains=e.ais_chains, raise_chains=e.raise_chains, seed=e.seed,
@@ -116,13 +117,15 @@ class EnergyRuns:
         try:
             report = evaluate_energy(self.model, self.test, dataclasses.replace(self.energy, steps=k),
                                      train_data=self.train_data, base=self.base, progress=self.progress,
-                                     resume_file=resume_file, resume_interval=self.resume_interval)  # fmt: skip
+                                     resume_file=resume_file, resume_interval=self.resume_interval,
+                                     known=self.known)  # fmt: skip
         except NonFiniteLogWeightError as e:
             raise Stopped(True, f"K = {k:,} stopped during {e.stage}: {e}", None, e) from None
         except EnergyInterrupted as stop:
             raise Stopped(False, f"interrupted during K = {k:,} ({stop.stage})", None, stop) from None
         except KeyboardInterrupt as stop:
             raise Stopped(False, f"interrupted during K = {k:,}", None, stop) from None
+        self.known = report.k_independent
         return report, energy_step(report, k), report.notes
 
 

@@ -37,7 +37,13 @@ from raise_eval.evaluation.energy_checks import (
     tail_warning,
     watches_drift,
 )
-from raise_eval.evaluation.energy_resume import StageCheckpoint, base_digest, energy_resume_settings, open_store
+from raise_eval.evaluation.energy_resume import (
+    StageCheckpoint,
+    base_digest,
+    energy_digest,
+    energy_resume_settings,
+    open_store,
+)
 from raise_eval.exact import energy as exact_energy
 from raise_eval.kernels.energy_hmc import EnergyHMCKernel, tune_step_sizes
 from raise_eval.kernels.energy_sites import GibbsWithGradientsKernel, MetropolisScanKernel
@@ -47,7 +53,7 @@ from raise_eval.models.energy import default_base, describe_default_base, fit_ba
 from raise_eval.models.energy_check import check_energy_dtype
 from raise_eval.paths.energy import EnergyPath
 from raise_eval.runtime.interrupts import deferred_interrupts
-from raise_eval.runtime.resume import DEFAULT_INTERVAL
+from raise_eval.runtime.resume import DEFAULT_INTERVAL, model_digest
 from raise_eval.runtime.threads import Threads, using_threads
 from raise_eval.schedules import linear_schedule
 from raise_eval.seeds import ENERGY_OFFSETS, stage_seed
@@ -102,6 +108,27 @@ class EnergySettings:
     tolerance: float = setting(
         GAP_NATS, "the verdict's tolerance in nats", kind="number", numbers="result", least=0, strictly=True
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class KIndependent:
+    """What an energy evaluation finds that does not depend on K, so that a certified run
+    (`certification.energy.EnergyRuns`) computes it once and hands it to each larger K: the probe of a fitted base
+    (what it found, `EnergyReport.data['probe']`, or the note saying why it stopped) and the exact log Z of an
+    enumerable discrete energy. `key` (`k_independent_key`) names the model, kernel and seed it belongs to; an
+    evaluation given one of another key refuses it."""
+
+    key: tuple
+    probe: Optional[dict] = None
+    probe_note: Optional[str] = None
+    exact_log_z: Optional[float] = None
+
+
+def k_independent_key(model, kind: str, settings: EnergySettings) -> tuple:
+    """What the K-independent parts depend on: the energy (its values at fixed points and its parameters), its dtype
+    and device, the kernel and its pilot (the probe's), and the seed."""
+    return (energy_digest(model), model_digest(model), str(model.dtype), str(model.device), kind,
+            settings.num_leapfrog, settings.pilot_steps, settings.seed)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -161,11 +188,13 @@ class EnergyReport:
     cost_estimate: Any = None  # what the run was predicted to cost (`evaluation.energy_cost`), if asked
     exact_log_z: Optional[float] = None
     exact_mean: Optional[float] = None
+    k_independent: Optional[KIndependent] = None  # for a larger K of a certified run; not in the JSON
 
     def to_dict(self, names: Optional[dict] = None) -> dict:
         """The JSON document (`names`: the command's flags, for the warnings' and reasons' settings)."""
         estimate = self.cost_estimate
-        out = dataclasses.asdict(dataclasses.replace(self, cost_estimate=None))
+        out = dataclasses.asdict(dataclasses.replace(self, cost_estimate=None, k_independent=None))
+        del out["k_independent"]
         out["cost_estimate"] = None if estimate is None else estimate.to_dict(names)
         out["upper"], out["lower"] = self.upper.tolist(), self.lower.tolist()
         out["warnings"] = [w.to_dict(energy_names(names)) for w in self.warnings]
@@ -284,6 +313,7 @@ def _evaluate_energy(
     resume_file: Optional[str] = None,
     resume_interval: float = DEFAULT_INTERVAL,
     cost_estimate: Any = None,
+    known: Optional[KIndependent] = None,
     **overrides,
 ) -> EnergyReport:
     """AIS and RAISE on an `EnergyModel` (see the module docstring).
@@ -299,6 +329,8 @@ def _evaluate_energy(
             with the bits of an uninterrupted run (`evaluation.energy_resume`); refused when written with other
             settings.
         cost_estimate: the run's predicted cost (`evaluation.energy_cost.estimate_energy_cost`), kept in the report.
+        known: an earlier report's `k_independent` (the same model, kernel and seed at another K): its base probe and
+            exact log Z are taken instead of computed again (the same numbers: neither depends on K).
 
     Raises `EnergyInterrupted` at Ctrl-C (after saving, with a resume file).
     """
@@ -321,6 +353,11 @@ def _evaluate_energy(
                          f"{tuple(test_data.shape)}")  # fmt: skip
     kind = kernel_kind(model, settings.kernel)
     check_kernel_options(kind, settings)
+    key = k_independent_key(model, kind, settings)
+    if known is not None and known.key != key:
+        raise ValueError("known (the K-independent parts of an earlier evaluation) belongs to another model, "
+                         "kernel or seed: pass the k_independent of a report of this model and these settings, "
+                         "or None")  # fmt: skip
     data = {"test": int(test.shape[0]), "train": None if train_data is None else int(train_data.shape[0]),
             "base": "fitted" if train_data is not None else "given" if base is not None else
             "the model's" if model.base is not None else "default"}  # fmt: skip
@@ -351,7 +388,11 @@ def _evaluate_energy(
             start = time.perf_counter()
             forward = _ais_stage(path, betas, settings, recorders["AIS"], store, progress)
             seconds["AIS"] = time.perf_counter() - start
-            if data["base"] == "fitted":  # does the fitted base miss a part of the model that a broad one finds?
+            if data["base"] == "fitted" and known is not None:  # the probe does not depend on K: found once
+                probe_note, data["probe"] = known.probe_note, known.probe
+                if known.probe is not None:
+                    missed = _probe_warning(model, forward, known.probe)
+            elif data["base"] == "fitted":  # does the fitted base miss a part of the model that a broad one finds?
                 stage = "the base probe"
                 start = time.perf_counter()
                 missed, probe_note, data["probe"] = _base_probe(model, kind, settings, forward)
@@ -372,7 +413,10 @@ def _evaluate_energy(
     upper = reverse.log_unnormalized - forward.log_normalizer
     lower = reverse.log_likelihood
     exact_log_z = exact_mean = None
-    if model.support.discrete and exact_energy.configuration_units(model) <= EXACT_UNITS:
+    if known is not None and known.exact_log_z is not None:
+        exact_log_z = known.exact_log_z
+        exact_mean = float((reverse.log_unnormalized - exact_log_z).mean())
+    elif model.support.discrete and exact_energy.configuration_units(model) <= EXACT_UNITS:
         start = time.perf_counter()
         exact_log_z = exact_energy.log_partition(model, max_units=EXACT_UNITS)
         exact_mean = float((reverse.log_unnormalized - exact_log_z).mean())
@@ -416,7 +460,7 @@ def _evaluate_energy(
         warnings=warnings, verdict="open" if reasons else "closed",
         interval=None if reasons else list(sandwich_interval(sandwich)), reasons=reasons, data=data,
         total_seconds=time.perf_counter() - began, notes=notes, cost_estimate=cost_estimate, exact_log_z=exact_log_z,
-        exact_mean=exact_mean,
+        exact_mean=exact_mean, k_independent=KIndependent(key, data.get("probe"), probe_note, exact_log_z),
     )  # fmt: skip
 
 
@@ -462,9 +506,13 @@ def _base_probe(model, kind: str, settings: EnergySettings, forward: AISResult):
         return None, f"the probe of the fitted base (AIS from the broad default base) stopped: {e}", None
     found = {"log_z": float(result.estimate), "log_z_stderr": float(result.stderr), "ess": float(result.ess),
              "chains": PROBE_CHAINS, "steps": PROBE_STEPS}  # fmt: skip
-    warning = base_probe_warning(float(forward.estimate), float(forward.stderr), found["log_z"], found["log_z_stderr"],
-                                 found["ess"], describe_default_base(model), model.support)  # fmt: skip
-    return warning, None, found
+    return _probe_warning(model, forward, found), None, found
+
+
+def _probe_warning(model, forward: AISResult, found: dict):
+    """The 'base-misses-mass' warning or None: what the probe `found` against this run's log Z (`forward`)."""
+    return base_probe_warning(float(forward.estimate), float(forward.stderr), found["log_z"], found["log_z_stderr"],
+                              found["ess"], describe_default_base(model), model.support)  # fmt: skip
 
 
 def _raise_stage(path, test_data, betas: Tensor, settings: EnergySettings, recorder: _Recording, store,
