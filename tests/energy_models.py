@@ -1,5 +1,6 @@
 """Small energy models for the tests: neural energies on binary, spin and categorical sites (exact by enumeration),
-quadratic energies (Gaussians, log Z in closed form) and a mixture of two well separated Gaussians."""
+quadratic energies (Gaussians, log Z in closed form), a mixture of two well separated Gaussians, and an MLP energy
+whose narrow layer keeps the truth tractable at MNIST size."""
 
 from __future__ import annotations
 
@@ -75,3 +76,41 @@ class TwoGaussians(torch.nn.Module):
     def log_partition(self) -> float:
         dim = self.m.numel()
         return math.log(2) + 0.5 * dim * math.log(2 * math.pi * self.std**2)
+
+
+class HiddenSoftplusEnergy(torch.nn.Module):
+    """E(x) = |x - b|^2 / 2 - sum_j softplus(c_j + w_j . x): an MLP energy dim-H-1 (a Gaussian-Bernoulli RBM's free
+    energy) whose narrow layer keeps the truth tractable at any dim: f(x) = sum_h exp(-|x - b|^2 / 2 + h . (c + W^T x))
+    over h in {0, 1}^H, so Z = (2 pi)^(dim/2) sum_h exp(c . h + b . W h + |W h|^2 / 2), a mixture of 2^H unit
+    Gaussians at b + W h, sampled exactly (h from its marginal, then x). `scale`: the spread of W's entries (the
+    modes' separation: |w_j| about scale sqrt(dim)). Parameters in `dtype`; the truth in float64."""
+
+    def __init__(self, dim: int, hidden: int, seed: int = 0, scale: float = 0.1, dtype=torch.float32):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        b = torch.rand(dim, generator=g, dtype=torch.float64)
+        w = scale * torch.randn(dim, hidden, generator=g, dtype=torch.float64)
+        c = torch.randn(hidden, generator=g, dtype=torch.float64) - 0.5 * (w**2).sum(0)  # no mode dominating
+        self.b, self.w, self.c = (torch.nn.Parameter(t.to(dtype)) for t in (b, w, c))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return 0.5 * ((x - self.b) ** 2).sum(-1) - torch.nn.functional.softplus(self.c + x @ self.w).sum(-1)
+
+    def _hidden(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(every hidden state h (2^H, H), the log of its term in Z less (2 pi)^(dim/2)), float64."""
+        hidden = self.c.numel()
+        h = ((torch.arange(2**hidden).unsqueeze(1) >> torch.arange(hidden)) & 1).to(torch.float64)
+        with torch.no_grad():
+            shift = h @ self.w.double().t()
+            return h, h @ self.c.double() + shift @ self.b.double() + 0.5 * (shift**2).sum(-1)
+
+    def log_partition(self) -> float:
+        return float(torch.logsumexp(self._hidden()[1], 0)) + 0.5 * self.b.numel() * math.log(2 * math.pi)
+
+    def sample(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        """n exact draws (n, dim) in the parameters' dtype."""
+        h, log_terms = self._hidden()
+        chosen = h[torch.multinomial(torch.softmax(log_terms, 0), n, replacement=True, generator=generator)]
+        with torch.no_grad():
+            mean = self.b.double() + chosen @ self.w.double().t()
+        return (mean + torch.randn(mean.shape, generator=generator, dtype=torch.float64)).to(self.b.dtype)
