@@ -28,6 +28,7 @@ from __future__ import annotations
 import copy
 import inspect
 import math
+import weakref
 from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
@@ -302,6 +303,10 @@ class EnergyModel:
         if not self._dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating point dtype, got {self._dtype}")
         self.base = None if base is None else check_base(self, base)
+        # the gradient the energy's backward last returned (weakly held) and whether it returns memory it reuses
+        # (`log_f_and_grad`); found by check_energy's two gradient calls, before any use
+        self._last_gradient: Optional[weakref.ref] = None
+        self._copies_gradient = False
         check_energy(self)
 
     # ---------------------------------------------------------------- what the model declares
@@ -457,7 +462,19 @@ class EnergyModel:
         if not differentiable or grad is None:
             raise ValueError("the energy is not differentiable in its input (no gradient reached x): avoid "
                              ".detach(), .item() and numpy inside it")  # fmt: skip
-        return energy.detach().to(torch.float64, copy=True).neg_(), grad
+        # An energy whose backward returns a buffer it keeps and rewrites (a custom autograd.Function writing into
+        # out=) would change a chain's kept gradient at the next pass: seen as this gradient sharing memory with the
+        # last one returned while that one is still held, and from then on each gradient is copied.
+        last = None if self._last_gradient is None else self._last_gradient()
+        if last is not None and _shares_memory(last, grad):
+            self._copies_gradient = True
+        self._last_gradient = weakref.ref(grad)
+        return energy.detach().to(torch.float64, copy=True).neg_(), grad.clone() if self._copies_gradient else grad
+
+
+def _shares_memory(a: Tensor, b: Tensor) -> bool:
+    """Whether two tensors lie in the same storage."""
+    return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
 def _event_shape(event_shape) -> tuple[int, ...]:

@@ -108,7 +108,7 @@ def _declare_energy_leapfrog(lib: ctypes.CDLL) -> None:
     lib.select_rows.restype = None
     lib.select_rows.argtypes = [_c_int64, _c_int64] + [_c_void_p] * 4
     lib.hmc_finish.restype = None
-    lib.hmc_finish.argtypes = [_c_int64, _c_int64, _c_double] + [_c_void_p] * 14
+    lib.hmc_finish.argtypes = [_c_int64, _c_int64, _c_double] + [_c_void_p] * 15
 
 
 # name -> (source, extra compiler flags, declaration of its functions)

@@ -164,15 +164,14 @@ void select_rows(int64_t rows, int64_t row_bytes, const uint8_t *accept, const c
 /* The end of an HMC transition, per chain r, every chain inside the box (the native route's acceptance test):
  *   log_accept = beta (log_f_new - log_f_old) + (1 - beta)(base_start - base_end) / 2 + (square_in - square_out) / 2
  * in double, in the order of energy_leapfrog._log_accept's short form; non_finite[r] = 1 where it is NaN or +inf
- * (the proposal then rejected, as -inf); accepted where log_u < log_accept; x and grad hold the proposal's rows and
- * keep them where accepted, the start's (x_old, grad_old) copied over them where rejected (in place, as select_rows
- * with out = new); log_f_out the chosen log f and acceptance min(1, exp(log_accept)).
+ * (the proposal then rejected, as -inf); accepted where log_u < log_accept; the chosen rows of x (new, in place) and
+ * grad (out) copied as select_rows copies them; log_f_out the chosen log f and acceptance min(1, exp(log_accept)).
  * One call where PyTorch takes about twenty small operations on (rows,) tensors. */
 RAISE_EVAL_EXPORT
 void hmc_finish(int64_t rows, int64_t row_bytes, double beta, const double *log_f_new, const double *log_f_old,
                 const double *base_start, const double *base_end, const double *square_in, const double *square_out,
-                const double *log_u, char *x, const char *x_old, char *grad, const char *grad_old,
-                double *log_f_out, double *acceptance, double *non_finite) {
+                const double *log_u, char *x, const char *x_old, char *grad, const char *grad_new,
+                const char *grad_old, double *log_f_out, double *acceptance, double *non_finite) {
     const double base_weight = 0.5 * (1 - beta);
     for (int64_t r = 0; r < rows; r++) {
         double ends = (base_start[r] - base_end[r]) * base_weight;
@@ -185,9 +184,7 @@ void hmc_finish(int64_t rows, int64_t row_bytes, double beta, const double *log_
         acceptance[r] = exp(log_accept < 0 ? log_accept : 0.0);
         log_f_out[r] = accept ? log_f_new[r] : log_f_old[r];
         const int64_t at = r * row_bytes;
-        if (!accept) {
-            memcpy(x + at, x_old + at, (size_t)row_bytes);
-            memcpy(grad + at, grad_old + at, (size_t)row_bytes);
-        }
+        if (!accept) memcpy(x + at, x_old + at, (size_t)row_bytes);
+        memcpy(grad + at, (accept ? grad_new : grad_old) + at, (size_t)row_bytes);
     }
 }

@@ -117,6 +117,8 @@ def hmc_transition(
 ) -> tuple[EnergyState, KernelInfo]:
     """One HMC transition at beta (see the module docstring); step_size broadcasts against x (*B, *event_shape).
     On the CPU, by the native kernel where it applies (`kernels.energy_leapfrog`: the same numbers in fewer passes)."""
+    if num_leapfrog < 1:
+        raise ValueError(f"num_leapfrog must be at least 1, got {num_leapfrog}")
     done = native_transition(path, state, beta, step_size, num_leapfrog, generator)
     if done is not None:
         return done

@@ -137,7 +137,7 @@ def native_transition(
     # p0 is done with (its squares are summed), and each step's gradient once the pass has read it: freed before
     # the next energy pass, so that its buffers are reused while still in cache rather than new ones taken
     del p0
-    for i in range(num_leapfrog):
+    for i in range(num_leapfrog):  # at least one (`hmc_transition` refuses fewer)
         new = grad = None
         new = path.state_with_grad(x)
         grad = new.grad
@@ -153,11 +153,13 @@ def native_transition(
         log_u = torch.log(u)  # torch's log, as the PyTorch route's decisions take it
         log_f_new, log_f_old = (t.to(torch.float64).contiguous() for t in (new.log_f, state.log_f))  # read as doubles
         out = torch.empty((3, kernel.rows), dtype=torch.float64)  # log f chosen, acceptance, non-finite
-        # x and the proposal's gradient (this transition's own buffers) keep their accepted rows in place
+        # the chosen gradient in a buffer of its own: the energy's backward may return one that it (or a hook of the
+        # user's) keeps, so the proposal's is never written to
+        grad = torch.empty_like(new.grad)
         lib.hmc_finish(kernel.rows, row_bytes, float(beta), *(t.data_ptr() for t in (
             log_f_new, log_f_old, start["base_sum"], end["base_sum"], start["square_in"], end["square_out"], log_u,
-            x, x0, new.grad, g0, out[0], out[1], out[2])))  # fmt: skip
-        chosen = EnergyState(x, out[0].reshape(batch), new.grad)
+            x, x0, grad, new.grad, g0, out[0], out[1], out[2])))  # fmt: skip
+        chosen = EnergyState(x, out[0].reshape(batch), grad)
         return chosen, KernelInfo(acceptance=out[1].reshape(batch), non_finite=out[2].reshape(batch))
     log_accept = _log_accept_apart(path, beta, new.log_f, state.log_f, start, end, batch)
     non_finite = non_finite_share(log_accept)
@@ -166,6 +168,7 @@ def native_transition(
     accept = torch.log(u) < log_accept
     flags = accept.contiguous().view(torch.uint8)
     lib.select_rows(kernel.rows, row_bytes, flags.data_ptr(), x.data_ptr(), x0.data_ptr(), x.data_ptr())
-    lib.select_rows(kernel.rows, row_bytes, flags.data_ptr(), new.grad.data_ptr(), g0.data_ptr(), new.grad.data_ptr())
-    chosen = EnergyState(x, torch.where(accept, new.log_f, state.log_f), new.grad)
+    grad = torch.empty_like(new.grad)
+    lib.select_rows(kernel.rows, row_bytes, flags.data_ptr(), new.grad.data_ptr(), g0.data_ptr(), grad.data_ptr())
+    chosen = EnergyState(x, torch.where(accept, new.log_f, state.log_f), grad)
     return chosen, KernelInfo(acceptance=log_accept.clamp(max=0.0).exp(), non_finite=non_finite)

@@ -75,6 +75,61 @@ def test_the_native_route_gives_the_pytorch_routes_transitions(dtype, bounded, m
         assert bool(((native[-1][0] >= 0) & (native[-1][0] <= 1)).all())
 
 
+class _KeptGradientQuadratic(torch.autograd.Function):
+    """E(x) = |x - 0.4|^2 / 2 whose backward writes its gradient into a buffer it keeps and returns that buffer (as an
+    energy might, or a hook of the user's that keeps the gradients it sees)."""
+
+    kept = None
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return 0.5 * ((x - 0.4) ** 2).sum(-1)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        (x,) = ctx.saved_tensors
+        if _KeptGradientQuadratic.kept is None or _KeptGradientQuadratic.kept.shape != x.shape:
+            _KeptGradientQuadratic.kept = torch.empty_like(x)
+        return torch.mul(grad_out[:, None], x - 0.4, out=_KeptGradientQuadratic.kept)
+
+
+@pytest.mark.parametrize("bounded", [False, True], ids=["unbounded", "box, a chain starting outside"])
+def test_an_energy_that_keeps_the_gradient_it_returns_gets_the_pytorch_routes_transitions(bounded, monkeypatch):
+    """A reviewer's find: a chain's kept gradient was the buffer the energy's backward returned, which the energy
+    rewrote at its next pass, so a rejected proposal left its chain with another position's gradient (and a native
+    route that wrote the chosen gradient into that buffer put its states 1.8 apart from the PyTorch route's after 8
+    transitions). `EnergyModel` sees the reuse when it is built (two gradients of the probe batch in the same memory)
+    and copies each gradient from then on; the kernels write only to buffers of their own. On the box, a chain
+    starting outside it takes the acceptance test apart (`select_rows`), the other branch."""
+    support = ("real", 0.0, 1.0) if bounded else "real"
+    model = EnergyModel(_KeptGradientQuadratic.apply, support=support, event_shape=(3,), dtype=torch.float64)
+    box = (0.0, 1.0) if bounded else (None, None)
+    path = EnergyPath(model, GaussianBase(torch.full((3,), 0.5), torch.full((3,), 0.3), *box))
+    if energy_leapfrog.leapfrog_library(torch.zeros(1, 3, dtype=torch.float64), path) is None:
+        pytest.skip("the native kernel did not compile here")
+    runs = []
+    for native in (True, False):
+        monkeypatch.setenv("RAISE_EVAL_NATIVE", "1" if native else "0")
+        _KeptGradientQuadratic.kept = None
+        generator = torch.Generator().manual_seed(7)
+        state = path.sample_initial(12, generator)
+        if bounded:
+            state = path.state_from_x(torch.cat([torch.full((1, 3), 1.5, dtype=torch.float64), state.x[1:]]))
+        kernel = EnergyHMCKernel(path, 3.0, 4)  # long moves: rejections
+        accepted = []
+        for _ in range(8):
+            state, info = hmc_transition(path, state, 0.5, kernel.step_size(0.5, state.x), 4, generator)
+            accepted.append(info["acceptance"])
+        runs.append((state, torch.stack(accepted)))
+    assert model._copies_gradient and not _path(torch.float64, bounded).model._copies_gradient
+    (native, acceptance), (reference, _) = runs
+    assert bool((acceptance < 0.5).any())  # rejected proposals, where the chosen gradient is the start's
+    torch.testing.assert_close(native.x, reference.x, rtol=1e-11, atol=1e-11)
+    torch.testing.assert_close(native.grad, reference.grad, rtol=1e-11, atol=1e-11)
+    torch.testing.assert_close(native.grad, -(native.x - 0.4), rtol=1e-11, atol=1e-11)  # each chain's own gradient
+
+
 @pytest.mark.parametrize("beta", [0.0, 0.3, 1.0])
 def test_the_acceptance_from_the_kernels_sums_is_the_log_densities_and_kinetic_energies_taken_apart(beta):
     """The native route's log acceptance ratio against H_0 - H_L written out from log p_0 (`GaussianBase.log_prob`,
@@ -110,7 +165,7 @@ def test_the_acceptance_from_the_kernels_sums_is_the_log_densities_and_kinetic_e
             sums = (start["base_sum"], end["base_sum"], start["square_in"], end["square_out"])
             log_u = torch.full((3,), -math.inf, dtype=torch.float64)
             # every argument held here while the kernel reads it (a pointer to a freed temporary would dangle)
-            args = [t[:3].contiguous() for t in (new, old, *sums)] + [log_u] + [rows.clone() for _ in range(4)]
+            args = [t[:3].contiguous() for t in (new, old, *sums)] + [log_u] + [rows.clone() for _ in range(5)]
             lib.hmc_finish(3, 8, beta, *(t.data_ptr() for t in (*args, out[0], out[1], out[2])))
             return out[1]
 
