@@ -132,7 +132,7 @@ def test_a_certified_run_probes_the_fitted_base_and_enumerates_log_z_once(monkey
     """Neither the probe of a fitted base nor an enumerable energy's exact log Z depends on K, yet a certified run
     recomputed both at every K (the probe costs about as much as a short AIS). The first K's are handed on
     (`evaluation.energy.KIndependent`): each runs once, and the last K's report holds the numbers an evaluation at
-    that K alone computes; one of another model or seed is refused."""
+    that K alone computes; one of another model, seed or source of base is refused."""
     import raise_eval.evaluation.energy as evaluation
     from tests.energy_models import TwoGaussians, neural_energy
 
@@ -164,12 +164,24 @@ def test_a_certified_run_probes_the_fitted_base_and_enumerates_log_z_once(monkey
 
     binary = neural_energy("binary", 5, seed=3)
     codes = torch.randint(0, 2, (4, 5), generator=torch.Generator().manual_seed(2))
-    test = binary.data_from_state(codes)
-    cert = raise_eval.certify(binary, test, tolerance=0.001, steps=4, max_steps=16, ais_chains=32, raise_chains=4)
+    binary_test = binary.data_from_state(codes)
+    cert = raise_eval.certify(binary, binary_test, tolerance=0.001, steps=4, max_steps=16, ais_chains=32,
+                              raise_chains=4)  # fmt: skip
     assert len(cert.history) == 3 and calls["exact"] == 1
     assert all(s.exact_mean == cert.history[0].exact_mean for s in cert.history)
     known = cert.report.k_independent
-    with pytest.raises(ValueError, match="known .* belongs to another model, kernel or seed"):
-        evaluation.evaluate_energy(binary, test, steps=4, seed=1, known=known)
-    with pytest.raises(ValueError, match="known .* belongs to another model, kernel or seed"):
-        evaluation.evaluate_energy(neural_energy("binary", 5, seed=4), test, steps=4, known=known)
+    refused = "known .* belongs to another model, kernel, seed or source of base"
+    with pytest.raises(ValueError, match=refused):
+        evaluation.evaluate_energy(binary, binary_test, steps=4, seed=1, known=known)
+    with pytest.raises(ValueError, match=refused):
+        evaluation.evaluate_energy(neural_energy("binary", 5, seed=4), binary_test, steps=4, known=known)
+    # a reviewer's finds: one from a run whose base was not fitted (so it has no probe) would have skipped a fitted
+    # base's probe; and an energy repeatable only to rounding, as check_energy allows, stopped a certified run at its
+    # second K when the key held the energy's values
+    default_base = raise_eval.evaluate(model, test, steps=8, **run)
+    with pytest.raises(ValueError, match=refused):
+        evaluation.evaluate_energy(model, test, steps=8, train_data=train, known=default_base.k_independent, **run)
+    noisy = raise_eval.EnergyModel(lambda x: energy(x) + 1e-12 * torch.rand(x.shape[0], dtype=x.dtype),
+                                   event_shape=(2,), dtype=torch.float64)  # fmt: skip
+    cert = raise_eval.certify(noisy, test, tolerance=0.01, steps=8, max_steps=32, train_data=train, **run)
+    assert [s.steps for s in cert.history] == [8, 16, 32]

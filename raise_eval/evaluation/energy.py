@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import math
 import time
+import weakref
 from typing import Any, Optional
 
 import torch
@@ -40,7 +41,6 @@ from raise_eval.evaluation.energy_checks import (
 from raise_eval.evaluation.energy_resume import (
     StageCheckpoint,
     base_digest,
-    energy_digest,
     energy_resume_settings,
     open_store,
 )
@@ -115,20 +115,26 @@ class KIndependent:
     """What an energy evaluation finds that does not depend on K, so that a certified run
     (`certification.energy.EnergyRuns`) computes it once and hands it to each larger K: the probe of a fitted base
     (what it found, `EnergyReport.data['probe']`, or the note saying why it stopped) and the exact log Z of an
-    enumerable discrete energy. `key` (`k_independent_key`) names the model, kernel and seed it belongs to; an
-    evaluation given one of another key refuses it."""
+    enumerable discrete energy. `model` (a weak reference) and `key` (`k_independent_key`) name what it belongs to:
+    an evaluation given one of another model object, parameters, kernel, seed or source of base refuses it."""
 
+    model: weakref.ref
     key: tuple
     probe: Optional[dict] = None
     probe_note: Optional[str] = None
     exact_log_z: Optional[float] = None
 
+    def belongs_to(self, model, key: tuple) -> bool:
+        return self.model() is model and self.key == key
 
-def k_independent_key(model, kind: str, settings: EnergySettings) -> tuple:
-    """What the K-independent parts depend on: the energy (its values at fixed points and its parameters), its dtype
-    and device, the kernel and its pilot (the probe's), and the seed."""
-    return (energy_digest(model), model_digest(model), str(model.dtype), str(model.device), kind,
-            settings.num_leapfrog, settings.pilot_steps, settings.seed)  # fmt: skip
+
+def k_independent_key(model, kind: str, settings: EnergySettings, base_source: str) -> tuple:
+    """What the K-independent parts depend on besides the model object itself: its parameters, dtype and device, the
+    kernel and its pilot (the probe's), the seed, and where the base comes from (the probe runs for a fitted one).
+    Not the energy's values: an energy repeatable only to rounding (as `check_energy` allows) must not tell two
+    evaluations of one model apart."""
+    return (model_digest(model), str(model.dtype), str(model.device), kind, settings.num_leapfrog,
+            settings.pilot_steps, settings.seed, base_source)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -353,14 +359,14 @@ def _evaluate_energy(
                          f"{tuple(test_data.shape)}")  # fmt: skip
     kind = kernel_kind(model, settings.kernel)
     check_kernel_options(kind, settings)
-    key = k_independent_key(model, kind, settings)
-    if known is not None and known.key != key:
-        raise ValueError("known (the K-independent parts of an earlier evaluation) belongs to another model, "
-                         "kernel or seed: pass the k_independent of a report of this model and these settings, "
-                         "or None")  # fmt: skip
     data = {"test": int(test.shape[0]), "train": None if train_data is None else int(train_data.shape[0]),
             "base": "fitted" if train_data is not None else "given" if base is not None else
             "the model's" if model.base is not None else "default"}  # fmt: skip
+    key = k_independent_key(model, kind, settings, data["base"])
+    if known is not None and not known.belongs_to(model, key):
+        raise ValueError("known (the K-independent parts of an earlier evaluation) belongs to another model, "
+                         "kernel, seed or source of base: pass the k_independent of a report of this model "
+                         "object with these settings, or None")  # fmt: skip
     if data["base"] == "default":  # which of default_base's three it is, for the table's data row
         data["default_base"] = describe_default_base(model)
     store = None
@@ -460,7 +466,8 @@ def _evaluate_energy(
         warnings=warnings, verdict="open" if reasons else "closed",
         interval=None if reasons else list(sandwich_interval(sandwich)), reasons=reasons, data=data,
         total_seconds=time.perf_counter() - began, notes=notes, cost_estimate=cost_estimate, exact_log_z=exact_log_z,
-        exact_mean=exact_mean, k_independent=KIndependent(key, data.get("probe"), probe_note, exact_log_z),
+        exact_mean=exact_mean, k_independent=KIndependent(weakref.ref(model), key, data.get("probe"), probe_note,
+                                                              exact_log_z),
     )  # fmt: skip
 
 
