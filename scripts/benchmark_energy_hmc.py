@@ -15,7 +15,8 @@ thread:
 
 the five alternating in blocks of 10 transitions (so that a shared machine's changing load falls on all alike), and
 prints each / bare per repetition and the medians, the median of the blocks' paired ratios (each block against the
-bare block beside it), and the share of coordinates reflected per leapfrog step. The
+bare block beside it) in wall time and in the thread's CPU time (which leaves out the time other processes take
+the core), and the share of coordinates reflected per leapfrog step. The
 box's chains start from a base crowding the lower wall (mean 0.1, std 0.3, truncated), as MNIST's mostly-zero
 pixels do; step sizes from a short pilot (`tune_step_sizes`). Where the native kernel is unavailable (no compiler,
 RAISE_EVAL_NATIVE=0 set for the whole run, a version without the kernel) the script says why and times the PyTorch
@@ -36,6 +37,7 @@ import os
 import statistics
 import time
 from collections import defaultdict
+from typing import Optional
 
 import torch
 from raise_eval.models import native
@@ -138,9 +140,14 @@ def main(argv=None) -> None:
 
     work = {"bare": run_bare, **{name: (lambda j, count=BLOCK, n=name: run_kernel(n, j, count)) for name in kernels}}
 
-    def timed(name: str, j: int) -> float:
-        begin = time.perf_counter()
+    cpu_ratios: dict[str, list[float]] = {name: [] for name in kernels}
+
+    def timed(name: str, j: int, cpu: Optional[dict] = None) -> float:
+        """The block's wall time; its thread's CPU time into `cpu` (time descheduled left out)."""
+        begin, begin_cpu = time.perf_counter(), time.thread_time()
         work[name](j)
+        if cpu is not None:
+            cpu[name] = time.thread_time() - begin_cpu
         return time.perf_counter() - begin
 
     for name in work:  # warm-up (the native kernel compiled or loaded by the pilot already)
@@ -157,11 +164,13 @@ def main(argv=None) -> None:
     for rep in range(args.repetitions):
         seconds = dict.fromkeys(work, 0.0)
         for j in range(-(-args.steps // BLOCK)):
-            block = {name: timed(name, j) for name in work}
+            cpu: dict[str, float] = {}
+            block = {name: timed(name, j, cpu) for name in work}
             for name in work:
                 seconds[name] += block[name]
             for name in kernels:
                 block_ratios[name].append(block[name] / block["bare"])
+                cpu_ratios[name].append(cpu[name] / cpu["bare"])
         for name in ratios:
             ratios[name].append(seconds[name] / seconds["bare"])
         print(f"run {rep + 1}: " + ", ".join(f"{n} {s:.3f} s" for n, s in seconds.items()) + "; "
@@ -172,6 +181,10 @@ def main(argv=None) -> None:
     # block's pair, where it moves a whole repetition's sum
     print(f"median over the {len(block_ratios['pytorch'])} blocks' paired ratios: "
           + ", ".join(f"{n} / bare = {statistics.median(r):.3f}" for n, r in block_ratios.items()))  # fmt: skip
+    # the thread's CPU time leaves out the time other processes take the core from it (not their share of the
+    # caches and memory bandwidth)
+    print("the same in the thread's CPU time: "
+          + ", ".join(f"{n} / bare = {statistics.median(r):.3f}" for n, r in cpu_ratios.items()))  # fmt: skip
     if have_native:
         speedups = {what: [a / b for a, b in zip(ratios["native" + s], ratios["pytorch" + s])]
                     for what, s in (("unbounded", ""), ("box", "-box"))}  # fmt: skip
