@@ -108,9 +108,9 @@ def grow_until_closed(runs, settings: CertifySettings, resume_file: Optional[str
             break
         reasons = list(current.reasons_open)
         if any(c in current.warnings for c in K_INDEPENDENT) or any("at any K" in r for r in reasons):
-            reasons.append("stopped: no larger K can remove the log f(v) reason above (it is made once)"
-                           if "improper-energy" not in current.warnings else
-                           "stopped: no larger K can remove the improper-energy reason above")  # fmt: skip
+            tails = [c for c in ("improper-energy", "heavy-tails") if c in current.warnings]
+            reasons.append(f"stopped: no larger K can remove the {tails[0]} reason above" if tails else
+                           "stopped: no larger K can remove the log f(v) reason above (it is made once)")  # fmt: skip
             break
         next_k = k * growth
         if max_steps is not None and next_k > max_steps:

@@ -35,6 +35,8 @@ UNDERMINING = {
     "both miss a part of the model",
     "improper-energy": "the energy looks improper (its tails grow too slowly for exp(-E) to integrate, or the AIS "
     "chains drifted outward without settling): log Z-hat estimates no finite log Z, at any K",
+    "heavy-tails": "the energy's tails are heavy (E grows little faster than d log r): AIS and RAISE both miss the "
+    "mass far out, at any K",
 }
 FILE_FORMAT = "raise-eval certify 1"
 # Reasons that no K can remove: log f(v) and its check are made once, whatever K is.
