@@ -110,7 +110,10 @@ def test_the_kernel_and_its_leapfrog_steps_are_chosen_from_the_command_line(tmp_
     assert (document["settings"]["num_leapfrog"], document["settings"]["pilot_steps"]) == (3, 20)
     assert main([*args, "--kernel", "mala", "--json", str(out), "--overwrite"]) == 0
     assert "\nkernel                   mala" in capsys.readouterr().out
-    assert json.loads(out.read_text())["kernel"] == json.loads(out.read_text())["settings"]["kernel"] == "mala"
+    document = json.loads(out.read_text())
+    assert document["kernel"] == document["settings"]["kernel"] == "mala"
+    # what MALA does not read is recorded as None, not as the default it never used
+    assert (document["settings"]["num_leapfrog"], document["settings"]["pilot_steps"]) == (None, 200)
     cert = ["--steps", "10", "--until-gap", "1", "--max-steps", "20", "--json", str(out), "--overwrite"]
     assert main([*args, "--kernel", "mala", *cert]) in (0, 3)
     capsys.readouterr()
@@ -133,6 +136,8 @@ def test_the_kernel_and_its_leapfrog_steps_are_chosen_from_the_command_line(tmp_
         (["--kernel", "mala", "--leapfrog", "5"], "--leapfrog sets HMC's leapfrog steps, and the kernel here is mala: "
                                                   "MALA is HMC with one leapfrog step; drop it"),
         (["--kernel", "mala", "--leapfrog", "5", "--until-gap", "1"], "the kernel here is mala"),
+        # given at its default value too: the flag was meant to change the run (a second new user's find)
+        (["--kernel", "mala", "--leapfrog", "10"], "--leapfrog sets HMC's leapfrog steps, and the kernel here is mala"),
     ):
         with pytest.raises(SystemExit) as stop:
             main([*args, *extra, "--json", str(tmp_path / "refused.json")])

@@ -225,7 +225,8 @@ def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_sett
     settings = settings_from(args, EnergySettings, steps=evaluation.steps, ais_chains=evaluation.ais_chains,
                              raise_chains=evaluation.raise_chains, seed=evaluation.seed)  # fmt: skip
     kind = kernel_kind(loaded.model, settings.kernel)
-    check_kernel_options(kind, settings)  # --leapfrog or --pilot-steps that this kernel would not read
+    # --leapfrog or --pilot-steps that this kernel would not read, given at any value
+    check_kernel_options(kind, settings, given=[name for name in _ENERGY_OPTIONS if name in vars(args)])
     # Its cost before the work (the first K's, for a certified run), printed when long, as for a checkpoint.
     estimate = estimate_energy_cost(loaded.model, loaded.test, settings, kind, train_data=loaded.train)
     if estimate.seconds >= LONG_RUN_SECONDS:

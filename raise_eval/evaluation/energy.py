@@ -17,6 +17,7 @@ import dataclasses
 import math
 import time
 import weakref
+from collections.abc import Collection
 from typing import Any, Optional
 
 import torch
@@ -458,7 +459,8 @@ def _evaluate_energy(
 
     reasons = closure_reasons(sandwich, settings.tolerance)
     return EnergyReport(
-        model=model.describe(), settings=_report_settings(model, settings), kernel=kind, log_z=forward.estimate,
+        model=model.describe(), settings=_report_settings(model, settings, kind), kernel=kind,
+        log_z=forward.estimate,
         log_z_stderr=ais_se, ais_ess=float(forward.ess), upper=upper, lower=lower, upper_mean=upper_mean,
         upper_stderr=ais_se, lower_mean=reverse.mean, lower_stderr=raise_se, gap=gap_mean,
         gap_stderr=math.hypot(raise_se, ais_se), acceptance={k: r.mean for k, r in recorders.items()}, seconds=seconds,
@@ -471,10 +473,16 @@ def _evaluate_energy(
     )  # fmt: skip
 
 
-def _report_settings(model, settings: EnergySettings) -> dict:
-    """The settings a report keeps: the fields, and what the numbers were computed with (dtype, device, threads)."""
-    return {**dataclasses.asdict(settings), "dtype": str(model.dtype).replace("torch.", ""),
-            "device": str(model.device), "threads": torch.get_num_threads()}  # fmt: skip
+def _report_settings(model, settings: EnergySettings, kind: str) -> dict:
+    """The settings a report keeps: the fields (None for those the kernel `kind` does not read: num_leapfrog but
+    for HMC, pilot_steps but for HMC and MALA), and what the numbers were computed with (dtype, device, threads)."""
+    fields = dataclasses.asdict(settings)
+    if kind != "hmc":
+        fields["num_leapfrog"] = None
+    if kind not in TUNED_KERNELS:
+        fields["pilot_steps"] = None
+    return {**fields, "dtype": str(model.dtype).replace("torch.", ""), "device": str(model.device),
+            "threads": torch.get_num_threads()}  # fmt: skip
 
 
 def _ais_stage(path, betas: Tensor, settings: EnergySettings, recorder: _Recording, store, progress: bool):
@@ -574,15 +582,20 @@ def check_base_source(model, train_data, base) -> None:
         )
 
 
-def check_kernel_options(kind: str, settings: EnergySettings) -> None:
-    """Refuse (a SettingsError naming the field) a kernel option set away from its default that the kernel `kind`
-    (as `kernel_kind` resolved it) does not read: it would be recorded in the report as if it had been used."""
+def check_kernel_options(kind: str, settings: EnergySettings, given: Collection[str] = ()) -> None:
+    """Refuse (a SettingsError naming the field) a kernel option set away from its default, or named in `given` (the
+    command line's flags given, whatever their value), that the kernel `kind` (as `kernel_kind` resolved it) does not
+    read: the user meant it to change the run, and it would not."""
     defaults = {f.name: f.default for f in dataclasses.fields(EnergySettings)}
-    if kind != "hmc" and settings.num_leapfrog != defaults["num_leapfrog"]:
+
+    def chosen(name: str) -> bool:
+        return name in given or getattr(settings, name) != defaults[name]
+
+    if kind != "hmc" and chosen("num_leapfrog"):
         why = "MALA is HMC with one leapfrog step" if kind == "mala" else "it makes no leapfrog steps"
         raise SettingsError(f"{{num_leapfrog}} sets HMC's leapfrog steps, and the kernel here is {kind}: {why}; drop "
                             "it", ("num_leapfrog",))  # fmt: skip
-    if kind not in TUNED_KERNELS and settings.pilot_steps != defaults["pilot_steps"]:
+    if kind not in TUNED_KERNELS and chosen("pilot_steps"):
         raise SettingsError(f"{{pilot_steps}} sets the step-size pilot of hmc and mala, and the kernel here is {kind}, "
                             "which has no step size to tune: drop it", ("pilot_steps",))  # fmt: skip
 
