@@ -5,6 +5,7 @@ options that do not apply refused by name."""
 from __future__ import annotations
 
 import json
+import math
 import re
 import textwrap
 
@@ -222,7 +223,8 @@ def test_an_interrupted_energy_run_continues_from_its_resume_file(tmp_path, caps
         assert main(command) == 130
     out, err = capsys.readouterr()
     assert f"the run so far is kept in {file}: run the same command to continue" in out
-    assert "raise-eval: interrupted during RAISE" in err and "Traceback" not in err and not resumed.exists()
+    assert "raise-eval: interrupted during RAISE" in err and "Traceback" not in err
+    assert json.loads(resumed.read_text())["complete"] is False  # what finished, marked incomplete; replaced below
     monkeypatch.setattr(evaluate_command, "LONG_RUN_SECONDS", 0.0)
     assert main(command) == 0
     out, err = capsys.readouterr()
@@ -351,3 +353,25 @@ def test_a_data_file_off_the_support_is_told_how_to_fix_it(tmp_path, capsys, sup
     err = capsys.readouterr().err
     assert re.search(f"--data {re.escape(str(tmp_path / 'test.npy'))} " + message, err), err
     assert err.count("\n") == 1, err
+
+
+def test_ctrl_c_shows_and_keeps_what_finished_without_a_resume_file(tmp_path, capsys, monkeypatch):
+    """A new user's find: Ctrl-C during RAISE printed only 'interrupted during RAISE' and wrote no --json, so the
+    finished AIS (log Z) was lost, where a checkpoint's evaluation shows and keeps what finished. Now the table shows
+    the finished stages and the JSON is written, marked incomplete."""
+    import raise_eval.evaluation.energy as evaluation
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(evaluation, "_raise_stage", interrupted)
+    model, *data = _files(tmp_path)
+    out = tmp_path / "partial.json"
+    assert main(["evaluate", "--model", model, *data, *FAST, "--json", str(out)]) == 130
+    captured = capsys.readouterr()
+    assert "interrupted during RAISE: no RAISE estimate and no verdict (finished: pilot" in captured.out
+    assert "\nlog Z (AIS)" in captured.out and f"wrote {out} (marked incomplete)" in captured.out
+    assert "raise-eval: interrupted during RAISE" in captured.err
+    document = json.loads(out.read_text())
+    assert document["complete"] is False and document["interrupted_during"] == "RAISE"
+    assert math.isfinite(document["log_z"]) and document["log_z_stderr"] > 0 and document["kernel"] == "hmc"

@@ -247,7 +247,11 @@ def _run_energy(args: argparse.Namespace, inputs, evaluation, outputs, cert_sett
     except NonFiniteLogWeightError as e:
         print(f"raise-eval: error: {e}", file=sys.stderr)
         return EXIT_FAILED
-    except EnergyInterrupted as stop:  # Ctrl-C: no traceback; say what is kept
+    except EnergyInterrupted as stop:  # Ctrl-C: no traceback; show and keep what finished, say what is kept
+        if stop.partial is not None:
+            stop.partial.data.update(test_file=inputs.data, train_file=inputs.train_data)
+            print("\n" + stop.partial.format_table(FLAGS))
+            write_report(stop.partial, outputs.json, None, FLAGS, "marked incomplete")
         if outputs.resume_file:
             if stop.saved:
                 print(f"the run so far is kept in {outputs.resume_file}: run the same command to continue")

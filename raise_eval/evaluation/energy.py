@@ -214,13 +214,42 @@ class EnergyReport:
         return energy_table(self, energy_names(names))
 
 
-class EnergyInterrupted(KeyboardInterrupt):
-    """Ctrl-C during `evaluate_energy`: `stage` is where ('the pilot', 'AIS' or 'RAISE'); with a resume file, the
-    finished stages and the annealing state of this one are kept in it (`saved`: whether anything was)."""
+@dataclasses.dataclass
+class EnergyPartial:
+    """What an interrupted `evaluate_energy` finished (data; `to_dict()` its JSON document, marked incomplete;
+    `format_table()` its table): the model, settings, kernel and data as an `EnergyReport` names them, the stage it
+    was in (`interrupted`), AIS's log Z, its standard error and ESS where AIS finished (else None), and the seconds
+    of the stages that finished."""
 
-    def __init__(self, stage: str, saved: bool):
+    model: str
+    settings: dict
+    kernel: str
+    interrupted: str
+    data: dict
+    seconds: dict
+    log_z: Optional[float] = None
+    log_z_stderr: Optional[float] = None
+    ais_ess: Optional[float] = None
+    total_seconds: float = math.nan
+
+    def to_dict(self, names: Optional[dict] = None) -> dict:
+        out = dataclasses.asdict(self)
+        return {"complete": False, "interrupted_during": out.pop("interrupted"), **out}
+
+    def format_table(self, names: Optional[dict] = None) -> str:
+        from raise_eval.render.energy import energy_partial_table
+
+        return energy_partial_table(self)
+
+
+class EnergyInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `evaluate_energy`: `stage` is where ('the pilot', 'AIS', 'the base probe' or 'RAISE'); with a
+    resume file, the finished stages and the annealing state of this one are kept in it (`saved`: whether anything
+    was); `partial` (an `EnergyPartial`) holds what finished, for the table and the JSON."""
+
+    def __init__(self, stage: str, saved: bool, partial: Optional[EnergyPartial] = None):
         super().__init__(f"interrupted during {stage}")
-        self.stage, self.saved = stage, saved
+        self.stage, self.saved, self.partial = stage, saved, partial
 
 
 def energy_names(names: Optional[dict]) -> dict:
@@ -383,6 +412,7 @@ def _evaluate_energy(
     seconds = {}
     stage = "the pilot"
     missed = probe_note = None  # the probe of a fitted base: its warning and note, where it runs
+    forward = None
     try:
         with deferred_interrupts() if store is not None else contextlib.nullcontext():
             start = time.perf_counter()
@@ -410,7 +440,13 @@ def _evaluate_energy(
             seconds["RAISE"] = time.perf_counter() - start
     except KeyboardInterrupt:
         saved = store is not None and not store.discard and store.path.exists()
-        raise EnergyInterrupted(stage, saved) from None
+        partial = EnergyPartial(
+            model=model.describe(), settings=_report_settings(model, settings, kind), kernel=kind, interrupted=stage,
+            data=data, seconds=seconds, total_seconds=time.perf_counter() - began,
+            **({} if forward is None else {"log_z": float(forward.estimate), "log_z_stderr": float(forward.stderr),
+                                           "ais_ess": float(forward.ess)}),
+        )  # fmt: skip
+        raise EnergyInterrupted(stage, saved, partial) from None
     notes = [] if probe_note is None else [probe_note]
     if store is not None and store.continued:
         notes.append(f"continued from {resume_file}: {'; '.join(store.continued)} (the times shown are this "

@@ -73,6 +73,26 @@ def _data_words(data: dict) -> str:
     return words
 
 
+def energy_partial_table(partial) -> str:
+    """An interrupted evaluation's table (`evaluation.energy.EnergyPartial`): what it evaluated and what finished."""
+    s = partial.settings
+    rows = [
+        ("model", partial.model),
+        ("data", _data_words(partial.data)),
+        ("annealing", f"K = {s['steps']:,} (linear), {s['ais_chains']:,} AIS chains, {s['raise_chains']:,} RAISE "
+                      f"chains per test vector, seed {s['seed']}"),
+        ("kernel", _kernel_words(partial.kernel, s)),
+    ]  # fmt: skip
+    if partial.log_z is not None:
+        rows.append(("log Z (AIS)", f"{partial.log_z:.3f} +- {_se(partial.log_z_stderr)} (ESS {partial.ais_ess:.1f})"))
+    width = len("log p(v), RAISE (lower)")  # the full table's column
+    lines = [f"{k:<{width}}  {v}" for k, v in rows]
+    finished = ", ".join(f"{stage} {t:.1f} s" for stage, t in partial.seconds.items())
+    lines.append(f"interrupted during {partial.interrupted}: no RAISE estimate and no verdict"
+                 + (f" (finished: {finished})" if finished else ""))  # fmt: skip
+    return "\n".join(lines)
+
+
 def _kernel_words(kernel: str, s: dict) -> str:
     if kernel == "hmc":
         return f"hmc, L = {s['num_leapfrog']}, step sizes from a pilot of up to {s['pilot_steps']} temperatures"
