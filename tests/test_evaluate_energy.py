@@ -417,3 +417,24 @@ def test_a_proper_energy_with_heavy_tails_is_named_and_its_certified_run_stops_o
                               pilot_steps=20)  # fmt: skip
     assert cert.verdict == "open" and len(cert.history) == 1
     assert "stopped: no larger K can remove the heavy-tails reason above" in cert.reasons
+
+
+def test_an_energy_that_is_nan_beyond_the_data_is_named_where_the_chains_start():
+    """A new user's find: an energy NaN for |x| > 2.6, with test and training data inside, failed with "AIS: 2 NaN
+    among 200 log-weights ... (check the model's parameters and outputs)", which did not say that the NaN came from
+    the base's draws beyond the data. The error now names the base and how to look there."""
+    from raise_eval.models import EnergyModel
+
+    from raise_eval.annealing import NonFiniteLogWeightError
+
+    def energy(x):
+        return torch.where(x.norm(dim=-1) > 2.6, torch.nan, 0.5 * (x**2).sum(-1))
+
+    model = EnergyModel(energy, event_shape=(2,), dtype=torch.float64)
+    test = 0.5 * torch.randn(10, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    settings = EnergySettings(steps=20, ais_chains=200, raise_chains=2, pilot_steps=5)
+    with pytest.raises(NonFiniteLogWeightError, match=r"AIS: .* NaN among 200 log-weights .*the base's draws \(the "
+                                                      r"Gaussian fitted to the training data\)"):  # fmt: skip
+        evaluate_energy(model, test, settings, train_data=2 * test)
+    with pytest.raises(NonFiniteLogWeightError, match=r"the base's draws \(N\(0, 1\) per coordinate\)"):
+        evaluate_energy(model, test, settings)

@@ -438,6 +438,14 @@ def _evaluate_energy(
             start = time.perf_counter()
             reverse = _raise_stage(path, test_data, betas, settings, recorders["RAISE"], store, progress)
             seconds["RAISE"] = time.perf_counter() - start
+    except NonFiniteLogWeightError as error:  # say where an energy's NaN comes from: states beyond the data
+        base_words = {"fitted": "the Gaussian fitted to the training data", "default": data.get("default_base"),
+                      "given": "the base you gave", "the model's": "the model's base"}[data["base"]]  # fmt: skip
+        hint = (f"the energy was NaN (or -inf) at states the chains reached: the base's draws ({base_words}) and the "
+                "annealing's states lie beyond the data, where the energy must be finite too (try "
+                "model.log_unnormalized on draws of the base: EnergyPath(model, base).sample_initial(n, generator).x); "
+                "make it finite everywhere, or bound the support with a box")  # fmt: skip
+        raise NonFiniteLogWeightError(error.stage, error.detail, hint, error.steps, error.num_steps) from error
     except KeyboardInterrupt:
         saved = store is not None and not store.discard and store.path.exists()
         partial = EnergyPartial(
