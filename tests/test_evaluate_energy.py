@@ -46,7 +46,7 @@ def test_evaluate_runs_an_energy_model_and_its_report_holds_the_sandwich():
     assert "data                     6 test vectors; the default base" in table
     assert "annealing                K = 200 (linear), 64 AIS chains, 8 RAISE chains per test vector, seed 3" in table
     assert "kernel                   hmc, L = 10, step sizes from a pilot of up to 50 temperatures" in table
-    verdict = "verdict (tolerance 1 nats): CLOSED: the average log-likelihood of these 6 test vectors lies in"
+    verdict = "verdict (tolerance 1 nat): CLOSED: the average log-likelihood of these 6 test vectors lies in"
     assert f"{verdict} [{lo:.4f}, {hi:.4f}] (" in table
     assert f"time: {report.total_seconds:.1f} s (pilot" in table
     settings = EnergySettings(steps=200, ais_chains=64, raise_chains=8, pilot_steps=50, seed=3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from raise_eval.render.text import _interval_ends
+from raise_eval.render.text import _interval_ends, nats_text
 from raise_eval.settings import render_names
 
 
@@ -34,7 +34,7 @@ def energy_table(report, names: Optional[dict[str, str]] = None) -> str:
                  ("log p(v), exact", f"{report.exact_mean:.3f}")]  # fmt: skip
     width = max(len(name) for name, _ in rows)
     lines = [f"{name:<{width}}  {value}" for name, value in rows]
-    tolerance = f"tolerance {s['tolerance']:g} nats"
+    tolerance = f"tolerance {nats_text(s['tolerance'])}"
     if report.verdict == "closed":
         lo, hi = report.interval
         ends = _interval_ends(report.lower_mean, report.upper_mean)

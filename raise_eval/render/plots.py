@@ -8,7 +8,7 @@ import math
 
 from raise_eval.diagnostics import GAP_NATS
 from raise_eval.io.writing import save_figure
-from raise_eval.render.text import trajectory_thinning
+from raise_eval.render.text import nats_text, trajectory_thinning
 from raise_eval.settings import render_names
 
 
@@ -52,7 +52,7 @@ def plot_certificate(cert, path: str) -> None:
     ax.minorticks_off()
     ax.set_xlabel("K (intermediate distributions)")
     ax.set_ylabel("average test log-likelihood (nats)")
-    title = f"sandwich {cert.verdict} (tolerance {cert.tolerance:g} nats)"
+    title = f"sandwich {cert.verdict} (tolerance {nats_text(cert.tolerance)})"
     ax.set_title(f"{cert.model}: {title}" if cert.model else title, fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)

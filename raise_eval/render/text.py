@@ -147,7 +147,8 @@ def _fmt(x: float) -> str:
 
 
 def certificate_table(cert, names: Optional[dict[str, str]] = None) -> str:
-    lines = [f"certified sandwich{' of ' + cert.model if cert.model else ''}, tolerance {cert.tolerance:g} nats", ""]
+    of = f" of {cert.model}" if cert.model else ""
+    lines = [f"certified sandwich{of}, tolerance {nats_text(cert.tolerance)}", ""]
     lines.append(f"{'K':>8}{'AIS':>12}{'± s.e.':>9}{'RAISE':>12}{'± s.e.':>9}{'gap':>9}{'ESS':>7}{'secs':>8}")
     for s in cert.history:
         lines.append(
@@ -314,7 +315,8 @@ def cost_estimate_text(estimate, names: Optional[dict[str, str]] = None) -> str:
     return "\n".join(lines)
 
 
-def _nats(x: float) -> str:
+def nats_text(x: float) -> str:
+    """A number of nats in words: '1 nat', '0.5 nats'."""
     return f"{x:g} nat" if x == 1 else f"{x:g} nats"
 
 
@@ -396,12 +398,12 @@ def trajectory_table(report, names: Optional[dict[str, str]] = None) -> str:
     elif report.closed:
         lo, hi = report.interval
         lines.append(
-            f"verdict on the last checkpoint (step {final.step}, tolerance {_nats(s['tolerance'])}): CLOSED: the "
+            f"verdict on the last checkpoint (step {final.step}, tolerance {nats_text(s['tolerance'])}): CLOSED: the "
             f"average test log-likelihood lies in [{lo:.4f}, {hi:.4f}] "
             f"({_interval_ends(final.raise_mean, final.ais_mean)}, ±2 standard errors)"
         )
     else:
-        lines.append(f"verdict on the last checkpoint (step {final.step}, tolerance {_nats(s['tolerance'])}): OPEN")
+        lines.append(f"verdict on the last checkpoint (step {final.step}, tolerance {nats_text(s['tolerance'])}): OPEN")
         lines += [f"  - {render_names(r, names)}" for r in report.reasons]
     for w in report.warnings:
         lines.append(f"warning [{w.code}]: {render_names(w.message, names)}")
