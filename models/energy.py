@@ -303,11 +303,14 @@ class EnergyModel:
         if not self._dtype.is_floating_point:
             raise ValueError(f"dtype must be a floating point dtype, got {self._dtype}")
         self.base = None if base is None else check_base(self, base)
-        # the gradient the energy's backward last returned (weakly held) and whether it returns memory it reuses
-        # (`log_f_and_grad`); found by check_energy's two gradient calls, before any use
+        self._watch_gradients()
+        check_energy(self)
+
+    def _watch_gradients(self) -> None:
+        """Start watching the gradients the energy's backward returns: the last one (weakly held) and whether it
+        returns memory it reuses (`log_f_and_grad`), which check_energy's two gradient calls find before any use."""
         self._last_gradient: Optional[weakref.ref] = None
         self._copies_gradient = False
-        check_energy(self)
 
     # ---------------------------------------------------------------- what the model declares
     @property
@@ -362,6 +365,7 @@ class EnergyModel:
         model.support, model.event_shape, model.energy, model.base = self.support, self.event_shape, energy, base
         model._dtype = dtype or self._dtype
         model._device = torch.device(device) if device is not None else self._device
+        model._watch_gradients()
         check_energy(model)  # the energy in its new dtype and device is another function: tried again
         return model
 
