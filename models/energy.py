@@ -306,6 +306,10 @@ class EnergyModel:
         self._watch_gradients()
         check_energy(self)
 
+    def __getstate__(self) -> dict:
+        """Picklable (torch.save, spawned workers): the weak reference to the last gradient is left out."""
+        return {**self.__dict__, "_last_gradient": None}
+
     def _watch_gradients(self) -> None:
         """Start watching the gradients the energy's backward returns: the last one (weakly held) and whether it
         returns memory it reuses (`log_f_and_grad`), which check_energy's two gradient calls find before any use."""

@@ -132,7 +132,7 @@ def test_a_certified_run_probes_the_fitted_base_and_enumerates_log_z_once(monkey
     """Neither the probe of a fitted base nor an enumerable energy's exact log Z depends on K, yet a certified run
     recomputed both at every K (the probe costs about as much as a short AIS). The first K's are handed on
     (`evaluation.energy.KIndependent`): each runs once, and the last K's report holds the numbers an evaluation at
-    that K alone computes; one of another model, seed or source of base is refused."""
+    that K alone computes; one of another model, seed or base is refused."""
     import raise_eval.evaluation.energy as evaluation
     from tests.energy_models import TwoGaussians, neural_energy
 
@@ -170,7 +170,7 @@ def test_a_certified_run_probes_the_fitted_base_and_enumerates_log_z_once(monkey
     assert len(cert.history) == 3 and calls["exact"] == 1
     assert all(s.exact_mean == cert.history[0].exact_mean for s in cert.history)
     known = cert.report.k_independent
-    refused = "known .* belongs to another model, kernel, seed or source of base"
+    refused = "known .* belongs to another model, kernel, seed or base"
     with pytest.raises(ValueError, match=refused):
         evaluation.evaluate_energy(binary, binary_test, steps=4, seed=1, known=known)
     with pytest.raises(ValueError, match=refused):
@@ -181,6 +181,16 @@ def test_a_certified_run_probes_the_fitted_base_and_enumerates_log_z_once(monkey
     default_base = raise_eval.evaluate(model, test, steps=8, **run)
     with pytest.raises(ValueError, match=refused):
         evaluation.evaluate_energy(model, test, steps=8, train_data=train, known=default_base.k_independent, **run)
+    # a second reviewer's: a base fitted to other training data (the probe is compared with that base's run)
+    fitted = raise_eval.evaluate(model, test, steps=8, train_data=train, **run)
+    with pytest.raises(ValueError, match=refused):
+        evaluation.evaluate_energy(model, test, steps=8, train_data=0.1 * train + 3, known=fitted.k_independent, **run)
+    # and the model and its report still pickle (a weak reference does not; it is left out)
+    import pickle
+
+    again = pickle.loads(pickle.dumps(fitted))
+    assert again.k_independent.model is None and not again.k_independent.belongs_to(model, fitted.k_independent.key)
+    assert pickle.loads(pickle.dumps(model)).describe() == model.describe()
     noisy = raise_eval.EnergyModel(lambda x: energy(x) + 1e-12 * torch.rand(x.shape[0], dtype=x.dtype),
                                    event_shape=(2,), dtype=torch.float64)  # fmt: skip
     cert = raise_eval.certify(noisy, test, tolerance=0.01, steps=8, max_steps=32, train_data=train, **run)

@@ -97,7 +97,11 @@ def test_options_that_do_not_apply_are_refused_by_name(tmp_path, capsys):
     assert "give a CHECKPOINT or --model FILE.py:FACTORY (one of the two)" in capsys.readouterr().err
     with pytest.raises(SystemExit):  # --model forgotten (a new user's slip: it said the checkpoint does not exist)
         main(["evaluate", model, *data])
-    assert f"{model} is a Python file, not a checkpoint: give your own model's FILE.py:FACTORY as --model {model}" \
+    assert f"{model} names a Python file, not a checkpoint: give your own model as --model {model}" \
+        in capsys.readouterr().err  # fmt: skip
+    with pytest.raises(SystemExit):  # the file alone: --model needs its factory too
+        main(["evaluate", model.split(":")[0], *data])
+    assert "is a Python file, not a checkpoint: give your own model as --model FILE.py:FACTORY" \
         in capsys.readouterr().err  # fmt: skip
 
 

@@ -130,8 +130,11 @@ def run(args: argparse.Namespace) -> int:
     if inputs.model is not None:
         return _run_energy(args, inputs, evaluation, outputs, cert_settings)
     shown = str(inputs.checkpoint or "")
-    if shown.endswith(".py") or ".py:" in shown:  # a user's model file where a checkpoint goes: --model forgotten
-        die(f"{shown} is a Python file, not a checkpoint: give your own model's FILE.py:FACTORY as --model {shown}")
+    if ".py:" in shown:  # a user's model file and factory where a checkpoint goes: --model forgotten
+        die(f"{shown} names a Python file, not a checkpoint: give your own model as --model {shown}")
+    if shown.endswith(".py"):
+        die(f"{shown} is a Python file, not a checkpoint: give your own model as --model FILE.py:FACTORY (the "
+            "function in the file that returns it)")  # fmt: skip
     energy_only = [FLAGS[name] for name in _ENERGY_OPTIONS if name in vars(args)]
     if energy_only:
         die(f"{', '.join(energy_only)} {'sets' if len(energy_only) == 1 else 'set'} the kernel of your own energy "

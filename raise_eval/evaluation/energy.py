@@ -126,16 +126,24 @@ class KIndependent:
     exact_log_z: Optional[float] = None
 
     def belongs_to(self, model, key: tuple) -> bool:
-        return self.model() is model and self.key == key
+        return self.model is not None and self.model() is model and self.key == key
+
+    def __getstate__(self) -> dict:
+        """Picklable (with its report): the weak reference is left out, so an unpickled one belongs to no model."""
+        return {**{f.name: getattr(self, f.name) for f in dataclasses.fields(self)}, "model": None}
+
+    def __setstate__(self, state: dict) -> None:
+        for name, value in state.items():
+            object.__setattr__(self, name, value)
 
 
-def k_independent_key(model, kind: str, settings: EnergySettings, base_source: str) -> tuple:
+def k_independent_key(model, kind: str, settings: EnergySettings, base: str) -> tuple:
     """What the K-independent parts depend on besides the model object itself: its parameters, dtype and device, the
-    kernel and its pilot (the probe's), the seed, and where the base comes from (the probe runs for a fitted one).
-    Not the energy's values: an energy repeatable only to rounding (as `check_energy` allows) must not tell two
-    evaluations of one model apart."""
+    kernel and its pilot (the probe's), the seed, and the base (`energy_resume.base_digest`: the probe runs for a
+    fitted one, against that base's run). Not the energy's values: an energy repeatable only to rounding (as
+    `check_energy` allows) must not tell two evaluations of one model apart."""
     return (model_digest(model), str(model.dtype), str(model.device), kind, settings.num_leapfrog,
-            settings.pilot_steps, settings.seed, base_source)  # fmt: skip
+            settings.pilot_steps, settings.seed, base)  # fmt: skip
 
 
 @dataclasses.dataclass
@@ -200,7 +208,8 @@ class EnergyReport:
     def to_dict(self, names: Optional[dict] = None) -> dict:
         """The JSON document (`names`: the command's flags, for the warnings' and reasons' settings)."""
         estimate = self.cost_estimate
-        out = dataclasses.asdict(dataclasses.replace(self, cost_estimate=None, k_independent=None))
+        out = {"complete": True, **dataclasses.asdict(dataclasses.replace(self, cost_estimate=None,
+                                                                             k_independent=None))}
         del out["k_independent"]
         out["cost_estimate"] = None if estimate is None else estimate.to_dict(names)
         out["upper"], out["lower"] = self.upper.tolist(), self.lower.tolist()
@@ -392,11 +401,11 @@ def _evaluate_energy(
     data = {"test": int(test.shape[0]), "train": None if train_data is None else int(train_data.shape[0]),
             "base": "fitted" if train_data is not None else "given" if base is not None else
             "the model's" if model.base is not None else "default"}  # fmt: skip
-    key = k_independent_key(model, kind, settings, data["base"])
+    key = k_independent_key(model, kind, settings, base_digest(model, train_data, base))
     if known is not None and not known.belongs_to(model, key):
         raise ValueError("known (the K-independent parts of an earlier evaluation) belongs to another model, "
-                         "kernel, seed or source of base: pass the k_independent of a report of this model "
-                         "object with these settings, or None")  # fmt: skip
+                         "kernel, seed or base: pass the k_independent of a report of this model object with these "
+                         "settings and this base, or None")  # fmt: skip
     if data["base"] == "default":  # which of default_base's three it is, for the table's data row
         data["default_base"] = describe_default_base(model)
     store = None
@@ -441,10 +450,11 @@ def _evaluate_energy(
     except NonFiniteLogWeightError as error:  # say where an energy's NaN comes from: states beyond the data
         base_words = {"fitted": "the Gaussian fitted to the training data", "default": data.get("default_base"),
                       "given": "the base you gave", "the model's": "the model's base"}[data["base"]]  # fmt: skip
+        fix = ("make it finite at every configuration" if model.support.discrete else "make it finite everywhere"
+               if model.support.bounded else "make it finite everywhere, or bound the support with a box")
         hint = (f"the energy was NaN (or -inf) at states the chains reached: the base's draws ({base_words}) and the "
-                "annealing's states lie beyond the data, where the energy must be finite too (try "
-                "model.log_unnormalized on draws of the base: EnergyPath(model, base).sample_initial(n, generator).x); "
-                "make it finite everywhere, or bound the support with a box")  # fmt: skip
+                "annealing's states go beyond the data, where the energy must be finite too; evaluate it on draws "
+                f"of that base to find where, and {fix}")  # fmt: skip
         raise NonFiniteLogWeightError(error.stage, error.detail, hint, error.steps, error.num_steps) from error
     except KeyboardInterrupt:
         saved = store is not None and not store.discard and store.path.exists()

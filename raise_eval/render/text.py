@@ -317,7 +317,8 @@ def cost_estimate_text(estimate, names: Optional[dict[str, str]] = None) -> str:
 
 def nats_text(x: float) -> str:
     """A number of nats in words: '1 nat', '0.5 nats'."""
-    return f"{x:g} nat" if x == 1 else f"{x:g} nats"
+    shown = f"{x:g}"
+    return f"{shown} nat" if shown == "1" else f"{shown} nats"
 
 
 def trajectory_thinning(settings: dict) -> str:
