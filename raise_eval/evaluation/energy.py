@@ -401,7 +401,8 @@ def _evaluate_energy(
     data = {"test": int(test.shape[0]), "train": None if train_data is None else int(train_data.shape[0]),
             "base": "fitted" if train_data is not None else "given" if base is not None else
             "the model's" if model.base is not None else "default"}  # fmt: skip
-    key = k_independent_key(model, kind, settings, base_digest(model, train_data, base))
+    digest = base_digest(model, train_data, base)  # hashes the training data: once, for the key and the resume file
+    key = k_independent_key(model, kind, settings, digest)
     if known is not None and not known.belongs_to(model, key):
         raise ValueError("known (the K-independent parts of an earlier evaluation) belongs to another model, "
                          "kernel, seed or base: pass the k_independent of a report of this model object with these "
@@ -410,7 +411,6 @@ def _evaluate_energy(
         data["default_base"] = describe_default_base(model)
     store = None
     if resume_file is not None:  # refused now (other settings), before any work
-        digest = base_digest(model, train_data, base)
         store = open_store(resume_file, energy_resume_settings(model, test, settings, digest), resume_interval)
     if train_data is not None:
         base = fit_base(model, train_data)

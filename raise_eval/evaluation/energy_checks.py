@@ -128,10 +128,9 @@ def tail_warning(model, base, generator: torch.Generator) -> Optional[Warning]:
             f"of the base's standard deviations, under {d} + {HEAVY_TAIL_EXCESS:g} for {d} dimensions: exp(-E) "
             "integrates, but the share of its mass beyond a radius R falls about as slowly as a power of R, far "
             "beyond where the chains from a Gaussian base go. AIS and RAISE then both miss that mass and can agree "
-            "on a value "
-            "above the truth; a larger K ({steps}) does not bring the chains there. Bound the support with a box "
-            "(support=('real', low, high)), add a confining term to the energy (e.g. |x - m|^2 / (2 s^2), s a few "
-            "times the data's spread), or pass a base whose tails are as heavy as the model's.",
+            "on a value above the truth; a larger K ({steps}) does not bring the chains there. Bound the support "
+            "with a box (support=('real', low, high)), add a confining term to the energy (e.g. |x - m|^2 / "
+            "(2 s^2), s a few times the data's spread), or pass a base whose tails are as heavy as the model's.",
         )
     least = float(measured.min())
     return Warning(
