@@ -15,7 +15,8 @@ Four uses of q, each unbiased for Z (tested against enumeration in tests/scripts
   marginal at beta with q (built at beta's parameters) as proposal, then v ~ p_beta(v | h);
 - jumps-trajectory: the same kernel along the training trajectory (base rates, then the checkpoints in order, the
   parameters interpolated linearly), one SMC run for every checkpoint;
-- modes: the exact hidden marginal (2^H states) beside q: the most probable states' mass under p and under q.
+- modes: the exact hidden marginal (2^H states) beside q: the most probable states' mass under p and under q, and
+  its overlap with the previous checkpoint's (the Bhattacharyya coefficient).
 
 For a folder of one 784-20 RBM run's checkpoints (`scripts/train_rbm_paper.py mnistPCD-20 --threads 1
 --save-trajectory DIR --trajectory-every 500`) and the exact log Z of each (`measure_trajectory_adaptive.py --part
@@ -201,9 +202,10 @@ class JumpSMC:
         return out
 
 
-def exact_modes(W, b, c, components, top: int = 8) -> dict:
-    """The exact hidden marginal (all 2^H states, float64) beside q: log Z, the `top` states' mass under p and q,
-    and p's mass where p / q > 100."""
+def exact_modes(W, b, c, components, top: int = 8, previous: Tensor | None = None) -> tuple[dict, Tensor]:
+    """The exact hidden marginal p (all 2^H states, float64) beside q: (log Z, the `top` states' mass under p and q,
+    p's mass where p / q > 100, and the overlap sum_h sqrt(p(h) p'(h)) with `previous`, the p' of another model;
+    p (2^H,))."""
     H = W.shape[1]
     q = Mixture(W.double(), c.double(), components.double())
     log_f = torch.empty(2**H, dtype=torch.float64)
@@ -216,8 +218,10 @@ def exact_modes(W, b, c, components, top: int = 8) -> dict:
     log_z = torch.logsumexp(log_f, 0)
     p = (log_f - log_z).exp()
     order = torch.argsort(p, descending=True)[:top]
+    overlap = None if previous is None else float((p * previous).sqrt().sum())
     return {"log_z": float(log_z), "top_p": p[order].tolist(), "top_q": log_q[order].exp().tolist(),
-            "p_mass_where_p_over_q_above_100": float(p[(log_f - log_z - log_q) > math.log(100)].sum())}  # fmt: skip
+            "p_mass_where_p_over_q_above_100": float(p[(log_f - log_z - log_q) > math.log(100)].sum()),
+            "overlap_with_previous": overlap}, p  # fmt: skip
 
 
 def main(argv=None) -> None:
@@ -253,14 +257,14 @@ def main(argv=None) -> None:
     base = (torch.zeros_like(params[0][0]), (means.log() - (-means).log1p()).to(dtype), torch.zeros_like(params[0][2]))
     wanted = [i for i in range(len(files)) if i % args.every == 0 or i == len(files) - 1]
     rows, start = [], time.perf_counter()
-    smc = None
+    smc = marginal = None
     for i in range(len(files)) if args.part == "jumps-trajectory" else wanted:
         if args.part == "importance":
             row = importance(*params[i], components, args.chains, generator)
         elif args.part == "mixture-ais":
             row = mixture_ais(*params[i], components, args.chains, args.steps, args.groups, generator)
         elif args.part == "modes":
-            row = exact_modes(*params[i], components)
+            row, marginal = exact_modes(*params[i], components, previous=marginal)
         else:
             if args.part == "jumps-temperature" or smc is None:
                 smc = JumpSMC(base, components, args.chains, args.groups, args.resample, generator)

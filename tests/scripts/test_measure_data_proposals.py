@@ -84,3 +84,14 @@ def test_a_jump_that_ignores_the_proposal_density_is_caught(script, monkeypatch)
     smc.anneal(base, first, 2)
     with pytest.raises(AssertionError):
         assert_unbiased(smc.estimate(), exact_log_z(script, *first))
+
+
+def test_exact_modes_against_enumeration(script):
+    W, b, c = rbm(0)
+    first, p = script.exact_modes(W, b, c, components(2), top=3)
+    assert first["log_z"] == pytest.approx(exact_log_z(script, W, b, c), abs=1e-12)
+    assert float(p.sum()) == pytest.approx(1.0) and first["top_p"] == sorted(p.tolist(), reverse=True)[:3]
+    assert first["overlap_with_previous"] is None
+    same, _ = script.exact_modes(W, b, c, components(2), previous=p)
+    other, _ = script.exact_modes(*rbm(1), components(2), previous=p)
+    assert same["overlap_with_previous"] == pytest.approx(1.0) and other["overlap_with_previous"] < 0.99
