@@ -14,7 +14,8 @@ at a time), each writing --out/PART.json:
   checkpoint's log Z against exact, the last checkpoint's sandwich and verdict, wall time;
 - adaptive: the same with --links adaptive (and the SMC settings given);
 - temperature: SMC along each checkpoint's own temperature path (1,000 chains in 10 replicates, resampling below
-  half, K sub-steps for each K given): errors and total wall time, for the cost of the same accuracy;
+  half, K sub-steps for each K given): errors and total wall time, for the cost of the same accuracy (any RBM's
+  run: a Potts or Gaussian visible layer's start is fitted to --train-data FILE, which every part of such a run needs);
 - monitor: the same training (the script's model, seed and epochs) with the tracking monitor at every epoch (exact
   values off during training; the epoch models are the saved checkpoints, checked bit for bit, so their exact log Z
   come from the cache): log Z per epoch against exact and the monitor's share of training time.
@@ -197,6 +198,7 @@ def main(argv=None) -> None:
     parser.add_argument("--exact-budget", type=float, default=math.inf, help="exact: stop after this many seconds")
     parser.add_argument("--data-root", default=None)
     parser.add_argument("--data", default=None, help="the test data (NAME or FILE) when the checkpoints name none")
+    parser.add_argument("--train-data", default=None, help="a typed run's training data FILE (its start)")
     parser.add_argument("--target-cess", type=float, default=0.99)
     parser.add_argument("--sweeps", type=int, default=1, help="adaptive: --rejuvenation-sweeps")
     parser.add_argument("--max-sweeps", type=int, default=None, help="adaptive: --max-sweeps")
@@ -215,7 +217,9 @@ def main(argv=None) -> None:
         parser.error("--part compare reads a trajectory run's --json FILE: pass --json")
     # the exact part resumes its own cache
     check_outputs_first(parser, [("--out", written)], overwrite=args.overwrite or args.part == "exact")
-    inputs = TrajectoryInputSettings(folder=args.folder, data=args.data, data_root=args.data_root, dtype="float64")
+    inputs = TrajectoryInputSettings(
+        folder=args.folder, data=args.data, data_root=args.data_root, train_data=args.train_data, dtype="float64"
+    )
     loaded = load_trajectory_inputs(inputs, "base-rates")
     models, steps = loaded.models, loaded.steps
     if args.part == "exact":
@@ -231,24 +235,19 @@ def main(argv=None) -> None:
         return
     if None in truth:
         parser.error(f"{cache} lacks some checkpoints' exact values: run --part exact until it has them all")
-    _, test = load_splits("binarized_mnist", args.data_root, None)
     means = loaded.train_pixel_means
-    if args.part == "defaults":
-        result = trajectory_part(models, steps, test, means, truth, {})
-    elif args.part == "adaptive":
-        overrides = dict(
-            links="adaptive",
-            resample_ess=0.5,
-            target_cess=args.target_cess,
-            rejuvenation_sweeps=args.sweeps,
-            max_sweeps=args.max_sweeps,
-        )
-        result = trajectory_part(models, steps, test, means, truth, overrides)
-    elif args.part == "temperature":
-        base = _start_biases(models[-1], "RBM", "base-rates", means)
-        result = temperature_part(models, base, truth, args.temperature_steps)
-    else:
+    if args.part == "temperature":  # any RBM's run: a typed visible layer's start is fitted to --train-data
+        result = temperature_part(models, _start_biases(models[-1], "RBM", "base-rates", means), truth,
+                                  args.temperature_steps)  # fmt: skip
+    elif args.part == "monitor":
         result = monitor_part(models, steps, truth, args, json.loads(args.track))
+    else:
+        _, test = load_splits("binarized_mnist", args.data_root, None)
+        overrides = {}
+        if args.part == "adaptive":
+            overrides = dict(links="adaptive", resample_ess=0.5, target_cess=args.target_cess,
+                             rejuvenation_sweeps=args.sweeps, max_sweeps=args.max_sweeps)  # fmt: skip
+        result = trajectory_part(models, steps, test, means, truth, overrides)
     result["exact_log_z"] = truth
     write_output(written, json.dumps(result, indent=1, default=str))
     print(json.dumps({k: v for k, v in result.items() if k not in ("errors", "records", "exact_log_z")}, default=str))
