@@ -109,29 +109,38 @@ def groups_estimate(log_w: Tensor, folded: Tensor) -> dict:
     return {"log_z": log_z, "stderr": se, "ess": ess(log_w.reshape(-1))}
 
 
+def mixture_move(q: Mixture, W, b, c, n: Tensor, h: Tensor, beta: float, generator) -> tuple[Tensor, Tensor]:
+    """One transition leaving pi_beta(n, h) ∝ q_n(h)^(1 - beta) f(h)^beta invariant: Metropolis on n (a uniform
+    proposal), then a Gibbs scan of the hidden units in random order. (n (M,), h (M, H)) -> the same."""
+    m = n.shape[0]
+    proposal = torch.randint(q.size, (m,), generator=generator, device=h.device)
+    log_accept = (1 - beta) * (q.log_component(proposal, h) - q.log_component(n, h))
+    u = torch.rand(m, generator=generator, dtype=torch.float64, device=h.device)
+    n = torch.where(u.log() < log_accept, proposal, n)
+    h = h.clone()
+    act = h @ W.T + b  # recomputed every scan: no drift from the flips' updates in float32
+    for j in torch.randperm(h.shape[1], generator=generator).tolist():
+        on = act + (1 - h[:, j : j + 1]) * W[:, j]
+        off = act - h[:, j : j + 1] * W[:, j]
+        d_f = c[j].double() + F.softplus(on.double()).sum(-1) - F.softplus(off.double()).sum(-1)
+        d_q = q.log_p1[n, j] - q.log_p0[n, j]
+        p_on = torch.sigmoid(beta * d_f + (1 - beta) * d_q)
+        h_j = torch.rand(m, generator=generator, dtype=torch.float64, device=h.device) < p_on
+        act = torch.where(h_j[:, None], on, off)
+        h[:, j] = h_j.to(h.dtype)
+    return n, h
+
+
 def mixture_ais(W, b, c, components, chains: int, steps: int, groups: int, generator: torch.Generator) -> dict:
     """AIS in (n, h) from q_n(h) / N to f(h) / N (module docstring)."""
     q = Mixture(W, c, components)
     n, h = q.sample(chains, generator)
-    act = h @ W.T + b
     log_w = torch.zeros(chains, dtype=torch.float64, device=h.device)
     betas = torch.linspace(0, 1, steps + 1, dtype=torch.float64)
     for k in range(1, steps + 1):
         beta = float(betas[k])
         log_w += (beta - float(betas[k - 1])) * (log_f_hidden(W, b, c, h) - q.log_component(n, h))
-        proposal = torch.randint(q.size, (chains,), generator=generator, device=h.device)
-        log_accept = (1 - beta) * (q.log_component(proposal, h) - q.log_component(n, h))
-        u = torch.rand(chains, generator=generator, dtype=torch.float64, device=h.device)
-        n = torch.where(u.log() < log_accept, proposal, n)
-        for j in torch.randperm(h.shape[1], generator=generator).tolist():
-            on = act + (1 - h[:, j : j + 1]) * W[:, j]
-            off = act - h[:, j : j + 1] * W[:, j]
-            d_f = c[j].double() + F.softplus(on.double()).sum(-1) - F.softplus(off.double()).sum(-1)
-            d_q = q.log_p1[n, j] - q.log_p0[n, j]
-            p_on = torch.sigmoid(beta * d_f + (1 - beta) * d_q)
-            h_j = torch.rand(chains, generator=generator, dtype=torch.float64, device=h.device) < p_on
-            act = torch.where(h_j[:, None], on, off)
-            h[:, j] = h_j.to(h.dtype)
+        n, h = mixture_move(q, W, b, c, n, h, beta, generator)
     return groups_estimate(log_w.view(groups, -1), torch.zeros(groups, dtype=torch.float64))
 
 
@@ -147,7 +156,11 @@ class JumpSMC:
         self.v = (u < torch.sigmoid(b)).to(W.dtype)  # the start has no weights: exact samples
         self.log_w = torch.zeros(chains, dtype=torch.float64, device=W.device)
         self.folded = torch.zeros(groups, dtype=torch.float64, device=W.device)
-        self.log_z0 = float(F.softplus(b.double()).sum()) + W.shape[1] * math.log(2)
+        if bool(W.any()):
+            raise ValueError(
+                "the start must have no weights (its log Z and exact samples are those of independent units)"
+            )
+        self.log_z0 = float(F.softplus(b.double()).sum() + F.softplus(start[2].double()).sum())
         self.accepted: list[float] = []
 
     def anneal(self, a: tuple, z: tuple, steps: int) -> None:
@@ -236,7 +249,12 @@ def main(argv=None) -> None:
     parser.add_argument("--steps", type=int, default=100, help="sub-steps (per link, or per temperature path)")
     parser.add_argument("--groups", type=int, default=10, help="replicate groups (standard errors, resampling)")
     parser.add_argument("--resample", type=float, default=0.5, help="jumps: resample below this ESS fraction")
-    parser.add_argument("--every", type=int, default=1, help="every Nth checkpoint (and the last)")
+    parser.add_argument(
+        "--every",
+        type=int,
+        default=1,
+        help="every Nth checkpoint (and the last); modes: the overlap is then with the Nth before",
+    )
     parser.add_argument("--dtype", default="float32", choices=("float32", "float64"))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
