@@ -214,19 +214,10 @@ def test_a_folder_of_potts_rbm_checkpoints_follows_its_trajectory(tmp_path, caps
     """Typed layers along a trajectory (issue 44: a folder of Potts RBM checkpoints, as rbms saves them, was refused
     as 'a MixedBoltzmannMachine'): .npz checkpoints of a categorical-visible RBM, the data as category codes, the
     start fitted to the training data's category frequencies; log Z against exact at every checkpoint."""
-    from raise_eval.models.boltzmann.mixed import rbm_arrays
-
     from raise_eval import exact
-    from tests.trajectories import typed_walk
+    from tests.trajectories import write_potts_run
 
-    folder = tmp_path / "potts"
-    folder.mkdir()
-    walk = typed_walk(("categorical", "bernoulli"), checkpoints=3, seed=1)
-    for step, model in zip([1, 10, 100], walk):
-        np.savez(folder / f"step_{step}.npz", **rbm_arrays(model))
-    rng = np.random.default_rng(0)
-    np.save(tmp_path / "test.npy", rng.integers(0, 3, size=(50, 2)))
-    np.save(tmp_path / "train.npy", rng.integers(0, 3, size=(200, 2)))
+    folder, walk, _, _ = write_potts_run(tmp_path)
     out = tmp_path / "potts.json"
     options = [arg for arg in FAST if arg not in ("--init", "uniform")]
     code = main(["trajectory", str(folder), "--data", str(tmp_path / "test.npy"), "--train-data",

@@ -65,3 +65,20 @@ def typed_walk(kinds, *, checkpoints: int = 3, weight_step: float = 0.4, bias_st
         biases = stepped
         out.append(MixedBoltzmannMachine(layers, [w.clone() for w in weights], [b.clone() for b in biases]))
     return out
+
+
+def write_potts_run(tmp_path):
+    """A folder of three .npz checkpoints of a categorical-visible RBM along `typed_walk` (steps 1, 10, 100), as rbms
+    saves them, with test and training data as category codes: (folder, walk, test file, train file)."""
+    import numpy as np
+    from raise_eval.models.boltzmann.mixed import rbm_arrays
+
+    folder = tmp_path / "potts"
+    folder.mkdir()
+    walk = typed_walk(("categorical", "bernoulli"), checkpoints=3, seed=1)
+    for step, model in zip([1, 10, 100], walk):
+        np.savez(folder / f"step_{step}.npz", **rbm_arrays(model))
+    rng = np.random.default_rng(0)
+    np.save(tmp_path / "test.npy", rng.integers(0, 3, size=(50, 2)))
+    np.save(tmp_path / "train.npy", rng.integers(0, 3, size=(200, 2)))
+    return folder, walk, tmp_path / "test.npy", tmp_path / "train.npy"

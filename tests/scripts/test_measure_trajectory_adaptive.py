@@ -58,21 +58,11 @@ def test_temperature_part_on_a_potts_run_against_exact(tmp_path):
     """--part temperature on a typed (Potts) run, its start fitted to --train-data (it read only binarized MNIST
     runs): every checkpoint's SMC estimate within 0.1 nats of the exact log Z, and at least 2 of the 3 within 2 of
     their standard errors (a seed where that fails by chance: about 1 in 100)."""
-    from raise_eval.models.boltzmann.mixed import rbm_arrays
+    from tests.trajectories import write_potts_run
 
-    from tests.trajectories import typed_walk
-
-    folder = tmp_path / "potts"
-    folder.mkdir()
-    walk = typed_walk(("categorical", "bernoulli"), checkpoints=3, seed=1)
-    for step, model in zip([1, 10, 100], walk):
-        np.savez(folder / f"step_{step}.npz", **rbm_arrays(model))
-    rng = np.random.default_rng(0)
-    np.save(tmp_path / "test.npy", rng.integers(0, 3, size=(50, 2)))
-    np.save(tmp_path / "train.npy", rng.integers(0, 3, size=(200, 2)))
+    folder, walk, test, train = write_potts_run(tmp_path)
     script = load_script("measure_trajectory_adaptive")
-    common = [str(folder), "--out", str(tmp_path / "m"), "--data", str(tmp_path / "test.npy"), "--train-data",
-              str(tmp_path / "train.npy")]  # fmt: skip
+    common = [str(folder), "--out", str(tmp_path / "m"), "--data", str(test), "--train-data", str(train)]
     script.main([*common, "--part", "exact"])
     script.main([*common, "--part", "temperature", "--temperature-steps", "20"])
     result = json.loads((tmp_path / "m" / "temperature.json").read_text())
