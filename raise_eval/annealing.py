@@ -240,7 +240,7 @@ def _run_program(program, state, betas, *, generator, progress, desc, log_weight
     """`anneal` through the path's step program (`step_programs`): the same steps, many per CUDA graph. `reported`:
     anneal's (on_step, report_steps)."""
     beta_list, num_steps = _schedule(betas, start_step, log_weights)
-    program.begin(state, log_weights, beta_list[start_step], num_steps)
+    program.begin(state, log_weights, beta_list[start_step], num_steps, start_step)
     on_step, report_steps = reported
 
     def check(values: Tensor, steps: tuple[int, int]) -> None:
@@ -251,8 +251,7 @@ def _run_program(program, state, betas, *, generator, progress, desc, log_weight
         program, beta_list, start_step=start_step, generator=generator, options=current_loop_options(),
         progress=progress, desc=desc, reporting=reporting,
     )  # fmt: skip
-    finish = getattr(program, "finish", None)  # a program that worked on a copy of the given log-weights
-    return program.state(beta_list[-1]), program.log_weights if finish is None else finish()
+    return program.state(beta_list[-1]), program.finish(beta_list[-1])
 
 
 def continuation(checkpoint: Any, phase: str, saved: Optional[dict], extra: Optional[dict] = None) -> dict[str, Any]:

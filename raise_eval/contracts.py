@@ -147,8 +147,15 @@ class StepProgram(Protocol):
     device: torch.device
     log_weights: Tensor  # float64, the state's batch shape: accumulated in place
 
-    def begin(self, state: Any, log_weights: Optional[Tensor], beta: float, steps: int = 0) -> None:
-        """Load `state` (not modified) and the log-weights to add to, at `beta`, for a run of `steps` steps."""
+    def begin(
+        self, state: Any, log_weights: Optional[Tensor], beta: float, steps: int = 0, start_step: int = 0
+    ) -> None:
+        """Load `state` (not modified) and the log-weights to add to, at `beta`, for a run of `steps` steps in all,
+        `start_step` of them done already (a continued run)."""
+        ...
+
+    def finish(self, beta: float) -> Tensor:
+        """The log-weights the run was given (or made), holding the run's sums, the run having ended at `beta`."""
         ...
 
     def step(self, beta_from: Tensor, beta_to: Tensor, generator: torch.Generator) -> None:

@@ -34,7 +34,7 @@ from torch import Tensor
 from tqdm.auto import tqdm
 
 PROGRAMS = ("cuda", "always", "never")
-PRODUCTS = ("model", "half-split", "tf32-split")
+PRODUCTS = ("model", "half-split", "tf32-split", "half-path", "tf32-path")
 FUSE = ("auto", "none", "compile", "fused")
 
 
@@ -62,7 +62,11 @@ class LoopOptions:
         split into two TF32 terms on the TF32 tensor cores, within `kernels.split_products.tf32_split_error_bound`)
         or 'half-split' (binary states, exact in half
         precision, times the weights split into half-precision terms whose sum is the weight to within a bound
-        reported by `kernels.split_products.split_error_bound`; float32 models on CUDA).
+        reported by `kernels.split_products.split_error_bound`; float32 models on CUDA) or 'half-path' (the states
+        times the weights rounded to float16, one product: the chains anneal that rounded model, and the runs'
+        ends at beta = 1 are the model's own, so the estimates stay unbiased for it; `kernels.binary_program`) or
+        'tf32-path' (the same with the weights rounded to TF32, read exactly by the TF32 tensor cores, the states
+        as they are).
     fuse: 'auto' (the default: compile on CUDA for a run of at least FUSE_MIN_CHAIN_STEPS chain-steps, where Triton
         is present and the compilation succeeds: the first compilation in a process takes about 10 s, which a long
         run repays; else as 'none'), 'none' (one op at a time), 'compile' (the elementwise work of a step through

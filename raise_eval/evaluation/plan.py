@@ -337,7 +337,9 @@ def _layers_label(family: str, model) -> str:
 
 
 def _check_gpu_products(settings, model) -> None:
-    """Refuse split products (half-split, tf32-split) where no step program would use them, naming the setting."""
+    """Refuse products other than the model's (half-split, tf32-split, the half and TF32
+    paths) where no step program would use
+    them, naming the setting."""
     if settings.gpu_products == "model":
         return
     where = None
@@ -362,10 +364,13 @@ def plan_loop_options(settings) -> dict[str, Any]:
 
 
 def _gpu_product_bound(setting: str, path) -> dict[str, Any]:
-    """With split products, the bound on how far they move a log-density (`kernels.split_products`)."""
+    """With split products, the bound on how far they move a log-density (`kernels.split_products`); 0 for the half
+    path, whose runs end at the model's own distribution (`kernels.binary_program`)."""
     if setting == "model" or path is None or path.model.typed_layers:
         return {}
     model = path.model
+    if setting in ("half-path", "tf32-path"):
+        return {"gpu_product_error_bound": 0.0}
     if setting == "tf32-split":
         return {"gpu_product_error_bound": tf32_split_error_bound(model.weights, model.weight_scale)}
     terms = terms_needed(model.weights)

@@ -19,7 +19,16 @@ sum over units in float64, and sigmoid(z(beta')) kept for the next step. The sta
 products run in it (`products='model'`) or, for float32 models on CUDA, on bfloat16 copies of the states times the
 weights split into bfloat16 terms (`products='half-split'`, `kernels.split_products`), or on float32 copies of the
 states times the weights' two TF32 terms on the TF32 tensor cores (`products='tf32-split'`: not exact, within a
-reported bound).
+reported bound), on float16 copies of the states times the weights rounded to float16 (`products='half-path'`), or
+on the states as they are times the weights rounded to TF32 on the TF32 tensor cores (`products='tf32-path'`).
+
+The half and TF32 paths (and any `surrogate` weights W~) change the path, not its ends: the chains anneal the model with
+weights W~, f~_beta, for every beta < 1, and the path's distribution at beta = 1 is the model's own, f_1, with the
+identity as the transition between f~_1 and f_1. A run that reaches beta = 1 (AIS) adds log f_1(x) - log f~_1(x) of
+its last state (`finish`); a run that starts there (RAISE, heating's reverse) from the model's own states adds
+log f~_1(x) - log f_1(x) of its first (`begin`, at the run's step 0). Each is a link of an annealing path like any
+other, so AIS and RAISE stay unbiased for the model itself. At beta = 0 the two paths agree (the base has no
+weights). The states this program hands out (`state`) carry the model's own odd inputs.
 """
 
 from __future__ import annotations
@@ -36,12 +45,15 @@ from torch import Tensor
 from raise_eval.kernels.block_gibbs import BoltzmannState
 from raise_eval.kernels.split_products import (
     HALF,
+    HALF_PATH,
     SplitWeight,
+    half_path_weights,
     out_dtype_products_available,
     split_error_bound,
     split_terms,
     terms_needed,
     tf32_products,
+    tf32_round,
     tf32_terms,
 )
 
@@ -119,17 +131,41 @@ def _fused(fuse: str):
     return FUSED[fuse]
 
 
+def log_f_gap(layers: list, exact: list, surrogate: list, biases: list, scale: float) -> Tensor:
+    """log f_1(x) - log f~_1(x), float64 shaped (rows,): the marginal log-densities of even layers x (odd layers
+    summed out) under weights `exact` and `surrogate` (float64 lists, W_l between layers l and l + 1), the same
+    biases and weight scale s. Only the odd layers' terms differ: sum_j softplus(b_l + s a_l) with
+    a_l = x_{l-1} W_{l-1} + x_{l+1} W_l^T, each computed in float64. layers: per layer (rows, n_l) for the even
+    ones, None for the odd; biases: the odd layers' b_l (None for the even)."""
+    rows = next(x for x in layers if x is not None).shape[0]
+    total = torch.zeros(rows, dtype=torch.float64, device=exact[0].device)
+    for l in range(1, len(layers), 2):
+        bias = biases[l].double()
+        for weights, sign in ((exact, 1.0), (surrogate, -1.0)):
+            inputs = None
+            for n in (l - 1, l + 1):
+                if 0 <= n < len(layers):
+                    w = weights[min(n, l)]
+                    term = layers[n].double() @ (w if n < l else w.t())
+                    inputs = term if inputs is None else inputs.add_(term)
+            total.add_(F.softplus(inputs.mul_(scale).add_(bias)).sum(-1), alpha=sign)
+    return total
+
+
 class BinaryGibbsProgram:
     """Block Gibbs annealing on `path` (a `paths.boltzmann.BoltzmannPath`) as a step program.
 
     Args:
         path: the geometric path (model, base biases, clamped even layers).
-        products: 'model', 'half-split' or 'tf32-split' (module docstring).
+        products: 'model', 'half-split', 'tf32-split', 'half-path' or 'tf32-path' (module docstring).
         fuse: 'none' (one op at a time), 'compile' (the elementwise work of a step in a few kernels by torch.compile)
             or 'fused' (the functions compile would compile, run as they are: for tests).
+        surrogate: weights W~ shaped like the model's, multiplied in the model's dtype (products='model' only): the
+            chains anneal the model with these weights, the ends at beta = 1 being the model's (module docstring).
+            products='half-path' takes fp16(W), 'tf32-path' tf32(W).
     """
 
-    def __init__(self, path, products: str = "model", fuse: str = "none"):
+    def __init__(self, path, products: str = "model", fuse: str = "none", surrogate: Optional[list] = None):
         model = path.model
         self.path = path
         self.device, self.dtype = model.device, model.dtype
@@ -140,14 +176,29 @@ class BinaryGibbsProgram:
         self.odd = list(range(1, self.num_layers, 2))
         self.sampled_even = [l for l in range(0, self.num_layers, 2) if l not in path.clamped]
         self.tf32 = products == "tf32-split"
-        self.stacked = products == "half-split" or self.tf32  # the states repeated, times stacked weight terms
-        if self.stacked:
+        self.half_path = products == "half-path"
+        self.tf32_path = products == "tf32-path"  # the states as they are, times tf32(W) on the TF32 tensor cores
+        # the states (repeated), times stacked weight terms, as operands of a dtype of their own
+        self.stacked = products == "half-split" or self.tf32 or self.half_path
+        if surrogate is not None and products != "model":
+            raise ValueError(f"surrogate weights multiply in the model's dtype (products='model'), not {products!r}")
+        if self.stacked or self.tf32_path:
             if self.dtype != torch.float32 or self.device.type != "cuda":
                 raise ValueError(
                     f"products='{products}' needs a float32 model on a CUDA device; this one is {self.dtype} on "
                     f"{self.device} (use products='model')"
                 )
-        if self.tf32:
+        if self.half_path:
+            if not out_dtype_products_available(self.device, HALF_PATH):
+                raise ValueError(
+                    "products='half-path' needs torch.mm(..., out_dtype=torch.float32) for float16 matrices, which "
+                    f"this torch ({torch.__version__}) lacks on {self.device} (use products='model')"
+                )
+            rounded = [half_path_weights(w) for w in model.weights]
+            self.split = [SplitWeight([w]) for w in rounded]
+            self.terms = 1
+            surrogate = rounded
+        elif self.tf32:
             self.split = [SplitWeight(tf32_terms(w)) for w in model.weights]
             self.terms = 2
         elif self.stacked:
@@ -165,17 +216,28 @@ class BinaryGibbsProgram:
             self.split = [SplitWeight(split_terms(w, self.terms)) for w in model.weights]
         else:
             self.terms = 1
-            self.weights = list(model.weights)
+            if self.tf32_path:
+                surrogate = [tf32_round(w) for w in model.weights]  # read exactly by a TF32 tensor core
+            if surrogate is not None and [tuple(w.shape) for w in surrogate] != [tuple(w.shape) for w in model.weights]:
+                raise ValueError("surrogate weights must be shaped like the model's, one matrix per pair of layers")
+            chosen = model.weights if surrogate is None else surrogate
+            self.weights = [w.to(self.dtype).contiguous() for w in chosen]
+        # float64 copies for the corrections at beta = 1 (None: the chains anneal the model's own path)
+        self.surrogate = None if surrogate is None else [w.double() for w in surrogate]
+        self.exact = None if surrogate is None else [w.double() for w in model.weights]
         self.fuse = fuse
         self.log_weights: Optional[Tensor] = None  # set by `begin`
         self.note: Optional[str] = None  # why 'auto' fusion was not taken, where it failed
 
     # ------------------------------------------------------------------ state
-    def begin(self, state: BoltzmannState, log_weights: Optional[Tensor], beta: float, steps: int = 0) -> None:
+    def begin(
+        self, state: BoltzmannState, log_weights: Optional[Tensor], beta: float, steps: int = 0, start_step: int = 0
+    ) -> None:
         """Load `state` (not modified) and the log-weights to accumulate into (float64 shaped like the state's batch;
         zeros when None; a given tensor is added to in place, as `anneal` does), at inverse temperature `beta`, for a
         run of `steps` steps in all (which decides 'auto' fusion: the whole run's length, so that a continued run
-        fuses as the uninterrupted one did)."""
+        fuses as the uninterrupted one did), `start_step` of them done already (a continued run). With surrogate
+        weights, a run's step 0 at beta = 1 takes the link from the model's f_1 to f~_1 (module docstring)."""
         first = next(x for x in state.layers if x is not None)
         self.batch_shape = first.shape[:-1]
         rows = first.reshape(-1, first.shape[-1]).shape[0]
@@ -198,7 +260,7 @@ class BinaryGibbsProgram:
         self.uniform = [scratch(l, l in self.sampled_even or (l % 2 == 1 and self.stacked)) for l in range(len(sizes))]
         self.acc = [scratch(l, l in self.sampled_even) for l in range(len(sizes))]
         if self.stacked:
-            operand_dtype = self.dtype if self.tf32 else HALF
+            operand_dtype = self.dtype if self.tf32 else HALF_PATH if self.half_path else HALF
             self.operand = [torch.empty(rows, self.terms * n, dtype=operand_dtype, device=self.device) for n in sizes]
             for l in range(0, self.num_layers, 2):
                 self._refresh_operand(l, self.layers[l])
@@ -210,16 +272,29 @@ class BinaryGibbsProgram:
         self._given = log_weights
         self.log_weights = log_weights if log_weights.is_contiguous() else log_weights.contiguous()
         self._flat_log_weights = self.log_weights.view(-1)
+        if self.surrogate is not None:  # the given inputs are the model's: the chains' are x W~
+            for l in self.odd:
+                self._neighbour_input(l, self.inputs[l])
+            if start_step == 0 and beta == 1.0:
+                self._flat_log_weights.sub_(self._exact_minus_surrogate())
         beta_t = torch.tensor(beta, dtype=torch.float64, device=self.device)
         for l in self.odd:
             _odd_logits(self.inputs[l], self.base[l], self.drift[l], self.scale, beta_t, self.probs[l])
         self._choose_fusion(rows * steps, beta_t)
 
-    def finish(self) -> Tensor:
-        """The log-weights the run was given (or made), holding the run's sums."""
+    def finish(self, beta: float) -> Tensor:
+        """The log-weights the run was given (or made), holding the run's sums, the run having ended at `beta` (with
+        surrogate weights, a run that ended at beta = 1 takes the link from f~_1 to the model's f_1)."""
+        if self.surrogate is not None and beta == 1.0:
+            self._flat_log_weights.add_(self._exact_minus_surrogate())
         if self._given is not self.log_weights:
             self._given.copy_(self.log_weights)
         return self._given
+
+    def _exact_minus_surrogate(self) -> Tensor:
+        """log f_1(x) - log f~_1(x) of the chains' even layers, float64 shaped (rows,) (`log_f_gap`)."""
+        biases = [None if l % 2 == 0 else self.base[l] + self.drift[l] for l in range(self.num_layers)]
+        return log_f_gap(self.layers, self.exact, self.surrogate, biases, self.scale)
 
     def _choose_fusion(self, chain_steps: int, beta: Tensor) -> None:
         """Set the fused functions: with 'auto', compiled where the run is long enough (`LoopOptions.fuse_for`) and
@@ -260,6 +335,8 @@ class BinaryGibbsProgram:
         def view(x):
             return None if x is None else x.view(*shape, x.shape[-1])
 
+        if self.surrogate is not None:  # the model's own odd inputs (and no probabilities: they were W~'s)
+            return self.path.state_from_layers([view(x) for x in self.layers])
         layers, inputs, probs = (tuple(map(view, xs)) for xs in (self.layers, self.inputs, self.probs))
         state = BoltzmannState(layers, inputs, probs)
         return state._replace(probs_key=self.path.probs_key(beta, state))
@@ -278,9 +355,10 @@ class BinaryGibbsProgram:
                     return torch.addmm(out, self.operand[l], matrix, out=out, **options)
                 return torch.mm(self.operand[l], matrix, out=out, **options)
         matrix = self.weights[w] if forward else self.weights[w].t()
-        if accumulate:
-            return torch.addmm(out, self.operand[l], matrix, out=out)
-        return torch.mm(self.operand[l], matrix, out=out)
+        with tf32_products() if self.tf32_path else contextlib.nullcontext():
+            if accumulate:
+                return torch.addmm(out, self.operand[l], matrix, out=out)
+            return torch.mm(self.operand[l], matrix, out=out)
 
     def _neighbour_input(self, l: int, out: Tensor) -> Tensor:
         first = True

@@ -243,12 +243,19 @@ class HMCProgram:
         """(betas (K + 1,), step sizes (K + 1, ...) broadcasting against the latents (N, C, latent_dim))."""
         return betas, self.kernel.step_sizes_at(betas, self._fields[0])  # (after `begin`: the latents' dtype)
 
-    def begin(self, state: DirectedState, log_weights: Optional[Tensor], beta: float, steps: int = 0) -> None:
-        """Load `state` (not modified) and the log-weights to add to ((N, C) float64; zeros when None)."""
+    def begin(
+        self, state: DirectedState, log_weights: Optional[Tensor], beta: float, steps: int = 0, start_step: int = 0
+    ) -> None:
+        """Load `state` (not modified) and the log-weights to add to ((N, C) float64; zeros when None). `beta`,
+        `steps` and `start_step` change nothing here."""
         self._fields = [None if t is None else t.clone(memory_format=torch.contiguous_format) for t in state]
         if log_weights is None:
             log_weights = torch.zeros(state.log_likelihood.shape, dtype=torch.float64, device=self.device)
         self.log_weights = log_weights
+
+    def finish(self, beta: float) -> Tensor:
+        """The log-weights, holding the run's sums (added to in place)."""
+        return self.log_weights
 
     def state(self, beta: float) -> DirectedState:
         return DirectedState(*self._fields)

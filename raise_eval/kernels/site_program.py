@@ -39,10 +39,12 @@ class SiteScanProgram:
         self.tables = path.coupling_tables()
         self.log_weights: Optional[Tensor] = None  # set by `begin`
 
-    def begin(self, state: Tensor, log_weights: Optional[Tensor], beta: float, steps: int = 0) -> None:
+    def begin(
+        self, state: Tensor, log_weights: Optional[Tensor], beta: float, steps: int = 0, start_step: int = 0
+    ) -> None:
         """Load `state` (int64 codes (*B, L), not modified) and the log-weights to add to (float64 shaped B; zeros
-        when None; a given tensor is added to in place, as `anneal` does). `beta` and `steps` change nothing here:
-        the scan carries nothing from one step to the next but the codes."""
+        when None; a given tensor is added to in place, as `anneal` does). `beta`, `steps` and `start_step` change
+        nothing here: the scan carries nothing from one step to the next but the codes."""
         self.batch_shape = state.shape[:-1]
         self.codes = state.reshape(-1, state.shape[-1]).clone(memory_format=torch.contiguous_format)  # (C, L)
         if log_weights is None:
@@ -51,8 +53,8 @@ class SiteScanProgram:
         self._given = log_weights
         self.log_weights = log_weights if log_weights.is_contiguous() else log_weights.contiguous()
 
-    def finish(self) -> Tensor:
-        """The log-weights the run was given (or made), holding the run's sums."""
+    def finish(self, beta: float) -> Tensor:
+        """The log-weights the run was given (or made), holding the run's sums (`beta` changes nothing here)."""
         if self._given is not self.log_weights:
             self._given.copy_(self.log_weights)
         return self._given

@@ -142,7 +142,7 @@ def test_programs_run_where_the_options_say():
     assert LoopOptions(fuse="auto").fuse_for(torch.device("cpu"), 10**12) == "none"
     assert LoopOptions(fuse="auto").fuse_for(torch.device("cuda"), 1000) == "none"
     assert LoopOptions(fuse="compile").fuse_for(torch.device("cpu"), 1) == "compile"
-    with pytest.raises(ValueError, match="products must be one of model, half-split, tf32-split; got 'fp8'"):
+    with pytest.raises(ValueError, match="products must be one of model, half-split, tf32-split, half-path, tf32-path; got 'fp8'"):
         LoopOptions(products="fp8")
     with pytest.raises(ValueError, match="steps_per_graph must be a non-negative integer"):
         LoopOptions(steps_per_graph=-1)
@@ -277,3 +277,116 @@ def test_auto_fusion_is_decided_by_the_whole_run_so_a_continued_run_fuses_alike(
         _, log_w = anneal(path, start, linear_schedule(12), generator=_gen(16))
         anneal(path, start, linear_schedule(12), generator=_gen(16), log_weights=log_w.clone(), start_step=9)
     assert seen == [120, 120]
+
+
+# --------------------------------------------------------------------------------------- surrogate weights
+# The half and TF32 paths (products='half-path', 'tf32-path') anneal the model with its weights rounded, W~, and keep
+# the path's ends at beta = 1 the model's own. Off CUDA the same code runs with any surrogate weights in the model's
+# dtype; these tests take W~ = W / 2, far from W, so that a missing or misplaced end link moves log Z by nats.
+
+
+def _surrogate(model):
+    return [w / 2 for w in model.weights]
+
+
+def _surrogate_model(model):
+    from raise_eval.models import LayeredBoltzmannMachine
+
+    return LayeredBoltzmannMachine(_surrogate(model), model.biases, model.weight_scale)
+
+
+def _surrogate_program(path):
+    return lambda options: BinaryGibbsProgram(path, surrogate=_surrogate(path.model))
+
+
+@pytest.mark.parametrize("betas", [(0.0, 1.0), (1.0, 0.3), (0.2, 0.7), (1.0, 1.0)], ids=str)
+def test_a_surrogate_step_is_the_surrogates_and_the_ends_at_one_are_the_models(tiny_rbm, tiny_dbm, betas):
+    """One step's log-weight is the surrogate path's log-density ratio, plus log f_1(x) - log f~_1(x) of the last
+    state where the run ends at beta = 1, minus that of the first where it starts there (the links to and from the
+    model's own distribution), to float64 rounding; the state handed out carries the model's odd inputs."""
+    for model, clamped in ((tiny_rbm, ()), (tiny_dbm, ()), (tiny_dbm, (0,))):
+        path = BoltzmannPath(model, clamped=clamped)
+        twin = BoltzmannPath(_surrogate_model(model), path.base_biases, clamped)
+        start = path.sample_initial(500, _gen(1))
+        program = BinaryGibbsProgram(path, surrogate=_surrogate(model))
+        program.begin(start, None, betas[0], 1)
+        program.step(*(torch.tensor(b, dtype=torch.float64) for b in betas), _gen(2))
+        after = program.state(betas[1])
+        log_w = program.finish(betas[1])
+
+        def gap(state):  # log f_1(x) - log f~_1(x): the bases agree, so the ratios from beta = 0 differ by it
+            exact_state, twin_state = path.state_from_layers(state.layers), twin.state_from_layers(state.layers)
+            return path.log_density_ratio(exact_state, 0.0, 1.0) - twin.log_density_ratio(twin_state, 0.0, 1.0)
+
+        expected = twin.log_density_ratio(twin.state_from_layers(after.layers), *betas)
+        expected = expected - gap(start) * (betas[0] == 1.0) + gap(after) * (betas[1] == 1.0)
+        assert float(gap(after).abs().max()) > 0.1  # the surrogate is far from the model
+        assert torch.allclose(log_w, expected, rtol=0, atol=1e-9)
+        model_state = path.state_from_layers(after.layers)
+        for l in range(1, model.num_layers, 2):
+            assert torch.allclose(after.odd_inputs[l], model_state.odd_inputs[l], rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_ais_on_a_surrogate_path_is_unbiased_for_the_models_log_z(tiny_rbm, tiny_dbm, train_vectors, k, monkeypatch):
+    """AIS whose chains anneal W~ = W / 2 estimates the model's Z without bias (its last link is to the model's
+    own distribution); RAISE from the model's states is unbiased for the surrogate path's annealing model (its first
+    link from the model's distribution cancels log f(v) - log f~(v)), whose limit is the surrogate's likelihood."""
+    from raise_eval import data_base_rates
+
+    betas = linear_schedule(k)
+    rbm_path = BoltzmannPath(tiny_rbm, data_base_rates(tiny_rbm, train_vectors))
+    for path, seed in ((rbm_path, 50), (BoltzmannPath(tiny_dbm), 60)):
+        monkeypatch.setattr(path, "step_program", _surrogate_program(path))
+        model, twin = path.model, _surrogate_model(path.model)
+        v = exact.binary_configurations(model.n_visible)[[0, 5, -3, -1]]
+        with loop_options(programs="always"):
+            result = ais(path, betas, CHAINS, generator=_gen(seed + k))
+            raised = raise_log_likelihood(path, v, betas, CHAINS, generator=_gen(seed + 5 + k))
+        assert abs(exact.log_partition(model) - exact.log_partition(twin)) > 0.15  # many standard errors
+        assert_unbiased(result.log_weights, exact.log_partition(model))
+        p_ann = exact.annealing_model_marginal(twin, path.base_biases, betas)
+        assert_unbiased(raised.log_weights, torch.log(p_ann[exact.configuration_index(v)]))
+
+
+def test_a_continued_surrogate_run_is_the_uninterrupted_one(tiny_dbm):
+    """Saved after step 5 of 12, or after its last step (a run continued at its end), and continued: the same
+    log-weights, bit for bit (the link from the model's distribution is taken at a run's step 0 only)."""
+    path = BoltzmannPath(tiny_dbm)
+    path.step_program = _surrogate_program(path)
+    start = path.sample_initial(300, _gen(5))
+    for betas in (linear_schedule(12), linear_schedule(12).flip(0)):
+        saved = {}
+
+        def keep(step, state, log_weights):
+            if step in (5, 12):
+                saved[step] = (path.clone_state(state), log_weights.clone(), gen.get_state())
+
+        gen = _gen(1)
+        with loop_options(programs="always"):
+            _, whole = anneal(path, start, betas, generator=gen, on_step=keep)
+            for step in (5, 12):
+                state, log_weights, generator_state = saved[step]
+                gen.set_state(generator_state)
+                _, continued = anneal(path, state, betas, generator=gen, log_weights=log_weights, start_step=step)
+                assert torch.equal(continued, whole)
+
+
+def test_surrogate_weights_are_refused_with_other_products_or_other_shapes(tiny_rbm):
+    path = BoltzmannPath(tiny_rbm)
+    with pytest.raises(ValueError, match="surrogate weights multiply in the model's dtype"):
+        BinaryGibbsProgram(path, products="half-split", surrogate=_surrogate(tiny_rbm))
+    with pytest.raises(ValueError, match="shaped like the model's"):
+        BinaryGibbsProgram(path, surrogate=[w.t() for w in tiny_rbm.weights])
+    for products in ("half-path", "tf32-path"):
+        with pytest.raises(ValueError, match=f"products='{products}' needs a float32 model on a CUDA device"):
+            BinaryGibbsProgram(BoltzmannPath(tiny_rbm.to(dtype=torch.float32)), products=products)
+
+
+def test_the_half_path_refuses_weights_float16_cannot_hold():
+    from raise_eval.kernels.split_products import half_path_weights
+
+    w = torch.tensor([[1.0, -70000.0]])
+    with pytest.raises(ValueError, match="the largest |W| is 7e\\+04, float16 stops at 65504"):
+        half_path_weights(w)
+    assert half_path_weights(torch.tensor([[1.0, 65504.0]])).dtype == torch.float16
