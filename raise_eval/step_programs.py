@@ -64,7 +64,8 @@ class LoopOptions:
         precision, times the weights split into half-precision terms whose sum is the weight to within a bound
         reported by `kernels.split_products.split_error_bound`; float32 models on CUDA) or 'half-path' (the states
         times the weights rounded to float16, one product: the chains anneal that rounded model, and the runs'
-        ends at beta = 1 are the model's own, so the estimates stay unbiased for it; `kernels.binary_program`) or
+        ends at beta = 1 are the model's own: AIS stays unbiased for its Z, and RAISE estimates the rounded model,
+        the shift measured in the report; `kernels.binary_program`, `evaluation.rounding`) or
         'tf32-path' (the same with the weights rounded to TF32, read exactly by the TF32 tensor cores, the states
         as they are).
     fuse: 'auto' (the default: compile on CUDA for a run of at least FUSE_MIN_CHAIN_STEPS chain-steps, where Triton

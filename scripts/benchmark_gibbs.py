@@ -174,6 +174,8 @@ CUDA_LOOPS = {
     "graphs, compiled elementwise": {"fuse": "compile"},
     "graphs, half-split, compiled": {"products": "half-split", "fuse": "compile"},
     "graphs, TF32-split, compiled": {"products": "tf32-split", "fuse": "compile"},
+    "graphs, half path, compiled": {"products": "half-path", "fuse": "compile"},
+    "graphs, TF32 path, compiled": {"products": "tf32-path", "fuse": "compile"},
 }
 HEADLINE = "graphs, compiled elementwise"
 
@@ -183,7 +185,13 @@ def benchmark_cuda(device, chains: int, steps: int, repeats: int, dtype: torch.d
     step: (time of 5 * steps - time of steps) / (4 * steps), so that what a run pays once (a graph's capture, the
     first eager step) is left out; and the bare products: two float32 torch.mm, and the two half-split products
     (bfloat16 states times the stacked bfloat16 terms of W, `kernels.split_products`)."""
-    from raise_eval.kernels.split_products import HALF, SplitWeight, out_dtype_products_available, split_terms
+    from raise_eval.kernels.split_products import (
+        HALF,
+        HALF_PATH,
+        SplitWeight,
+        out_dtype_products_available,
+        split_terms,
+    )
     from raise_eval.step_programs import loop_options
 
     g = torch.Generator(device=device).manual_seed(0)
@@ -198,6 +206,11 @@ def benchmark_cuda(device, chains: int, steps: int, repeats: int, dtype: torch.d
     split = dtype == torch.float32 and out_dtype_products_available(device)
     if not split:
         loops = {k: o for k, o in loops.items() if o.get("products") != "half-split"}
+    half_path = dtype == torch.float32 and out_dtype_products_available(device, HALF_PATH)
+    if not half_path:
+        loops = {k: o for k, o in loops.items() if o.get("products") != "half-path"}
+    if dtype != torch.float32:
+        loops = {k: o for k, o in loops.items() if o.get("products") != "tf32-path"}
 
     def ais(options, n):
         def run():
@@ -260,6 +273,16 @@ def benchmark_cuda(device, chains: int, steps: int, repeats: int, dtype: torch.d
 
         return run
 
+    hf, vf, Wf = h.to(HALF_PATH), v.to(HALF_PATH), W.to(HALF_PATH)
+
+    def bare_f16_f32(n):  # the half path's products: float16 states times fp16(W) into float32 results
+        def run():
+            for _ in range(n):
+                torch.mm(hf, Wf.t(), out_dtype=torch.float32)
+                torch.mm(vf, Wf, out_dtype=torch.float32)
+
+        return run
+
     h2, v2 = h.repeat(1, 2), v.repeat(1, 2)
     W2 = torch.cat([W, W], 0)  # (2 n_visible, n_hidden): the shapes of a two-term TF32 split (hi + lo)
     W2t = torch.cat([W.t(), W.t()], 0).contiguous()
@@ -280,6 +303,8 @@ def benchmark_cuda(device, chains: int, steps: int, repeats: int, dtype: torch.d
     runs["bare bfloat16 products (bf16 out)"] = (bare_bf16(steps), bare_bf16(5 * steps))
     if split:
         runs["bare bfloat16 products, float32 out"] = (bare_bf16_f32(steps), bare_bf16_f32(5 * steps))
+    if half_path:
+        runs["bare float16 products, float32 out (half path)"] = (bare_f16_f32(steps), bare_f16_f32(5 * steps))
     runs["bare TF32 products"] = (bare_tf32(steps), bare_tf32(5 * steps))
     runs["bare TF32 products, two terms stacked"] = (bare_tf32_two_terms(steps), bare_tf32_two_terms(5 * steps))
     failed = {}

@@ -11,9 +11,11 @@
 # by `python scripts/examples/ising_torus.py --out DATA_DIR/ising_torus`), the 32 x 32 Ising torus (a fully visible
 # model) at K = 3,000 on CUDA, eagerly and at the defaults (its site scan in CUDA graphs).
 # PAPER_RUNS="default tf32_split" (say) runs only those of the paper-scale runs (eager, default, compile, tf32_split,
-# half_split).
+# half_split, half_path, tf32_path; by default default, half_path and tf32_path). OPEN_ONLY=1 runs only what issue 46
+# still has to show (the CUDA tests, the benchmark and the paper-scale runs: about 5 minutes on an H200).
 #
-#   bash scripts/check_gpu.sh DATA_DIR OUT_DIR
+#   python scripts/prepare_gpu_data.py --out .gpu --ising    # DATA_DIR from ../shared/data (28 MB)
+#   bash scripts/check_gpu.sh .gpu OUT_DIR                   # on the GPU machine, carry [".gpu"]
 #
 # DATA_DIR holds mnist_test.npz and mnist_train.npz (binarized MNIST as (N, 784) arrays) and
 # rbm_mnist_sgd_grosse_salakhutdinov_2015.npz (../shared/data/checkpoints); where it also holds
@@ -51,7 +53,7 @@ done
 PAPER=(evaluate "$DATA/rbm_mnist_sgd_grosse_salakhutdinov_2015.npz" --device cuda --data "$DATA/mnist_test.npz"
   --train-data "$DATA/mnist_train.npz" --steps 100000 --ais-chains 5000 --raise-examples 100 --raise-chains 50
   --exact never --no-progress)
-for run in ${PAPER_RUNS:-eager default tf32_split half_split}; do  # PAPER_RUNS: some of these, for less device time
+for run in ${PAPER_RUNS:-default half_path tf32_path}; do  # PAPER_RUNS: some of these, for less device time
   case $run in
     eager) step paper_scale_eager 120 raise-eval "${PAPER[@]}" --loop eager --json "$OUT/paper_scale_eager.json" ;;
     default) step paper_scale_default 120 raise-eval "${PAPER[@]}" --json "$OUT/paper_scale_default.json" ;;
@@ -61,8 +63,16 @@ for run in ${PAPER_RUNS:-eager default tf32_split half_split}; do  # PAPER_RUNS:
       --json "$OUT/paper_scale_half_split.json" ;;
     tf32_split) step paper_scale_tf32_split 120 raise-eval "${PAPER[@]}" --gpu-products tf32-split --gpu-fuse compile \
       --json "$OUT/paper_scale_tf32_split.json" ;;
+    half_path) step paper_scale_half_path 120 raise-eval "${PAPER[@]}" --gpu-products half-path \
+      --json "$OUT/paper_scale_half_path.json" ;;
+    tf32_path) step paper_scale_tf32_path 120 raise-eval "${PAPER[@]}" --gpu-products tf32-path \
+      --json "$OUT/paper_scale_tf32_path.json" ;;
   esac
 done
+if [ "${OPEN_ONLY:-0}" = 1 ]; then
+  printf '%s\n' "${SUMMARY[@]}" | tee -a "$LOG"
+  exit 0
+fi
 step cli_half_split 45 raise-eval evaluate checkpoints/rbm_digits_64-16.pt --device cuda --gpu-products half-split \
   --no-progress --json "$OUT/half_split_digits.json"
 step cli_dbm 60 raise-eval evaluate checkpoints/dbm_mnist_20-500.pt --device cuda --data "$DATA/mnist_test.npz" \

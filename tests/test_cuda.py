@@ -286,6 +286,82 @@ def test_tf32_split_products_are_within_their_bound():
     assert not torch.backends.cuda.matmul.allow_tf32  # the setting is the caller's again
 
 
+def _rounded_twin(model, products: str):
+    """The float32 model the chains of the half or TF32 path anneal (its weights rounded as the program rounds
+    them), on the CPU, for the exact answers."""
+    from raise_eval.kernels.split_products import half_path_weights, tf32_round
+    from raise_eval.models import LayeredBoltzmannMachine
+
+    rounding = half_path_weights if products == "half-path" else tf32_round
+    weights = [rounding(w.float()).float() for w in model.weights]
+    return LayeredBoltzmannMachine(weights, [b.float() for b in model.biases], model.weight_scale)
+
+
+@GRAPHS
+@pytest.mark.parametrize("products", ["half-path", "tf32-path"])
+@pytest.mark.parametrize("per_graph", [1, 3])
+@pytest.mark.parametrize("k", [1, 2, 7])
+def test_rounded_paths_in_graphs_are_unbiased(tiny_rbm, tiny_dbm, train_vectors, k, per_graph, products):
+    """The half and TF32 paths on CUDA: AIS against the model's exact log Z (its last link is to the model's own
+    distribution), RAISE against the exact annealing-model marginal of the rounded model whose path the chains
+    anneal (an RBM from the test vectors, a DBM through heating), in graphs of 1 and 3 steps."""
+    from raise_eval.kernels.split_products import HALF_PATH, out_dtype_products_available
+    from raise_eval.step_programs import loop_options
+
+    if products == "half-path" and not out_dtype_products_available(torch.device(DEVICE), HALF_PATH):
+        pytest.skip(f"torch {torch.__version__} has no float16 products into float32 (mm's out_dtype)")
+    betas = linear_schedule(k)
+    with loop_options(steps_per_graph=per_graph, products=products):
+        rbm = tiny_rbm.to(dtype=torch.float32)
+        path = BoltzmannPath(_on_device(rbm, torch.float32), data_base_rates(rbm, train_vectors.float()))
+        assert_unbiased(_cpu(ais(path, betas, CHAINS, generator=_generator(800 + k)).log_weights),
+                        exact.log_partition(rbm))  # fmt: skip
+        v = exact.binary_configurations(8)[[0, 37, 200, 255]]
+        base = [b.cpu() for b in path.base_biases]
+        p_ann = exact.annealing_model_marginal(_rounded_twin(rbm, products), base, betas)
+        result = raise_log_likelihood(path, v.to(DEVICE, torch.float32), betas, CHAINS, generator=_generator(900 + k))
+        assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
+        dbm = tiny_dbm.to(dtype=torch.float32)
+        path = BoltzmannPath(_on_device(dbm, torch.float32))
+        assert_unbiased(_cpu(ais(path, betas, CHAINS, generator=_generator(1000 + k)).log_weights),
+                        exact.log_partition(dbm))  # fmt: skip
+        v = _test_vectors(dbm.n_visible)
+        p_ann = exact.annealing_model_marginal(_rounded_twin(dbm, products), BoltzmannPath(dbm).base_biases, betas)
+        result = raise_log_likelihood(path, v.to(DEVICE, torch.float32), betas, CHAINS, generator=_generator(1100 + k))
+        assert result.start == "heating"
+        assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
+
+
+@GRAPHS
+@pytest.mark.parametrize("products", ["half-path", "tf32-path"])
+def test_rounded_path_products_are_the_rounded_weights_times_the_states(products):
+    """x W~ on the tensor cores equals x W~ in float64 to float32 accumulation, W~ the weights rounded to float16
+    or TF32 (read exactly: binary states and rounded weights, one product); and TF32 is the caller's setting
+    again afterwards."""
+    from raise_eval.kernels.split_products import HALF_PATH, half_path_weights, out_dtype_products_available
+    from raise_eval.kernels.split_products import tf32_round
+
+    if products == "half-path" and not out_dtype_products_available(torch.device(DEVICE), HALF_PATH):
+        pytest.skip(f"torch {torch.__version__} has no float16 products into float32 (mm's out_dtype)")
+    from raise_eval import RBM
+    from raise_eval.kernels.binary_program import BinaryGibbsProgram
+
+    g = _generator(7)
+    model = RBM.random(784, 500, weight_std=0.05, generator=g, dtype=torch.float32, device=DEVICE)
+    path = BoltzmannPath(model)
+    program = BinaryGibbsProgram(path, products=products)
+    program.begin(path.sample_initial(64, g), None, 0.5)
+    x = program.layers[0]
+    out = torch.empty(64, 500, device=DEVICE)
+    program._product(0, 1, out, accumulate=False)
+    rounding = half_path_weights if products == "half-path" else tf32_round
+    reference = x.double() @ rounding(model.weights[0]).double()
+    scale = (x.double() @ model.weights[0].double().abs()).max()
+    assert float((out.double() - reference).abs().max()) <= 1e-6 * float(scale)
+    assert float((rounding(model.weights[0]).double() - model.weights[0].double()).abs().max()) > 0  # rounded
+    assert not torch.backends.cuda.matmul.allow_tf32
+
+
 @GRAPHS
 @pytest.mark.parametrize("k", [2, 7])
 def test_compiled_elementwise_work_is_unbiased(tiny_rbm, k):

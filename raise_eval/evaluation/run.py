@@ -24,6 +24,7 @@ from raise_eval.evaluation.log_f_check import LogFCheck
 from raise_eval.evaluation.memory import CostEstimate
 from raise_eval.evaluation.plan import EvaluationPlan, plan_evaluation, plan_loop_options
 from raise_eval.evaluation.report import EvaluationFailed, EvaluationInterrupted, EvaluationReport, ExactValues
+from raise_eval.evaluation.rounding import rounding_note, rounding_report
 from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
 from raise_eval.evaluation.stages import (
     STAGE,
@@ -247,6 +248,10 @@ def _run(plan: EvaluationPlan, log_f, exact_values, log_f_check, resume_file, co
             done["pilot"] = pilot
         stage = STAGE["ais"].interrupted
         done["ais"] = ais_stage(plan, betas, store)
+        rounding = rounding_report(plan, done["ais"])
+        if rounding is not None:
+            all_settings["gpu_rounding"] = rounding
+            notes.append(rounding_note(plan.settings.gpu_products, rounding))
         if plan.ais_chains > plan.shard_size:
             shards = len(shard_bounds(plan.ais_chains, plan.shard_size))
             notes.append(f"AIS ran in {shards} shards of up to {plan.shard_size} chains")

@@ -227,10 +227,11 @@ class EvaluateSettings:
         "float32 models only: three terms hold float32 weights exactly; tf32-split multiplies them by the weights "
         "split into two TF32 terms (faster, not exact); half-path multiplies them by the weights rounded to float16, "
         "one product on the tensor cores: the chains anneal that rounded model and each run's ends at beta = 1 are "
-        "the model's own, so the estimates stay unbiased for the model (no bound needed); tf32-path is the same with "
-        "the weights rounded to TF32 on the TF32 tensor cores (no copies of the states). The JSON gives the bound "
-        "on how far a split can move any log-density (settings.gpu_product_error_bound, 0 where it is exact or for "
-        "half-path and tf32-path)",
+        "the model's own, so AIS's log Z stays the model's, without bias, while RAISE estimates the rounded model "
+        "(settings.gpu_rounding measures how far its log-likelihood lies from the model's); tf32-path is the same "
+        "with the weights rounded to TF32 on the TF32 tensor cores (no copies of the states). The JSON gives the "
+        "bound on how far a split can move any log-density (settings.gpu_product_error_bound, 0 where it is exact "
+        "and for half-path and tf32-path)",
         kind="choice", numbers="kept", choices=("model", "half-split", "tf32-split", "half-path", "tf32-path"),
         flag="--gpu-products",
         group="run",

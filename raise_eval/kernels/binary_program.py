@@ -27,7 +27,9 @@ weights W~, f~_beta, for every beta < 1, and the path's distribution at beta = 1
 identity as the transition between f~_1 and f_1. A run that reaches beta = 1 (AIS) adds log f_1(x) - log f~_1(x) of
 its last state (`finish`); a run that starts there (RAISE, heating's reverse) from the model's own states adds
 log f~_1(x) - log f_1(x) of its first (`begin`, at the run's step 0). Each is a link of an annealing path like any
-other, so AIS and RAISE stay unbiased for the model itself. At beta = 0 the two paths agree (the base has no
+other: AIS stays unbiased for the model's own Z, and RAISE (from the model's own states) for the annealing model
+of the rounded path, whose limit is the rounded model's likelihood (`evaluation.rounding` measures the difference).
+At beta = 0 the two paths agree (the base has no
 weights). The states this program hands out (`state`) carry the model's own odd inputs.
 """
 
@@ -47,13 +49,12 @@ from raise_eval.kernels.split_products import (
     HALF,
     HALF_PATH,
     SplitWeight,
-    half_path_weights,
     out_dtype_products_available,
+    path_weights,
     split_error_bound,
     split_terms,
     terms_needed,
     tf32_products,
-    tf32_round,
     tf32_terms,
 )
 
@@ -194,7 +195,7 @@ class BinaryGibbsProgram:
                     "products='half-path' needs torch.mm(..., out_dtype=torch.float32) for float16 matrices, which "
                     f"this torch ({torch.__version__}) lacks on {self.device} (use products='model')"
                 )
-            rounded = [half_path_weights(w) for w in model.weights]
+            rounded = [path_weights(products, w) for w in model.weights]
             self.split = [SplitWeight([w]) for w in rounded]
             self.terms = 1
             surrogate = rounded
@@ -217,7 +218,7 @@ class BinaryGibbsProgram:
         else:
             self.terms = 1
             if self.tf32_path:
-                surrogate = [tf32_round(w) for w in model.weights]  # read exactly by a TF32 tensor core
+                surrogate = [path_weights(products, w) for w in model.weights]  # read exactly by TF32 cores
             if surrogate is not None and [tuple(w.shape) for w in surrogate] != [tuple(w.shape) for w in model.weights]:
                 raise ValueError("surrogate weights must be shaped like the model's, one matrix per pair of layers")
             chosen = model.weights if surrogate is None else surrogate

@@ -22,8 +22,9 @@ not exact: its bound (`tf32_split_error_bound`) is s sum_ij 2^-10 |lo_ij|, about
 The half path (`half_path_weights`) takes one float16 term, W~ = fp16(W) (11 significant bits), and does not bound
 anything: the chains anneal the model with weights W~, whose products x W~ are exact in float16 operands (up to the
 float32 accumulation, as ever), and the path's ends at beta = 1 stay the model's own (`kernels.binary_program`: the
-log-weights gain log f(x) - log f~(x) at beta = 1), so the estimates stay unbiased for the model itself; the
-rounding only adds the spread of that difference to the weights' (0.005 nats on the 784-500 MNIST RBM).
+log-weights gain log f(x) - log f~(x) at beta = 1): AIS's log Z stays the model's, without bias, and RAISE
+estimates the rounded model (`evaluation.rounding` measures how far its log-likelihood lies from the model's). The
+spread of log f - log f~ over model states is about 0.005 nats on the 784-500 MNIST RBM (0.046 rounded to bfloat16).
 """
 
 from __future__ import annotations
@@ -123,6 +124,20 @@ def tf32_split_error_bound(weights: Sequence[Tensor], scale: float = 1.0) -> flo
     for w in weights:
         total += float(tf32_terms(w)[1].double().abs().sum()) * TF32_RELATIVE_ERROR
     return abs(float(scale)) * total if math.isfinite(total) else math.inf
+
+
+# The rounded paths: the products setting, and the rounding of the weights whose path its chains anneal
+PATH_ROUNDINGS = {"half-path": "float16", "tf32-path": "tf32"}
+
+
+def path_weights(products: str, weight: Tensor) -> Tensor:
+    """W~ of a rounded path (PATH_ROUNDINGS): fp16(W) for 'half-path' (float16, `half_path_weights`), tf32(W) for
+    'tf32-path' (float32, `tf32_round`)."""
+    if products == "half-path":
+        return half_path_weights(weight)
+    if products == "tf32-path":
+        return tf32_round(weight)
+    raise ValueError(f"products {products!r} anneals no rounded path (those are {', '.join(PATH_ROUNDINGS)})")
 
 
 @contextmanager

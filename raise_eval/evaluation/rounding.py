@@ -1,0 +1,79 @@
+"""What a rounded path (`--gpu-products half-path` or `tf32-path`) changes in an evaluation, measured.
+
+The chains of a rounded path anneal the model with its weights rounded, W~ (`kernels.split_products.path_weights`),
+and the path's ends at beta = 1 are the model's own (`kernels.binary_program`). So AIS's log Z is the model's, without
+bias. RAISE, from the model's own states, is unbiased for the annealing model of the rounded path, whose limit (many
+steps) is the rounded model's likelihood p~(v) = f~(v) / Z~; the model's is p(v) = f(v) / Z. They differ by
+
+    log p(v) - log p~(v) = [log f(v) - log f~(v)] - [log Z - log Z~],
+
+which this module measures: the first term exactly for each test vector where log f(v) has a closed form (an RBM),
+the second from AIS's own chains (their log-weights w hold the model's log Z; w - gap, with gap = log f - log f~ at
+each chain's last state, the rounded model's: log Z - log Z~ = logsumexp(w) - logsumexp(w - gap)).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import torch
+
+from raise_eval.kernels.binary_program import log_f_gap
+from raise_eval.kernels.split_products import PATH_ROUNDINGS, path_weights
+
+# Test vectors per float64 product (rows x the widest layer's units, 8 bytes each: 4,096 x 784 = 26 MB)
+_ROWS = 4096
+
+
+def rounding_report(plan, ais_result) -> Optional[dict[str, Any]]:
+    """The JSON's settings.gpu_rounding for a rounded path (None for other products): the weights' rounding,
+    log_z_shift (log Z - log Z~, from AIS's chains; None where AIS kept no final state: several shards or a resumed
+    run), gap_sd (the spread of log f - log f~ over AIS's last states, which the rounding adds to the log-weights),
+    test_log_f_shift (the mean of log f(v) - log f~(v) over the test vectors; RBMs only) and raise_shift (their
+    difference: the model's average test log-likelihood minus the rounded model's, how far RAISE's limit lies from
+    the model's; None where either part is)."""
+    products = plan.settings.gpu_products
+    if products not in PATH_ROUNDINGS or plan.family == "fully-visible" or plan.path.model.typed_layers:
+        return None
+    model = plan.path.model
+    exact = [w.double() for w in model.weights]
+    rounded = [path_weights(products, w).double() for w in model.weights]
+    biases = [None if l % 2 == 0 else b for l, b in enumerate(model.biases)]
+    scale = float(model.weight_scale)
+    out: dict[str, Any] = {"weights": PATH_ROUNDINGS[products], "log_z_shift": None, "gap_sd": None}
+    state = None if ais_result is None else ais_result.final_state
+    if state is not None:
+        layers = [None if x is None else x.reshape(-1, x.shape[-1]) for x in state.layers]
+        log_w = ais_result.log_weights.reshape(-1).to(torch.float64)
+        gap = log_f_gap(layers, exact, rounded, biases, scale).to(log_w.device)
+        out["log_z_shift"] = float(torch.logsumexp(log_w, 0) - torch.logsumexp(log_w - gap, 0))
+        out["gap_sd"] = float(gap.std()) if gap.numel() > 1 else 0.0
+    out["test_log_f_shift"] = None
+    if plan.family == "RBM":
+        test = plan.test
+        gaps = [
+            log_f_gap([test[i : i + _ROWS], None], exact, rounded, biases, scale) for i in range(0, len(test), _ROWS)
+        ]
+        out["test_log_f_shift"] = float(torch.cat(gaps).mean())
+    shifts = (out["test_log_f_shift"], out["log_z_shift"])
+    out["raise_shift"] = None if None in shifts else shifts[0] - shifts[1]
+    return out
+
+
+def rounding_note(products: str, report: dict[str, Any]) -> str:
+    """The report's note on a rounded path: what AIS and RAISE estimate, and the measured shift."""
+    text = (
+        f"the chains annealed the model with its weights rounded to {report['weights']} ({products}): AIS's log Z is "
+        "the model's own; RAISE estimates the rounded model"
+    )
+    if report["raise_shift"] is not None:
+        return text + (
+            f"; the model's average test log-likelihood is the rounded model's {report['raise_shift']:+.2g} nats "
+            "(measured: settings.gpu_rounding)"
+        )
+    why = (
+        "AIS kept no final state to measure log Z - log Z~ from"
+        if report["log_z_shift"] is None
+        else ("log f(v) of this model has no closed form")
+    )
+    return text + f" (how far its log-likelihood lies from the model's is not measured: {why})"
