@@ -35,6 +35,7 @@ from tqdm.auto import tqdm
 
 PROGRAMS = ("cuda", "always", "never")
 PRODUCTS = ("model", "half-split", "tf32-split", "half-path", "tf32-path")
+ROUNDED_PATHS = ("half-path", "tf32-path")  # products whose chains anneal the rounded model (`kernels.binary_program`)
 FUSE = ("auto", "none", "compile", "fused")
 
 
@@ -100,6 +101,18 @@ class LoopOptions:
     def runs_on(self, device: torch.device) -> bool:
         """Whether a path's program (where it offers one) replaces the eager loop on `device`."""
         return self.programs == "always" or (self.programs == "cuda" and device.type == "cuda")
+
+
+def refuse_rounded_paths(what: str) -> None:
+    """Refuse a rounded path (`LoopOptions.products` 'half-path' or 'tf32-path') for `what`, a pass that reads the
+    log-weights before a run's end: until the run's last link to the model's own distribution they are the rounded
+    model's."""
+    products = current_loop_options().products
+    if products in ROUNDED_PATHS:
+        raise ValueError(
+            f"{what} reads its log-weights at intermediate rungs, which products={products!r} holds for the model "
+            "with rounded weights (only a run's end at beta = 1 is the model's own): run it with products='model'"
+        )
 
 
 def _from_environment() -> LoopOptions:
@@ -261,6 +274,7 @@ __all__ = [
     "current_loop_options",
     "loop_options",
     "run_program",
+    "refuse_rounded_paths",
     "can_capture",
     "describe_per_graph",
 ]

@@ -26,7 +26,8 @@ from raise_eval.evaluation.settings import EvaluateSettings, evaluate_settings
 from raise_eval.models.contracts import declared_family
 from raise_eval.runtime.resume import model_digest, tensor_digest
 from raise_eval.runtime.threads import using_threads
-from raise_eval.settings import declarations, number_fields
+from raise_eval.settings import SettingsError, declarations, number_fields
+from raise_eval.step_programs import ROUNDED_PATHS
 
 # The settings a certified run's resume file must agree on (besides the model and the data): those declared to
 # change the numbers at some K (`numbers=`), the evaluation's `steps` being the first K ('first_steps').
@@ -89,10 +90,18 @@ def certify_settings(settings: Optional[CertifySettings], overrides: dict[str, A
             raise ValueError(f"certify manages {name} itself; do not pass it")
     own = {k: overrides.pop(k) for k in CERTIFY_FIELDS if k in overrides}
     if settings is None:
-        base_evaluation = evaluate_settings(None, overrides)
-        return CertifySettings(evaluation=base_evaluation, **own)
-    evaluation = evaluate_settings(settings.evaluation, overrides)
-    return settings.replace(evaluation=evaluation, **own)
+        result = CertifySettings(evaluation=evaluate_settings(None, overrides), **own)
+    else:
+        result = settings.replace(evaluation=evaluate_settings(settings.evaluation, overrides), **own)
+    products = result.evaluation.gpu_products
+    if products in ROUNDED_PATHS:
+        raise SettingsError(
+            f"{{gpu_products}} {products} anneals the model with rounded weights, and RAISE then estimates the rounded "
+            "model's log-likelihood, not the model's: a certified verdict needs the model's own on both sides (use "
+            "{gpu_products} model)",
+            ("gpu_products",),
+        )
+    return result
 
 
 def _fingerprint(settings: CertifySettings, plan: EvaluationPlan, train_pixel_means) -> dict[str, Any]:

@@ -29,6 +29,7 @@ from raise_eval.estimators.ais import AISResult
 from raise_eval.schedules import validate_schedule
 from raise_eval.settings import check_count
 from raise_eval.stats import WeightSummary, summarize_log_weights
+from raise_eval.step_programs import refuse_rounded_paths
 
 
 @dataclass
@@ -104,6 +105,7 @@ def ladder_pass(
     """
     betas = validate_schedule(betas)
     check_count("num_chains", num_chains)
+    refuse_rounded_paths("the AIS ladder")
     num_steps, rungs, rung_betas = schedule_rungs(betas, rungs)
     start = time.perf_counter()
     state = path.sample_initial(num_chains, generator)

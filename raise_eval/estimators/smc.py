@@ -38,6 +38,7 @@ from raise_eval.estimators.ladder import LadderPass, schedule_rungs
 from raise_eval.schedules import validate_schedule
 from raise_eval.settings import check_count
 from raise_eval.stats import WeightSummary, summarize_log_weights
+from raise_eval.step_programs import refuse_rounded_paths
 
 
 @dataclass
@@ -115,6 +116,7 @@ def smc_ladder_pass(
     betas = validate_schedule(betas)
     check_count("num_chains", num_chains)
     check_count("replicates", replicates)
+    refuse_rounded_paths("the SMC ladder")
     if not 0.0 <= float(resample_ess) <= 1.0:
         raise ValueError(f"resample_ess must be a fraction of the chains in [0, 1], got {resample_ess}")
     per_step = [sweeps] if isinstance(sweeps, int) else list(sweeps)

@@ -33,6 +33,7 @@ from raise_eval.runtime.sharding import default_max_memory, default_shard_size
 from raise_eval.schedules import make_schedule
 from raise_eval.seeds import stage_seed
 from raise_eval.settings import Named, SettingsError
+from raise_eval.step_programs import ROUNDED_PATHS
 
 # 'auto' takes per-vector AIS for a DBN only while its unit-wise sweeps (chains x steps x sum over the directed
 # hidden layers of n_l (n_{l-1} + n_{l+1}) elementwise updates over the test set) would take at most
@@ -364,13 +365,13 @@ def plan_loop_options(settings) -> dict[str, Any]:
 
 
 def _gpu_product_bound(setting: str, path) -> dict[str, Any]:
-    """With split products, the bound on how far they move a log-density (`kernels.split_products`); 0 for the half
-    path, whose runs end at the model's own distribution (`kernels.binary_program`)."""
+    """With split products, the bound on how far they move a log-density (`kernels.split_products`); none for the
+    rounded paths, which bound nothing (RAISE estimates the rounded model: `evaluation.rounding` measures the shift)."""
     if setting == "model" or path is None or path.model.typed_layers:
         return {}
     model = path.model
-    if setting in ("half-path", "tf32-path"):
-        return {"gpu_product_error_bound": 0.0}
+    if setting in ROUNDED_PATHS:
+        return {}
     if setting == "tf32-split":
         return {"gpu_product_error_bound": tf32_split_error_bound(model.weights, model.weight_scale)}
     terms = terms_needed(model.weights)

@@ -9,11 +9,14 @@ steps) is the rounded model's likelihood p~(v) = f~(v) / Z~; the model's is p(v)
 
 which this module measures: the first term exactly for each test vector where log f(v) has a closed form (an RBM),
 the second from AIS's own chains (their log-weights w hold the model's log Z; w - gap, with gap = log f - log f~ at
-each chain's last state, the rounded model's: log Z - log Z~ = logsumexp(w) - logsumexp(w - gap)).
+each chain's last state, the rounded model's: log Z - log Z~ = logsumexp(w) - logsumexp(w - gap), with the
+delta method's standard error over the chains, sd(a - b) / sqrt(n) for the normalised weights a = w / mean(w) and
+b = w~ / mean(w~)).
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any, Optional
 
 import torch
@@ -28,10 +31,11 @@ _ROWS = 4096
 def rounding_report(plan, ais_result) -> Optional[dict[str, Any]]:
     """The JSON's settings.gpu_rounding for a rounded path (None for other products): the weights' rounding,
     log_z_shift (log Z - log Z~, from AIS's chains; None where AIS kept no final state: several shards or a resumed
-    run), gap_sd (the spread of log f - log f~ over AIS's last states, which the rounding adds to the log-weights),
-    test_log_f_shift (the mean of log f(v) - log f~(v) over the test vectors; RBMs only) and raise_shift (their
-    difference: the model's average test log-likelihood minus the rounded model's, how far RAISE's limit lies from
-    the model's; None where either part is)."""
+    run) and its standard error shift_stderr, gap_sd (the spread of log f - log f~ over AIS's last states, which the
+    rounding adds to the log-weights), test_log_f_shift (the mean of log f(v) - log f~(v) over the test vectors,
+    exact; RBMs only) and raise_shift (their difference, with the same standard error: the model's average test
+    log-likelihood minus the rounded model's, how far RAISE's limit lies from the model's; None where either part
+    is)."""
     products = plan.settings.gpu_products
     if products not in PATH_ROUNDINGS or plan.family == "fully-visible" or plan.path.model.typed_layers:
         return None
@@ -40,14 +44,20 @@ def rounding_report(plan, ais_result) -> Optional[dict[str, Any]]:
     rounded = [path_weights(products, w).double() for w in model.weights]
     biases = [None if l % 2 == 0 else b for l, b in enumerate(model.biases)]
     scale = float(model.weight_scale)
-    out: dict[str, Any] = {"weights": PATH_ROUNDINGS[products], "log_z_shift": None, "gap_sd": None}
+    out: dict[str, Any] = {"weights": PATH_ROUNDINGS[products], "log_z_shift": None, "shift_stderr": None}
+    out["gap_sd"] = None
     state = None if ais_result is None else ais_result.final_state
     if state is not None:
         layers = [None if x is None else x.reshape(-1, x.shape[-1]) for x in state.layers]
         log_w = ais_result.log_weights.reshape(-1).to(torch.float64)
         gap = log_f_gap(layers, exact, rounded, biases, scale).to(log_w.device)
-        out["log_z_shift"] = float(torch.logsumexp(log_w, 0) - torch.logsumexp(log_w - gap, 0))
-        out["gap_sd"] = float(gap.std()) if gap.numel() > 1 else 0.0
+        n = log_w.numel()
+        log_mean, log_mean_rounded = (torch.logsumexp(w, 0) - math.log(n) for w in (log_w, log_w - gap))
+        out["log_z_shift"] = float(log_mean - log_mean_rounded)
+        if n > 1:  # the delta method for log(mean a / mean b) of paired weights
+            paired = torch.exp(log_w - log_mean) - torch.exp(log_w - gap - log_mean_rounded)
+            out["shift_stderr"] = float(paired.std() / math.sqrt(n))
+        out["gap_sd"] = float(gap.std()) if n > 1 else 0.0
     out["test_log_f_shift"] = None
     if plan.family == "RBM":
         test = plan.test
@@ -67,9 +77,10 @@ def rounding_note(products: str, report: dict[str, Any]) -> str:
         "the model's own; RAISE estimates the rounded model"
     )
     if report["raise_shift"] is not None:
+        error = "" if report["shift_stderr"] is None else f" ± {report['shift_stderr']:.2g}"
         return text + (
-            f"; the model's average test log-likelihood is the rounded model's {report['raise_shift']:+.2g} nats "
-            "(measured: settings.gpu_rounding)"
+            f"; the model's average test log-likelihood is the rounded model's {report['raise_shift']:+.2g}{error} "
+            "nats (measured: settings.gpu_rounding)"
         )
     why = (
         "AIS kept no final state to measure log Z - log Z~ from"

@@ -229,9 +229,9 @@ class EvaluateSettings:
         "one product on the tensor cores: the chains anneal that rounded model and each run's ends at beta = 1 are "
         "the model's own, so AIS's log Z stays the model's, without bias, while RAISE estimates the rounded model "
         "(settings.gpu_rounding measures how far its log-likelihood lies from the model's); tf32-path is the same "
-        "with the weights rounded to TF32 on the TF32 tensor cores (no copies of the states). The JSON gives the "
-        "bound on how far a split can move any log-density (settings.gpu_product_error_bound, 0 where it is exact "
-        "and for half-path and tf32-path)",
+        "with the weights rounded to TF32 on the TF32 tensor cores (no copies of the states); certified runs "
+        "(--until-gap) refuse both. The JSON gives the bound on how far a split can move any log-density "
+        "(settings.gpu_product_error_bound, 0 where it is exact)",
         kind="choice", numbers="kept", choices=("model", "half-split", "tf32-split", "half-path", "tf32-path"),
         flag="--gpu-products",
         group="run",

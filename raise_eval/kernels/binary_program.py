@@ -294,7 +294,7 @@ class BinaryGibbsProgram:
 
     def _exact_minus_surrogate(self) -> Tensor:
         """log f_1(x) - log f~_1(x) of the chains' even layers, float64 shaped (rows,) (`log_f_gap`)."""
-        biases = [None if l % 2 == 0 else self.base[l] + self.drift[l] for l in range(self.num_layers)]
+        biases = [None if l % 2 == 0 else b for l, b in enumerate(self.path.model.biases)]  # as the report's
         return log_f_gap(self.layers, self.exact, self.surrogate, biases, self.scale)
 
     def _choose_fusion(self, chain_steps: int, beta: Tensor) -> None:
