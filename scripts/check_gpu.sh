@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
-# The GPU checks, as one script for a lent GPU machine (about 8 minutes on an H200): the CUDA test module (exact
-# answers and unbiasedness with the model, states and generator on the GPU, the step programs in CUDA graphs of every
-# size that leaves a boundary, half-split and TF32-split products and compiled elementwise work), the AIS step against
-# its bare products for each way of running the loop (scripts/benchmark_gibbs.py --devices cuda), the paper-scale run
-# (AIS with 5,000 chains and RAISE on 100 test vectors x 50 chains at K = 100,000 on the shared 784-500 RBM) with the
-# eager loop as before step programs (--loop eager), at the defaults (step programs in graphs, elementwise work
-# compiled for a run this long), compiled with TF32-split products and with half-split products, a DBM on CUDA
-# (heating RAISE through the programs), and, unless SKIP_BDMC=1, BDMC on CUDA (HMC in CUDA graphs, the default, and
-# the eager loop, RAISE_EVAL_STEP_PROGRAMS=never) against the machine's CPUs; where DATA_DIR holds ising_torus/ (written
-# by `python scripts/examples/ising_torus.py --out DATA_DIR/ising_torus`), the 32 x 32 Ising torus (a fully visible
-# model) at K = 3,000 on CUDA, eagerly and at the defaults (its site scan in CUDA graphs).
+# The GPU checks, as one script for a lent GPU machine (about 10 minutes on an H200, estimated from earlier runs): the
+# CUDA test module (exact answers and unbiasedness with the model, states and generator on the GPU, the step programs
+# in CUDA graphs of every size that leaves a boundary, half-split and TF32-split products, the rounded paths and
+# compiled elementwise work), the AIS step against its bare products for each way of running the loop
+# (scripts/benchmark_gibbs.py --devices cuda), the paper-scale run (AIS with 5,000 chains and RAISE on 100 test
+# vectors x 50 chains at K = 100,000 on the shared 784-500 RBM) at the defaults (step programs in graphs, elementwise
+# work compiled for a run this long) and on the half and TF32 paths (--gpu-products half-path, tf32-path), a kernel
+# profile of the half path's step, a DBM on CUDA (heating RAISE through the programs), and, unless SKIP_BDMC=1, BDMC
+# on CUDA (HMC in CUDA graphs, the default, and the eager loop, RAISE_EVAL_STEP_PROGRAMS=never) against the machine's
+# CPUs; where DATA_DIR holds ising_torus/ (scripts/prepare_gpu_data.py --ising), the 32 x 32 Ising torus (a fully
+# visible model) at K = 3,000 on CUDA, eagerly and at the defaults (its site scan in CUDA graphs).
 # PAPER_RUNS="default tf32_split" (say) runs only those of the paper-scale runs (eager, default, compile, tf32_split,
 # half_split, half_path, tf32_path; by default default, half_path and tf32_path). OPEN_ONLY=1 runs only what issue 46
-# still has to show (the CUDA tests, the benchmark and the paper-scale runs: about 5 minutes on an H200).
+# still has to show (the CUDA tests, the benchmark, the paper-scale runs and a kernel profile of the half path's step;
+# about 7 minutes on an H200, estimated).
 #
 #   python scripts/prepare_gpu_data.py --out .gpu --ising    # DATA_DIR from ../shared/data (28 MB)
 #   bash scripts/check_gpu.sh .gpu OUT_DIR                   # on the GPU machine, carry [".gpu"]
@@ -69,6 +70,7 @@ for run in ${PAPER_RUNS:-default half_path tf32_path}; do  # PAPER_RUNS: some of
       --json "$OUT/paper_scale_tf32_path.json" ;;
   esac
 done
+step profile_half_path 60 python3 scripts/profile_gpu_step.py --chains 5000 --fuse compile --products half-path
 if [ "${OPEN_ONLY:-0}" = 1 ]; then
   printf '%s\n' "${SUMMARY[@]}" | tee -a "$LOG"
   exit 0

@@ -19,7 +19,7 @@ from _common import positive_int
 from torch.profiler import ProfilerActivity, profile
 
 from raise_eval import RBM, BoltzmannPath, anneal, linear_schedule
-from raise_eval.step_programs import loop_options
+from raise_eval.step_programs import PRODUCTS, loop_options
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -27,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--chains", type=positive_int, default=5000, help="AIS chains (default 5000)")
     parser.add_argument("--steps", type=positive_int, default=50, help="profiled steps (default 50)")
     parser.add_argument("--fuse", choices=["none", "compile"], default="compile", help="the step's elementwise work")
-    parser.add_argument("--products", choices=["model", "half-split"], default="model")
+    parser.add_argument("--products", choices=list(PRODUCTS), default="model", help="as --gpu-products")
     parser.add_argument("--top", type=positive_int, default=12, help="kernels to list (default 12)")
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
