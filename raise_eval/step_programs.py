@@ -132,7 +132,9 @@ def current_loop_options() -> LoopOptions:
 
 @contextlib.contextmanager
 def loop_options(**overrides: Any):
-    """Run the block with these `LoopOptions` fields changed (validated here, before any work)."""
+    """Run the block with these `LoopOptions` fields changed (validated here, before any work). `evaluate` and
+    `certify` take theirs from their settings (`loop`, `gpu_products`, `gpu_fuse`) and warn where a block's products
+    differ."""
     token = _OPTIONS.set(current_loop_options().copy(**overrides))
     try:
         yield _OPTIONS.get()

@@ -16,7 +16,13 @@
 # about 7 minutes on an H200, estimated).
 #
 #   python scripts/prepare_gpu_data.py --out .gpu --ising    # DATA_DIR from ../shared/data (28 MB)
-#   bash scripts/check_gpu.sh .gpu OUT_DIR                   # on the GPU machine, carry [".gpu"]
+#   bash scripts/check_gpu.sh .gpu OUT_DIR                   # on the GPU machine, .gpu copied beside the code
+#
+# Run it from the repository's root in the Python environment to test: it pip-installs the checkout (-e, no
+# dependencies) into that environment first. Reading the rounded paths' runs: AIS's log Z should agree with the
+# default run's within their standard errors (their ends are the model's), RAISE may differ by
+# settings.gpu_rounding.raise_shift (about -0.0004 nats for this RBM by scripts/measure_rounding_gap.py) on top of
+# its standard error, and the wall time is the point.
 #
 # DATA_DIR holds mnist_test.npz and mnist_train.npz (binarized MNIST as (N, 784) arrays) and
 # rbm_mnist_sgd_grosse_salakhutdinov_2015.npz (../shared/data/checkpoints); where it also holds

@@ -1,14 +1,16 @@
 """How far rounding an RBM's weights moves its log f(v): the spread that a rounded path (`--gpu-products half-path`
 or `tf32-path`) adds to the log-weights, and the shift of RAISE's limit, measured on the CPU.
 
-    python scripts/measure_rounding_gap.py [--data-root ../shared/data] [--vectors 2000] [--sweeps 500]
+    python scripts/measure_rounding_gap.py [--checkpoint RBM.npz] [--data-root ../shared/data] [--vectors 2000]
 
-For the shared 784-500 MNIST RBM (rbm_mnist_sgd_grosse_salakhutdinov_2015.npz) and each rounding of W (float16:
-the half path; TF32: the TF32 path; bfloat16, for comparison), prints the mean and standard deviation of
-gap(v) = log f(v) - log f~(v) (hidden units summed out, float64) over --vectors binarized MNIST test vectors, and over
-the states --sweeps block Gibbs sweeps of the model (float64) reach from them: approximate samples of the model p, over
-which -log E_p[exp(-gap)] = log Z - log Z~. Their difference of means approximates the shift of RAISE's limit (the model's
-average test log-likelihood minus the rounded model's, `raise_eval.evaluation.rounding`).
+For an RBM (--checkpoint: an .npz of W (784, n), vbias and hbias; the shared 784-500 MNIST RBM by default) and each
+rounding of W (float16: the half path; TF32: the TF32 path; bfloat16, for comparison), prints, in nats, the mean and
+standard deviation of gap(v) = log f(v) - log f~(v) (hidden units summed out, float64) over --vectors binarized MNIST
+test vectors, and over the states --sweeps block Gibbs sweeps of the model (float64) reach from them: approximate
+samples of the model p, over which -log E_p[exp(-gap)] = log Z - log Z~. The test mean less that is the shift of
+RAISE's limit (the model's average test log-likelihood minus the rounded model's, as `raise_eval.evaluation.rounding`
+reports it). float16 and TF32 both keep 11 significant bits and round to nearest, so their rows agree wherever every
+weight is within float16's range (|W| < 65504).
 """
 
 from __future__ import annotations
@@ -32,12 +34,17 @@ ROUNDINGS = {
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data-root", type=Path, default=ROOT.parent / "shared" / "data")
-    parser.add_argument("--vectors", type=int, default=2000, help="test vectors (and Gibbs chains)")
-    parser.add_argument("--sweeps", type=int, default=500, help="block Gibbs sweeps from the test vectors")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint", type=Path, default=None,
+                        help="an .npz of the RBM's W (784, n), vbias (784,) and hbias (n,) (default: the shared "
+                        "784-500 MNIST RBM under --data-root)")  # fmt: skip
+    parser.add_argument("--data-root", type=Path, default=ROOT.parent / "shared" / "data",
+                        help="the shared data folder: binarized_mnist/ (and checkpoints/) (default: ../shared/data)")
+    parser.add_argument("--vectors", type=int, default=2000, help="test vectors (and Gibbs chains) (default: 2000)")
+    parser.add_argument("--sweeps", type=int, default=500, help="block Gibbs sweeps from them (default: 500)")
+    parser.add_argument("--seed", type=int, default=0, help="the Gibbs sweeps' seed (default: 0)")
     args = parser.parse_args(argv)
-    checkpoint = np.load(args.data_root / "checkpoints" / "rbm_mnist_sgd_grosse_salakhutdinov_2015.npz")
+    path = args.checkpoint or args.data_root / "checkpoints" / "rbm_mnist_sgd_grosse_salakhutdinov_2015.npz"
+    checkpoint = np.load(path)
     W, b, c = (torch.tensor(checkpoint[k], dtype=torch.float64) for k in ("W", "vbias", "hbias"))
     test_file = args.data_root / "binarized_mnist" / "binarized_mnist_test.amat"
     test = torch.tensor(np.loadtxt(test_file, max_rows=args.vectors), dtype=torch.float64)
@@ -50,7 +57,8 @@ def main(argv=None) -> int:
     def log_f(v, weights):
         return v @ b + F.softplus(v @ weights + c).sum(-1)
 
-    print(f"784-500 MNIST RBM, {args.vectors} test vectors, model states after {args.sweeps} sweeps from them")
+    print(f"{path.name} (RBM {W.shape[0]}-{W.shape[1]}): log f(v) - log f~(v) in nats over {args.vectors} test "
+          f"vectors and the model's states after {args.sweeps} sweeps from them; shift = test mean - (log Z - log Z~)")
     print(f"{'rounding':22s} {'test mean':>10s} {'test sd':>8s} {'model mean':>11s} {'model sd':>9s} {'shift':>9s}")
     for name, rounding in ROUNDINGS.items():
         rounded = rounding(W).double()

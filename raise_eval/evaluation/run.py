@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from typing import Any, Optional
 
 import torch
@@ -53,7 +54,7 @@ from raise_eval.runtime.resume import (
 from raise_eval.runtime.sharding import raise_vectors_per_shard, shard_bounds
 from raise_eval.runtime.threads import using_threads
 from raise_eval.settings import number_fields
-from raise_eval.step_programs import loop_options
+from raise_eval.step_programs import current_loop_options, loop_options
 
 
 def evaluate(
@@ -162,6 +163,13 @@ def run_evaluation(
     if log_f_check is not None and log_f is None:
         raise ValueError("log_f_check is the check of a reused log_f: pass that log_f too")
     _check_reused(plan, log_f, exact_values)
+    enclosing = current_loop_options().products
+    if enclosing != "model" and enclosing != plan.settings.gpu_products:
+        warnings.warn(
+            f"an enclosing loop_options(products={enclosing!r}) does not reach evaluate, whose products are its "
+            f"settings' gpu_products ({plan.settings.gpu_products!r}): pass gpu_products={enclosing!r} instead",
+            UserWarning, stacklevel=3,
+        )  # fmt: skip
     with product_routes.forced_route(plan.settings.product_route), loop_options(**plan_loop_options(plan.settings)):
         return _run(plan, log_f, exact_values, log_f_check, resume_file, cost_estimate)
 

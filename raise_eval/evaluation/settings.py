@@ -222,16 +222,16 @@ class EvaluateSettings:
     )  # fmt: skip
     gpu_products: str = setting(
         "model",
-        "the matrix products of a step program on CUDA: model multiplies in the model's dtype; half-split multiplies "
-        "the binary states (exact in bfloat16) by the weights split into bfloat16 terms on the tensor cores, "
-        "float32 models only: three terms hold float32 weights exactly; tf32-split multiplies them by the weights "
-        "split into two TF32 terms (faster, not exact); half-path multiplies them by the weights rounded to float16, "
-        "one product on the tensor cores: the chains anneal that rounded model and each run's ends at beta = 1 are "
-        "the model's own, so AIS's log Z stays the model's, without bias, while RAISE estimates the rounded model "
-        "(settings.gpu_rounding measures how far its log-likelihood lies from the model's); tf32-path is the same "
-        "with the weights rounded to TF32 on the TF32 tensor cores (no copies of the states); certified runs "
-        "(--until-gap) refuse both. The JSON gives the bound on how far a split can move any log-density "
-        "(settings.gpu_product_error_bound, 0 where it is exact)",
+        "the matrix products of a step program on CUDA (binary RBMs, DBMs and DBNs in float32): model multiplies in "
+        "the model's dtype; half-split multiplies the binary states (exact in bfloat16) by the weights split into "
+        "bfloat16 terms on the tensor cores: three terms hold float32 weights exactly; tf32-split multiplies them by "
+        "the weights split into two TF32 terms (faster, not exact); half-path and tf32-path (not yet run on a GPU) "
+        "multiply them by the weights rounded to float16 or TF32, one product on the tensor cores: the chains anneal "
+        "that rounded model, but the path still ends at the model itself (beta = 1), so AIS's estimate of Z stays "
+        "unbiased for the model's while RAISE estimates the rounded model's log-likelihood (settings.gpu_rounding "
+        "gives the measured shift for an RBM run in one AIS shard); certified runs (--until-gap) refuse both. The "
+        "JSON gives the bound on how far a split can move any log-density (settings.gpu_product_error_bound, 0 where "
+        "it is exact)",
         kind="choice", numbers="kept", choices=("model", "half-split", "tf32-split", "half-path", "tf32-path"),
         flag="--gpu-products",
         group="run",

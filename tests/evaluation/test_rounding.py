@@ -82,3 +82,14 @@ def test_passes_that_read_intermediate_rungs_and_certified_runs_refuse_rounded_p
                             replicates=1)  # fmt: skip
     with pytest.raises(SettingsError, match="gpu_products tf32-path anneals the model with rounded weights"):
         certify(tiny_rbm, exact.binary_configurations(8)[:4], gpu_products="tf32-path", tolerance=1.0)
+
+
+def test_evaluate_names_an_enclosing_blocks_products_it_does_not_take(tiny_rbm):
+    """evaluate's products are its settings' (gpu_products): an enclosing loop_options block's are named, not used."""
+    from raise_eval import evaluate
+
+    test = exact.binary_configurations(8)[:4]
+    with loop_options(products="half-path"), pytest.warns(UserWarning, match="pass gpu_products='half-path' instead"):
+        report = evaluate(tiny_rbm, test, steps=2, ais_chains=4, raise_chains=2, init="uniform", exact="never",
+                          progress=False)  # fmt: skip
+    assert report.settings["gpu_products"] == "model"
