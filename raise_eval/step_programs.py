@@ -35,7 +35,8 @@ from tqdm.auto import tqdm
 
 PROGRAMS = ("cuda", "always", "never")
 PRODUCTS = ("model", "half-split", "tf32-split", "half-path", "tf32-path")
-ROUNDED_PATHS = ("half-path", "tf32-path")  # products whose chains anneal the rounded model (`kernels.binary_program`)
+# The products whose chains anneal the model with rounded weights (`kernels.binary_program`), and the rounding's name
+ROUNDED_PATHS = {"half-path": "float16", "tf32-path": "tf32"}
 FUSE = ("auto", "none", "compile", "fused")
 
 

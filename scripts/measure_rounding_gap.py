@@ -22,6 +22,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from raise_eval.io.datasets import read_amat
 from raise_eval.kernels.split_products import half_path_weights, tf32_round
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,7 +48,7 @@ def main(argv=None) -> int:
     checkpoint = np.load(path)
     W, b, c = (torch.tensor(checkpoint[k], dtype=torch.float64) for k in ("W", "vbias", "hbias"))
     test_file = args.data_root / "binarized_mnist" / "binarized_mnist_test.amat"
-    test = torch.tensor(np.loadtxt(test_file, max_rows=args.vectors), dtype=torch.float64)
+    test = read_amat(test_file)[: args.vectors].double()
     g = torch.Generator().manual_seed(args.seed)
     x = test.clone()
     for _ in range(args.sweeps):  # the model's own block Gibbs sweeps, float64

@@ -25,16 +25,18 @@ from pathlib import Path
 
 import numpy as np
 
+from raise_eval.io.datasets import read_amat
+
 ROOT = Path(__file__).resolve().parents[1]
 RBM = "rbm_mnist_sgd_grosse_salakhutdinov_2015.npz"
 
 
-def read_amat(path: Path) -> np.ndarray:
-    """The rows of a binarized MNIST .amat file as uint8 (N, 784)."""
-    rows = np.loadtxt(path, dtype=np.uint8)
+def read_binary_rows(path: Path) -> np.ndarray:
+    """The rows of a binarized MNIST .amat file as uint8 (N, 784) (`raise_eval.io.datasets.read_amat`)."""
+    rows = read_amat(path).numpy()
     if rows.ndim != 2 or rows.shape[1] != 784 or rows.max() > 1:
         raise SystemExit(f"{path}: expected rows of 784 zeros and ones, got an array shaped {rows.shape}")
-    return rows
+    return rows.astype(np.uint8)
 
 
 def main(argv=None) -> int:
@@ -54,7 +56,7 @@ def main(argv=None) -> int:
     out = args.out
     (out / "data" / "binarized_mnist").mkdir(parents=True, exist_ok=True)
     for split in ("test", "train"):
-        np.savez_compressed(out / f"mnist_{split}.npz", data=read_amat(source / f"binarized_mnist_{split}.amat"))
+        np.savez_compressed(out / f"mnist_{split}.npz", data=read_binary_rows(source / f"binarized_mnist_{split}.amat"))
     shutil.copyfile(rbm, out / RBM)
     amat = "binarized_mnist_test.amat"
     shutil.copyfile(source / amat, out / "data" / "binarized_mnist" / amat)

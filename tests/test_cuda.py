@@ -199,26 +199,35 @@ def test_graphs_of_steps_are_unbiased(tiny_rbm, tiny_dbm, train_vectors, k, per_
     if products == "half-split" and not out_dtype_products_available(torch.device(DEVICE)):
         pytest.skip(f"torch {torch.__version__} has no bfloat16 products into float32 (mm's out_dtype)")
 
-    betas = linear_schedule(k)
     with loop_options(steps_per_graph=per_graph, products=products):
-        rbm = tiny_rbm.to(dtype=torch.float32)
-        path = BoltzmannPath(_on_device(rbm, torch.float32), data_base_rates(rbm, train_vectors.float()))
-        assert_unbiased(_cpu(ais(path, betas, CHAINS, generator=_generator(300 + k)).log_weights),
-                        exact.log_partition(rbm))  # fmt: skip
-        v = exact.binary_configurations(8)[[0, 37, 200, 255]]
-        cpu_path = BoltzmannPath(rbm, [b.cpu() for b in path.base_biases])
-        p_ann = exact.annealing_model_marginal(rbm, cpu_path.base_biases, betas)
-        result = raise_log_likelihood(path, v.to(DEVICE, torch.float32), betas, CHAINS, generator=_generator(400 + k))
-        assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
-        dbm = tiny_dbm.to(dtype=torch.float32)
-        path = BoltzmannPath(_on_device(dbm, torch.float32))
-        assert_unbiased(_cpu(ais(path, betas, CHAINS, generator=_generator(500 + k)).log_weights),
-                        exact.log_partition(dbm))  # fmt: skip
-        v = _test_vectors(dbm.n_visible)
-        p_ann = exact.annealing_model_marginal(dbm, BoltzmannPath(dbm).base_biases, betas)
-        result = raise_log_likelihood(path, v.to(DEVICE, torch.float32), betas, CHAINS, generator=_generator(600 + k))
-        assert result.start == "heating"
-        assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
+        _assert_ais_and_raise_unbiased(tiny_rbm, tiny_dbm, train_vectors, k, 300, lambda model: model)
+
+
+def _assert_ais_and_raise_unbiased(tiny_rbm, tiny_dbm, train_vectors, k: int, seed: int, annealed) -> None:
+    """AIS of the float32 RBM (data base rates) and DBM on the device against their exact log Z, and RAISE (from the
+    test vectors; the DBM's through heating) against the exact annealing-model marginal of `annealed(model)`: the
+    model whose path the chains anneal (the model itself, or a rounded path's twin), from seeds seed + k, seed + 100 +
+    k, seed + 200 + k and seed + 300 + k."""
+    betas = linear_schedule(k)
+    rbm = tiny_rbm.to(dtype=torch.float32)
+    path = BoltzmannPath(_on_device(rbm, torch.float32), data_base_rates(rbm, train_vectors.float()))
+    assert_unbiased(_cpu(ais(path, betas, CHAINS, generator=_generator(seed + k)).log_weights),
+                    exact.log_partition(rbm))  # fmt: skip
+    v = exact.binary_configurations(8)[[0, 37, 200, 255]]
+    p_ann = exact.annealing_model_marginal(annealed(rbm), [b.cpu() for b in path.base_biases], betas)
+    on_device = v.to(DEVICE, torch.float32)
+    result = raise_log_likelihood(path, on_device, betas, CHAINS, generator=_generator(seed + 100 + k))
+    assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
+    dbm = tiny_dbm.to(dtype=torch.float32)
+    path = BoltzmannPath(_on_device(dbm, torch.float32))
+    assert_unbiased(_cpu(ais(path, betas, CHAINS, generator=_generator(seed + 200 + k)).log_weights),
+                    exact.log_partition(dbm))  # fmt: skip
+    v = _test_vectors(dbm.n_visible)
+    p_ann = exact.annealing_model_marginal(annealed(dbm), BoltzmannPath(dbm).base_biases, betas)
+    on_device = v.to(DEVICE, torch.float32)
+    result = raise_log_likelihood(path, on_device, betas, CHAINS, generator=_generator(seed + 300 + k))
+    assert result.start == "heating"
+    assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
 
 
 @GRAPHS
@@ -289,11 +298,11 @@ def test_tf32_split_products_are_within_their_bound():
 def _rounded_twin(model, products: str):
     """The float32 model the chains of the half or TF32 path anneal (its weights rounded as the program rounds
     them), on the CPU, for the exact answers."""
-    from raise_eval.kernels.split_products import half_path_weights, tf32_round
     from raise_eval.models import LayeredBoltzmannMachine
 
-    rounding = half_path_weights if products == "half-path" else tf32_round
-    weights = [rounding(w.float()).float() for w in model.weights]
+    from raise_eval.kernels.split_products import path_weights
+
+    weights = [path_weights(products, w.float()).float() for w in model.weights]
     return LayeredBoltzmannMachine(weights, [b.float() for b in model.biases], model.weight_scale)
 
 
@@ -310,26 +319,9 @@ def test_rounded_paths_in_graphs_are_unbiased(tiny_rbm, tiny_dbm, train_vectors,
 
     if products == "half-path" and not out_dtype_products_available(torch.device(DEVICE), HALF_PATH):
         pytest.skip(f"torch {torch.__version__} has no float16 products into float32 (mm's out_dtype)")
-    betas = linear_schedule(k)
     with loop_options(steps_per_graph=per_graph, products=products):
-        rbm = tiny_rbm.to(dtype=torch.float32)
-        path = BoltzmannPath(_on_device(rbm, torch.float32), data_base_rates(rbm, train_vectors.float()))
-        assert_unbiased(_cpu(ais(path, betas, CHAINS, generator=_generator(800 + k)).log_weights),
-                        exact.log_partition(rbm))  # fmt: skip
-        v = exact.binary_configurations(8)[[0, 37, 200, 255]]
-        base = [b.cpu() for b in path.base_biases]
-        p_ann = exact.annealing_model_marginal(_rounded_twin(rbm, products), base, betas)
-        result = raise_log_likelihood(path, v.to(DEVICE, torch.float32), betas, CHAINS, generator=_generator(900 + k))
-        assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
-        dbm = tiny_dbm.to(dtype=torch.float32)
-        path = BoltzmannPath(_on_device(dbm, torch.float32))
-        assert_unbiased(_cpu(ais(path, betas, CHAINS, generator=_generator(1000 + k)).log_weights),
-                        exact.log_partition(dbm))  # fmt: skip
-        v = _test_vectors(dbm.n_visible)
-        p_ann = exact.annealing_model_marginal(_rounded_twin(dbm, products), BoltzmannPath(dbm).base_biases, betas)
-        result = raise_log_likelihood(path, v.to(DEVICE, torch.float32), betas, CHAINS, generator=_generator(1100 + k))
-        assert result.start == "heating"
-        assert_unbiased(_cpu(result.log_weights), torch.log(p_ann[exact.configuration_index(v)]))
+        twin = lambda model: _rounded_twin(model, products)  # noqa: E731
+        _assert_ais_and_raise_unbiased(tiny_rbm, tiny_dbm, train_vectors, k, 800, twin)
 
 
 @GRAPHS
@@ -338,8 +330,7 @@ def test_rounded_path_products_are_the_rounded_weights_times_the_states(products
     """x W~ on the tensor cores equals x W~ in float64 to float32 accumulation, W~ the weights rounded to float16
     or TF32 (read exactly: binary states and rounded weights, one product); and TF32 is the caller's setting
     again afterwards."""
-    from raise_eval.kernels.split_products import HALF_PATH, half_path_weights, out_dtype_products_available
-    from raise_eval.kernels.split_products import tf32_round
+    from raise_eval.kernels.split_products import HALF_PATH, out_dtype_products_available, path_weights
 
     if products == "half-path" and not out_dtype_products_available(torch.device(DEVICE), HALF_PATH):
         pytest.skip(f"torch {torch.__version__} has no float16 products into float32 (mm's out_dtype)")
@@ -354,11 +345,11 @@ def test_rounded_path_products_are_the_rounded_weights_times_the_states(products
     x = program.layers[0]
     out = torch.empty(64, 500, device=DEVICE)
     program._product(0, 1, out, accumulate=False)
-    rounding = half_path_weights if products == "half-path" else tf32_round
-    reference = x.double() @ rounding(model.weights[0]).double()
+    rounded = path_weights(products, model.weights[0]).double()
+    reference = x.double() @ rounded
     scale = (x.double() @ model.weights[0].double().abs()).max()
     assert float((out.double() - reference).abs().max()) <= 1e-6 * float(scale)
-    assert float((rounding(model.weights[0]).double() - model.weights[0].double()).abs().max()) > 0  # rounded
+    assert float((rounded - model.weights[0].double()).abs().max()) > 0  # the weights were rounded
     assert not torch.backends.cuda.matmul.allow_tf32
 
 

@@ -338,9 +338,8 @@ def _layers_label(family: str, model) -> str:
 
 
 def _check_gpu_products(settings, model) -> None:
-    """Refuse products other than the model's (half-split, tf32-split, the half and TF32
-    paths) where no step program would use
-    them, naming the setting."""
+    """Refuse products other than the model's (the splits, the rounded paths) where no step program would use them,
+    naming the setting."""
     if settings.gpu_products == "model":
         return
     where = None
@@ -367,11 +366,9 @@ def plan_loop_options(settings) -> dict[str, Any]:
 def _gpu_product_bound(setting: str, path) -> dict[str, Any]:
     """With split products, the bound on how far they move a log-density (`kernels.split_products`); none for the
     rounded paths, which bound nothing (RAISE estimates the rounded model: `evaluation.rounding` measures the shift)."""
-    if setting == "model" or path is None or path.model.typed_layers:
+    if setting == "model" or setting in ROUNDED_PATHS or path is None or path.model.typed_layers:
         return {}
     model = path.model
-    if setting in ROUNDED_PATHS:
-        return {}
     if setting == "tf32-split":
         return {"gpu_product_error_bound": tf32_split_error_bound(model.weights, model.weight_scale)}
     terms = terms_needed(model.weights)

@@ -22,7 +22,8 @@ from typing import Any, Optional
 import torch
 
 from raise_eval.kernels.binary_program import log_f_gap
-from raise_eval.kernels.split_products import PATH_ROUNDINGS, path_weights
+from raise_eval.kernels.split_products import path_weights
+from raise_eval.step_programs import ROUNDED_PATHS
 
 # Test vectors per float64 product (rows x the widest layer's units, 8 bytes each: 4,096 x 784 = 26 MB)
 _ROWS = 4096
@@ -37,15 +38,15 @@ def rounding_report(plan, ais_result) -> Optional[dict[str, Any]]:
     log-likelihood minus the rounded model's, how far RAISE's limit lies from the model's; None where either part
     is)."""
     products = plan.settings.gpu_products
-    if products not in PATH_ROUNDINGS or plan.family == "fully-visible" or plan.path.model.typed_layers:
+    if products not in ROUNDED_PATHS:  # (the plan refused them for any model but a binary Boltzmann machine)
         return None
     model = plan.path.model
     exact = [w.double() for w in model.weights]
     rounded = [path_weights(products, w).double() for w in model.weights]
     biases = [None if l % 2 == 0 else b for l, b in enumerate(model.biases)]
     scale = float(model.weight_scale)
-    out: dict[str, Any] = {"weights": PATH_ROUNDINGS[products], "log_z_shift": None, "shift_stderr": None}
-    out["gap_sd"] = None
+    out: dict[str, Any] = {"weights": ROUNDED_PATHS[products], "log_z_shift": None, "shift_stderr": None,
+                           "gap_sd": None, "test_log_f_shift": None}  # fmt: skip
     state = None if ais_result is None else ais_result.final_state
     if state is not None:
         layers = [None if x is None else x.reshape(-1, x.shape[-1]) for x in state.layers]
@@ -58,7 +59,6 @@ def rounding_report(plan, ais_result) -> Optional[dict[str, Any]]:
             paired = torch.exp(log_w - log_mean) - torch.exp(log_w - gap - log_mean_rounded)
             out["shift_stderr"] = float(paired.std() / math.sqrt(n))
         out["gap_sd"] = float(gap.std()) if n > 1 else 0.0
-    out["test_log_f_shift"] = None
     if plan.family == "RBM":
         test = plan.test
         gaps = [

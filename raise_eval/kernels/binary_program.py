@@ -22,15 +22,15 @@ states times the weights' two TF32 terms on the TF32 tensor cores (`products='tf
 reported bound), on float16 copies of the states times the weights rounded to float16 (`products='half-path'`), or
 on the states as they are times the weights rounded to TF32 on the TF32 tensor cores (`products='tf32-path'`).
 
-The half and TF32 paths (and any `surrogate` weights W~) change the path, not its ends: the chains anneal the model with
-weights W~, f~_beta, for every beta < 1, and the path's distribution at beta = 1 is the model's own, f_1, with the
-identity as the transition between f~_1 and f_1. A run that reaches beta = 1 (AIS) adds log f_1(x) - log f~_1(x) of
-its last state (`finish`); a run that starts there (RAISE, heating's reverse) from the model's own states adds
-log f~_1(x) - log f_1(x) of its first (`begin`, at the run's step 0). Each is a link of an annealing path like any
-other: AIS stays unbiased for the model's own Z, and RAISE (from the model's own states) for the annealing model
-of the rounded path, whose limit is the rounded model's likelihood (`evaluation.rounding` measures the difference).
-At beta = 0 the two paths agree (the base has no
-weights). The states this program hands out (`state`) carry the model's own odd inputs.
+The half and TF32 paths (and any `surrogate` weights W~) change the path, not its ends: the chains anneal the model
+with weights W~, f~_beta, for every beta < 1, and the path's distribution at beta = 1 is the model's own, f_1, with
+the identity as the transition between f~_1 and f_1. A run that reaches beta = 1 (AIS) adds log f_1(x) - log f~_1(x)
+of its last state (`finish`); a run that starts there (RAISE, heating's reverse) from the model's own states adds log
+f~_1(x) - log f_1(x) of its first (`begin`, at the run's step 0). Each is a link of an annealing path like any other:
+AIS stays unbiased for the model's own Z, and RAISE (from the model's own states) for the annealing model of the
+rounded path, whose limit is the rounded model's likelihood (`evaluation.rounding` measures the difference). At beta =
+0 the two paths agree (the base has no weights). The states this program hands out (`state`) carry the model's own odd
+inputs.
 """
 
 from __future__ import annotations
@@ -349,17 +349,14 @@ class BinaryGibbsProgram:
         forward = into > l
         if self.stacked:
             matrix = self.split[w].forward if forward else self.split[w].backward
-            # TF32 terms: float32 in and out on the TF32 cores; bfloat16 terms: a float32 result (out_dtype)
-            options = {} if self.tf32 else {"out_dtype": torch.float32}
-            with tf32_products() if self.tf32 else contextlib.nullcontext():
-                if accumulate:
-                    return torch.addmm(out, self.operand[l], matrix, out=out, **options)
-                return torch.mm(self.operand[l], matrix, out=out, **options)
-        matrix = self.weights[w] if forward else self.weights[w].t()
-        with tf32_products() if self.tf32_path else contextlib.nullcontext():
+        else:
+            matrix = self.weights[w] if forward else self.weights[w].t()
+        # half-precision terms: a float32 result (out_dtype); TF32 terms or weights: float32 on the TF32 cores
+        options = {"out_dtype": torch.float32} if self.stacked and not self.tf32 else {}
+        with tf32_products() if self.tf32 or self.tf32_path else contextlib.nullcontext():
             if accumulate:
-                return torch.addmm(out, self.operand[l], matrix, out=out)
-            return torch.mm(self.operand[l], matrix, out=out)
+                return torch.addmm(out, self.operand[l], matrix, out=out, **options)
+            return torch.mm(self.operand[l], matrix, out=out, **options)
 
     def _neighbour_input(self, l: int, out: Tensor) -> Tensor:
         first = True

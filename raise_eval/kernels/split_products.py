@@ -126,18 +126,14 @@ def tf32_split_error_bound(weights: Sequence[Tensor], scale: float = 1.0) -> flo
     return abs(float(scale)) * total if math.isfinite(total) else math.inf
 
 
-# The rounded paths: the products setting, and the rounding of the weights whose path its chains anneal
-PATH_ROUNDINGS = {"half-path": "float16", "tf32-path": "tf32"}
-
-
 def path_weights(products: str, weight: Tensor) -> Tensor:
-    """W~ of a rounded path (PATH_ROUNDINGS): fp16(W) for 'half-path' (float16, `half_path_weights`), tf32(W) for
-    'tf32-path' (float32, `tf32_round`)."""
+    """W~ of a rounded path (`step_programs.ROUNDED_PATHS`): fp16(W) for 'half-path' (float16, `half_path_weights`),
+    tf32(W) for 'tf32-path' (float32, `tf32_round`)."""
     if products == "half-path":
         return half_path_weights(weight)
     if products == "tf32-path":
         return tf32_round(weight)
-    raise ValueError(f"products {products!r} anneals no rounded path (those are {', '.join(PATH_ROUNDINGS)})")
+    raise ValueError(f"products {products!r} anneals no rounded path (those are half-path and tf32-path)")
 
 
 @contextmanager
